@@ -1,0 +1,105 @@
+// engine/allocator.cpp: CachingAllocator and the CPU raw allocator behind cpu_allocator().
+#include "engine/allocator.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+
+#include "engine/error.h"
+
+namespace brisk {
+
+size_t CachingAllocator::round_size(size_t bytes) {
+  if (bytes <= 256) return std::max<size_t>(64, (bytes + 63) & ~size_t(63));
+  size_t pow2 = std::bit_floor(bytes - 1);  // largest power of two below bytes
+  size_t step = pow2 / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+CachingAllocator::~CachingAllocator() { empty_cache(); }
+
+void* CachingAllocator::allocate(size_t bytes, uint64_t stream) {
+  if (bytes == 0) return nullptr;
+  size_t size = round_size(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find({size, stream});
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      stats_.cached -= size;
+      stats_.allocated += size;
+      stats_.peak = std::max(stats_.peak, stats_.allocated);
+      ++stats_.cache_hits;
+      return p;
+    }
+  }
+  void* p = raw_.alloc(size, raw_.ctx);
+  if (!p) {
+    empty_cache();
+    p = raw_.alloc(size, raw_.ctx);
+  }
+  BRISK_CHECK(p, "allocator: out of memory allocating ", bytes, " bytes");
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.allocated += size;
+  stats_.peak = std::max(stats_.peak, stats_.allocated);
+  ++stats_.system_allocs;
+  return p;
+}
+
+void CachingAllocator::deallocate(void* ptr, size_t bytes, uint64_t stream) {
+  if (!ptr) return;
+  size_t size = round_size(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  free_[{size, stream}].push_back(ptr);
+  stats_.allocated -= size;
+  stats_.cached += size;
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak = stats_.allocated;
+}
+
+void CachingAllocator::empty_cache() {
+  std::map<std::pair<size_t, uint64_t>, std::vector<void*>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks.swap(free_);
+    stats_.cached = 0;
+  }
+  for (auto& [key, ptrs] : blocks) {
+    for (void* p : ptrs) raw_.free(p, key.first, raw_.ctx);
+  }
+}
+
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+
+void* cpu_raw_alloc(size_t bytes, void*) {
+  size_t align = bytes >= kHugePage ? kHugePage : 64;
+  size_t size = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, size);
+  if (p && size >= kHugePage) madvise(p, size, MADV_HUGEPAGE);  // advice only; failure is harmless
+  return p;
+}
+
+void cpu_raw_free(void* p, size_t, void*) { std::free(p); }
+
+}  // namespace
+
+Allocator& cpu_allocator() {
+  // Leaked on purpose: tensors held in static objects may be freed after this would be.
+  static CachingAllocator* alloc = new CachingAllocator(RawMemory{cpu_raw_alloc, cpu_raw_free, nullptr});
+  return *alloc;
+}
+
+}  // namespace brisk

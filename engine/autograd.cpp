@@ -1,0 +1,347 @@
+// engine/autograd.cpp: nodes, saved tensors, and the backward engine.
+#include "engine/autograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/functions.h"
+
+namespace brisk {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence{0};
+
+// Note [Iterative graph release]
+// Dropping the last output of a 1e5-op chain would destroy 1e5 nodes recursively and overflow
+// the stack. Instead the first node destructor on a thread collects the nodes it would free
+// (edges, and grad_fns held by saved inputs it owns alone) into a list and drains it in a
+// loop; nested destructors append to that list rather than recursing.
+thread_local std::vector<std::shared_ptr<Node>>* t_pending = nullptr;
+
+void collect_tensor_history(Tensor& t, std::vector<std::shared_ptr<Node>>& out) {
+  const auto& impl = t.impl_ptr();
+  if (impl && impl.use_count() == 1 && impl->autograd && impl->autograd->grad_fn) {
+    out.push_back(std::move(impl->autograd->grad_fn));
+  }
+}
+
+template <class Collect>
+void release_iteratively(Collect&& collect) {
+  if (t_pending) {
+    collect(*t_pending);
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> pending;
+  t_pending = &pending;
+  collect(pending);
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    n.reset();  // when this was the last owner, its destructor appends its children
+  }
+  t_pending = nullptr;
+}
+}  // namespace
+
+Node::Node() : sequence_nr(g_next_sequence.fetch_add(1, std::memory_order_relaxed)) {}
+
+Node::~Node() {
+  release_iteratively([this](std::vector<std::shared_ptr<Node>>& out) {
+    for (Edge& e : next_edges) {
+      if (e.node) out.push_back(std::move(e.node));
+    }
+  });
+}
+
+// ---- SavedTensor
+SavedTensor::SavedTensor(const Tensor& t, bool is_output)
+    : version_(t.version()), output_nr_(t.output_nr()), is_output_(is_output), requires_grad_(t.requires_grad()) {
+  // An output's grad_fn is the saving node: keep only its data to avoid a reference cycle.
+  data_ = is_output ? t.detach() : t;
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const char* op) const {
+  if (!data_.defined()) return data_;
+  BRISK_CHECK(data_.version() == version_, op,
+              ": a tensor saved for backward was modified by an in-place operation (its version is ",
+              data_.version(), ", it was ", version_, " when saved): ", data_.str());
+  if (!is_output_ || !requires_grad_ || !GradMode::enabled()) return data_;
+  // create_graph: give the output its autograd identity back so double backward sees it.
+  Tensor t = data_.detach();
+  auto meta = std::make_unique<AutogradMeta>();
+  meta->requires_grad = true;
+  meta->grad_fn = owner;
+  meta->output_nr = output_nr_;
+  t.impl()->autograd = std::move(meta);
+  return t;
+}
+
+// ---- OpNode
+std::string OpNode::name() const { return op_name(op); }
+
+std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
+  const OpDef& def = op_def(op);
+  BRISK_CHECK(!released, def.name,
+              ": backward through the graph a second time (saved tensors were freed); pass retain_graph=true to the "
+              "first backward");
+  std::shared_ptr<Node> self = std::static_pointer_cast<Node>(shared_from_this());
+  std::vector<Tensor> ins(saved_inputs.size()), outs(saved_outputs.size());
+  for (size_t i = 0; i < ins.size(); ++i) ins[i] = saved_inputs[i].unpack(self, def.name);
+  for (size_t i = 0; i < outs.size(); ++i) outs[i] = saved_outputs[i].unpack(self, def.name);
+  BackwardCtx ctx{attrs, ins, outs, input_specs, grads, device, needs_grad_mask};
+  std::vector<Tensor> result(next_edges.size());
+  def.backward(ctx, result);
+  return result;
+}
+
+void OpNode::release() {
+  released = true;
+  for (auto& s : saved_inputs) s.reset();
+  for (auto& s : saved_outputs) s.reset();
+}
+
+OpNode::~OpNode() {
+  release_iteratively([this](std::vector<std::shared_ptr<Node>>& out) {
+    for (SavedTensor& s : saved_inputs) {
+      if (s.defined()) collect_tensor_history(s.data(), out);
+    }
+  });
+}
+
+// ---- AccumulateGrad
+AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf_impl) : leaf(leaf_impl) {
+  sequence_nr = UINT64_MAX;  // runs as soon as it is ready
+  slot_specs.push_back({leaf_impl->sizes, leaf_impl->dtype});
+  device = leaf_impl->storage->device;
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
+  std::shared_ptr<TensorImpl> impl = leaf.lock();
+  if (!impl || !grads[0].defined()) return {};
+  Tensor t(impl);
+  AutogradMeta& m = *impl->autograd;
+  Tensor g = std::move(grads[0]);
+  for (GradHook& hook : m.hooks) {
+    Tensor r = hook(g);
+    if (r.defined()) g = r;
+  }
+  if (!m.grad.defined()) {
+    // Keep the incoming gradient only when nothing else can see or alias it.
+    bool owned = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                 !g.requires_grad();
+    m.grad = owned ? g : (GradMode::enabled() ? clone(g) : clone(g.detach()));
+  } else if (GradMode::enabled()) {
+    m.grad = m.grad + g;  // create_graph: keep the sum differentiable
+  } else {
+    m.grad.add_(g);
+  }
+  for (PostAccumulateHook& hook : m.post_hooks) hook(t);
+  return {};
+}
+
+// ---- graph helpers
+Edge gradient_edge(const Tensor& t) {
+  AutogradMeta* m = t.impl()->autograd.get();
+  if (!m) return {};
+  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  if (!m->requires_grad) return {};
+  std::shared_ptr<Node> acc = m->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    m->grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+void set_history(std::span<Tensor> outputs, const std::shared_ptr<Node>& node) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Tensor& t = outputs[i];
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    TensorImpl* impl = t.impl();
+    if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
+    impl->autograd->requires_grad = true;
+    impl->autograd->grad_fn = node;
+    impl->autograd->output_nr = int(i);
+  }
+}
+
+// ---- the engine
+namespace {
+
+struct ByPriority {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+void check_finite_grads(const Node& n, const std::vector<Tensor>& grads) {
+  for (const Tensor& g : grads) {
+    if (!g.defined() || !is_floating(g.dtype())) continue;
+    for (double v : g.to_vector<double>()) {
+      BRISK_CHECK(std::isfinite(v), "anomaly: backward of ", n.name(), " produced NaN/Inf in ", g.str());
+    }
+  }
+}
+
+// Brings a gradient to the shape and dtype of the slot it feeds; a wrong shape is a bug in a
+// backward formula and is reported with the op's name.
+Tensor validate(const Node& producer, const Node& consumer, int slot, Tensor g) {
+  const TensorSpec& spec = consumer.slot_specs[size_t(slot)];
+  BRISK_CHECK(g.sizes() == spec.sizes, "backward of ", producer.name(), ": gradient of shape ", g.sizes(),
+              " for an input of shape ", spec.sizes);
+  if (g.dtype() != spec.dtype) g = cast(g, spec.dtype);
+  return g;
+}
+
+void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_grads, bool retain_graph,
+                  bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured,
+                  bool allow_unused) {
+  BRISK_CHECK(root_grads.empty() || root_grads.size() == roots.size(), "backward: ", roots.size(),
+              " outputs but ", root_grads.size(), " gradients");
+  // Root edges and their gradients.
+  std::vector<Edge> root_edges;
+  std::vector<Tensor> first_grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    BRISK_CHECK(r.defined(), "backward: output ", i, " is undefined");
+    BRISK_CHECK(r.requires_grad(), "backward: output ", i, " ", r.str(),
+                " does not require grad and has no grad_fn (was it computed under NoGradGuard, or from tensors "
+                "that do not require grad?)");
+    Tensor g;
+    if (!root_grads.empty() && root_grads[i].defined()) {
+      g = root_grads[i];
+      BRISK_CHECK(g.sizes() == r.sizes(), "backward: gradient ", g.str(), " does not match output ", r.str());
+    } else {
+      BRISK_CHECK(r.numel() == 1, "backward: a gradient can be implied only for a scalar output; output ", i,
+                  " has shape ", r.sizes(), " (pass a gradient of that shape)");
+      g = ones_like(r.detach());
+    }
+    root_edges.push_back(gradient_edge(r));
+    first_grads.push_back(g);
+  }
+
+  // Dependencies: how many edges point at each reachable node.
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> order;  // reachable nodes, discovery order
+  {
+    std::vector<Node*> stack;
+    std::unordered_set<Node*> seen;
+    for (const Edge& e : root_edges) {
+      if (seen.insert(e.node.get()).second) {
+        stack.push_back(e.node.get());
+        order.push_back(e.node.get());
+      }
+    }
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->next_edges) {
+        if (!e.node) continue;
+        ++deps[e.node.get()];
+        if (seen.insert(e.node.get()).second) {
+          stack.push_back(e.node.get());
+          order.push_back(e.node.get());
+        }
+      }
+    }
+  }
+
+  // grad(): capture at the inputs' edges, and run only the nodes on a path to one of them.
+  std::unordered_map<Node*, std::vector<std::pair<int, size_t>>> capture_at;  // node -> (slot, input index)
+  std::unordered_set<Node*> needed;
+  bool capturing = captured != nullptr;
+  if (capturing) {
+    captured->assign(inputs.size(), Tensor());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      BRISK_CHECK(inputs[i].requires_grad(), "grad: input ", i, " ", inputs[i].str(), " does not require grad");
+      Edge e = gradient_edge(inputs[i]);
+      capture_at[e.node.get()].push_back({e.input_nr, i});
+    }
+    // A node is needed when it is a capture point or leads to one. Children have a smaller
+    // sequence number than their consumers (AccumulateGrad excepted, but it has no children
+    // and is needed only as a capture point), so increasing order sees children first.
+    for (auto& [n, slots] : capture_at) needed.insert(n);
+    std::vector<Node*> by_seq = order;
+    std::sort(by_seq.begin(), by_seq.end(), [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; });
+    for (Node* n : by_seq) {
+      bool need = needed.count(n) > 0;
+      for (const Edge& e : n->next_edges) need = need || (e.node && needed.count(e.node.get()));
+      if (need) needed.insert(n);
+    }
+  }
+
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  auto accumulate = [&](Node* n, int slot, Tensor g) {
+    std::vector<Tensor>& buf = buffers[n];
+    if (buf.empty()) buf.resize(size_t(n->num_slots()));
+    Tensor& cur = buf[size_t(slot)];
+    cur = cur.defined() ? cur + g : g;
+  };
+
+  GradModeGuard mode(create_graph);
+  std::priority_queue<Node*, std::vector<Node*>, ByPriority> ready;
+  std::unordered_set<Node*> queued;
+  for (size_t i = 0; i < root_edges.size(); ++i) {
+    Node* n = root_edges[i].node.get();
+    accumulate(n, root_edges[i].input_nr, first_grads[i]);
+    if (deps[n] == 0 && queued.insert(n).second) ready.push(n);
+  }
+
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    std::vector<Tensor> grads = std::move(buffers[n]);
+    buffers.erase(n);
+    grads.resize(size_t(n->num_slots()));
+    for (auto& [slot, hook] : n->pre_hooks) {
+      if (!grads[size_t(slot)].defined()) continue;
+      Tensor r = hook(grads[size_t(slot)]);
+      if (r.defined()) grads[size_t(slot)] = r;
+    }
+    if (capturing) {
+      auto it = capture_at.find(n);
+      if (it != capture_at.end()) {
+        for (auto [slot, idx] : it->second) (*captured)[idx] = grads[size_t(slot)];
+      }
+      if (dynamic_cast<AccumulateGrad*>(n) || !needed.count(n)) continue;
+    }
+    std::vector<Tensor> out = n->apply(std::move(grads));
+    if (!retain_graph) n->release();
+    if (BRISK_UNLIKELY(AnomalyMode::enabled())) check_finite_grads(*n, out);
+    for (size_t j = 0; j < n->next_edges.size() && j < out.size(); ++j) {
+      const Edge& e = n->next_edges[j];
+      if (!e.node) continue;
+      if (out[j].defined()) accumulate(e.node.get(), e.input_nr, validate(*n, *e.node, e.input_nr, out[j]));
+    }
+    for (const Edge& e : n->next_edges) {
+      if (!e.node) continue;
+      if (--deps[e.node.get()] == 0 && queued.insert(e.node.get()).second) ready.push(e.node.get());
+    }
+  }
+
+  if (capturing && !allow_unused) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      BRISK_CHECK((*captured)[i].defined(), "grad: input ", i, " ", inputs[i].str(),
+                  " is not used by the outputs (pass allow_unused=true)");
+    }
+  }
+}
+
+}  // namespace
+
+void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, bool retain_graph,
+              bool create_graph) {
+  run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, {}, nullptr, false);
+}
+
+std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor> inputs,
+                         std::span<const Tensor> grad_outputs, bool retain_graph, bool create_graph,
+                         bool allow_unused) {
+  std::vector<Tensor> result;
+  run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, inputs, &result, allow_unused);
+  return result;
+}
+
+}  // namespace brisk

@@ -1,0 +1,101 @@
+// engine/op.h: OpDef, the ONE record per op (shape/dtype inference, backward formula, what
+// backward saves, autocast policy, kernels per device), and the attribute bag ops read.
+// The table of OpDefs is indexed by OpId, generated from engine/ops.def.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/shape.h"
+#include "engine/tensor.h"
+
+namespace brisk {
+
+enum class OpId : uint16_t {
+#define X(id, name, nin, nout) id,
+#include "engine/ops.def"
+#undef X
+  kCount
+};
+inline constexpr int kNumOps = static_cast<int>(OpId::kCount);
+
+enum class Reduction : uint8_t { None, Mean, Sum };
+
+// Note [Attrs]
+// One plain struct carries every op's non-tensor arguments, so that a Node can copy them and
+// kernels on every device read them the same way. Each OpDef (and ops.def) says which fields
+// it reads; the rest keep their defaults.
+struct Attrs {
+  Shape shape;                  // target sizes: view, expand, factories, *_backward input sizes
+  Shape dims;                   // dim list: reduction dims, permutation
+  int64_t dim = 0;              // the single dim of slice, cat, softmax, gather, argmax, ...
+  int64_t start = 0;            // slice start; ignore_index of cross_entropy
+  int64_t end = 0;              // slice end (exclusive)
+  int64_t step = 1;             // slice step
+  double a = 0;                 // first scalar: alpha, clamp min, exponent, p, fill value, ...
+  double b = 0;                 // second scalar: clamp max, randn std, ...
+  bool keepdim = false;
+  bool flag = false;            // op-specific switch, see ops.def
+  Reduction reduction = Reduction::Mean;
+  DType dtype = DType::F32;     // cast target, factory dtype
+  Device device;                // factory device, to_device target
+  uint64_t seed = 0;            // random stream (see engine/random.h)
+  uint64_t offset = 0;
+};
+
+struct TensorSpec {
+  Shape sizes;
+  DType dtype = DType::F32;
+};
+
+// Context handed to a backward formula.
+struct BackwardCtx {
+  const Attrs& attrs;
+  std::span<const Tensor> inputs;        // saved inputs (undefined where not saved)
+  std::span<const Tensor> outputs;       // saved outputs (undefined where not saved)
+  std::span<const TensorSpec> in_specs;  // sizes and dtype of every input
+  std::span<const Tensor> grads;         // one per output; undefined where none flowed
+  Device device;
+  uint32_t needs_grad_mask = 0;
+  bool needs_grad(int i) const { return (needs_grad_mask >> i) & 1u; }
+};
+
+// Where autocast sends an op's floating inputs (see engine/autocast.h).
+enum class CastPolicy : uint8_t {
+  None,     // leave inputs alone (shape ops)
+  Lower,    // to the autocast dtype (matmul, linear, conv)
+  Fp32,     // to F32 (softmax, norms, exp/log, reductions, losses)
+  Promote,  // to the widest floating dtype among the inputs (add, mul, cat, where)
+};
+
+using InferFn = void (*)(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out);
+using KernelFn = void (*)(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs);
+using BackwardFn = void (*)(const BackwardCtx& ctx, std::span<Tensor> grad_inputs);
+using ViewFn = Tensor (*)(const Tensor& in, const Attrs& attrs);
+
+struct OpDef {
+  const char* name = nullptr;
+  int n_in = 0;                  // -1: any number
+  int n_out = 1;
+  InferFn infer = nullptr;       // required unless `view`
+  ViewFn view = nullptr;         // view ops: output shares the input's storage, no kernel runs
+  BackwardFn backward = nullptr; // nullptr: not differentiable
+  uint32_t save_inputs = 0;      // bit i: backward reads input i
+  uint32_t save_outputs = 0;     // bit i: backward reads output i
+  uint32_t diff_inputs = ~0u;    // bit i: input i can receive a gradient (not indices, masks)
+  CastPolicy autocast = CastPolicy::None;
+  bool to_attrs_device = false;  // outputs live on attrs.device (cross-device copy)
+  KernelFn kernels[kNumDeviceTypes] = {};
+};
+
+// The table. Read-only after init(), which every entry point runs once.
+OpDef& op_def(OpId id);
+inline const char* op_name(OpId id) { return op_def(id).name; }
+
+// Registration, used by the family files in engine/ops/ and by kernels' register_all().
+void register_kernel(OpId id, DeviceType device, KernelFn fn);
+
+}  // namespace brisk

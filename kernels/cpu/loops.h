@@ -1,0 +1,158 @@
+// kernels/cpu/loops.h: the CPU elementwise engine: out[i] = f(in0[i], in1[i], ...) over any
+// strides and NumPy broadcasting, with dims coalesced, a tight loop for the dense case (which
+// the compiler vectorizes) and OpenMP over chunks of the output when the work is large.
+// 16-bit floats are read as float, computed in float, rounded once on store.
+// Not here: reductions (kernels/cpu/reduce.cpp) and GEMM (kernels/cpu/gemm.cpp).
+#pragma once
+
+#include <omp.h>
+
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "engine/tensor.h"
+
+namespace brisk::kernels::cpu {
+
+inline constexpr int64_t kParallelGrain = 32768;  // elements below which one thread runs
+
+// Threads to use for `n` units of work of `grain` each.
+inline int threads_for(int64_t n, int64_t grain = kParallelGrain) {
+  if (n < 2 * grain) return 1;
+  int max = omp_get_max_threads();
+  return int(std::min<int64_t>(max, n / grain));
+}
+
+// Shape and strides (in elements) of N operands walking one output index space.
+template <int N>
+struct StridedIter {
+  int ndim = 0;
+  int64_t sizes[kMaxDims];
+  int64_t strides[N][kMaxDims];
+
+  // operands[0] is the output; the others broadcast to its sizes.
+  StridedIter(const Tensor* const* operands) {
+    const Shape& out = operands[0]->sizes();
+    ndim = out.size();
+    for (int d = 0; d < ndim; ++d) sizes[d] = out[d];
+    for (int k = 0; k < N; ++k) {
+      const Tensor& t = *operands[k];
+      int shift = ndim - t.dim();
+      for (int d = 0; d < ndim; ++d) {
+        int td = d - shift;
+        strides[k][d] = (td < 0 || t.sizes()[td] == 1) ? 0 : t.strides()[td];
+      }
+    }
+    coalesce();
+  }
+
+  // Drops size-1 dims and merges neighbours that are one run of memory for every operand.
+  void coalesce() {
+    int out = 0;
+    for (int d = 0; d < ndim; ++d) {
+      if (sizes[d] == 1) continue;
+      if (out > 0) {
+        bool merge = true;
+        for (int k = 0; k < N; ++k) merge = merge && strides[k][out - 1] == strides[k][d] * sizes[d];
+        if (merge) {
+          sizes[out - 1] *= sizes[d];
+          for (int k = 0; k < N; ++k) strides[k][out - 1] = strides[k][d];
+          continue;
+        }
+      }
+      sizes[out] = sizes[d];
+      for (int k = 0; k < N; ++k) strides[k][out] = strides[k][d];
+      ++out;
+    }
+    ndim = out;
+    if (ndim == 0) {  // a single element
+      ndim = 1;
+      sizes[0] = 1;
+      for (int k = 0; k < N; ++k) strides[k][0] = 0;
+    }
+  }
+};
+
+namespace detail {
+
+template <class T>
+BRISK_INLINE compute_t<T> load(const T* p) {
+  return static_cast<compute_t<T>>(*p);
+}
+
+// Runs f over output indices [begin, end) of `it`, innermost dim as the tight loop.
+template <class Out, class... In, class F, size_t... I>
+void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, std::tuple<const In*...> ins, F& f, int64_t begin,
+               int64_t end, std::index_sequence<I...>) {
+  constexpr int N = 1 + sizeof...(In);
+  const int nd = it.ndim;
+  const int64_t inner = it.sizes[nd - 1];
+  // Multi-index and operand offsets at `begin`.
+  int64_t idx[kMaxDims];
+  int64_t off[N] = {};
+  int64_t rem = begin;
+  for (int d = nd - 1; d >= 0; --d) {
+    idx[d] = rem % it.sizes[d];
+    rem /= it.sizes[d];
+    for (int k = 0; k < N; ++k) off[k] += idx[d] * it.strides[k][d];
+  }
+  int64_t pos = begin;
+  while (pos < end) {
+    int64_t n = std::min(inner - idx[nd - 1], end - pos);
+    const int64_t so = it.strides[0][nd - 1];
+    Out* o = out + off[0];
+    bool dense = so == 1 && ((it.strides[1 + I][nd - 1] == 1) && ...);
+    if (dense) {
+      auto ptrs = std::make_tuple((std::get<I>(ins) + off[1 + I])...);
+      for (int64_t i = 0; i < n; ++i) o[i] = Out(f(load(std::get<I>(ptrs) + i)...));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        o[i * so] = Out(f(load(std::get<I>(ins) + off[1 + I] + i * it.strides[1 + I][nd - 1])...));
+      }
+    }
+    pos += n;
+    // Advance the multi-index by n along the innermost dim, carrying outward.
+    idx[nd - 1] += n;
+    for (int k = 0; k < N; ++k) off[k] += n * it.strides[k][nd - 1];
+    for (int d = nd - 1; d > 0 && idx[d] == it.sizes[d]; --d) {
+      for (int k = 0; k < N; ++k) off[k] += it.strides[k][d - 1] - it.sizes[d] * it.strides[k][d];
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+}  // namespace detail
+
+// out = f(ins...) elementwise. `out` has the broadcast shape; Out and In... are the element
+// types of out and the inputs; f takes and returns compute types.
+template <class Out, class... In, class F>
+void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins, F f) {
+  constexpr int N = 1 + sizeof...(In);
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  std::array<const Tensor*, N> ops;
+  ops[0] = &out;
+  for (size_t k = 0; k < sizeof...(In); ++k) ops[k + 1] = ins[k];
+  StridedIter<N> it(ops.data());
+  Out* o = static_cast<Out*>(out.data_ptr());
+  auto ptrs = [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::make_tuple(static_cast<const In*>(ins[I]->data_ptr())...);
+  }(std::index_sequence_for<In...>{});
+  int nt = threads_for(numel);
+  if (nt <= 1) {
+    detail::run_range<Out, In...>(it, o, ptrs, f, 0, numel, std::index_sequence_for<In...>{});
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num();
+    int64_t chunk = (numel + nt - 1) / nt;
+    int64_t b = std::min<int64_t>(numel, t * chunk), e = std::min<int64_t>(numel, b + chunk);
+    F local = f;
+    if (b < e) detail::run_range<Out, In...>(it, o, ptrs, local, b, e, std::index_sequence_for<In...>{});
+  }
+}
+
+}  // namespace brisk::kernels::cpu

@@ -1,0 +1,25 @@
+// kernels/cpu/register.h: what init() calls to install the CPU backend and its kernels.
+// One registrar per kernel family file; register_all() calls them all.
+#pragma once
+
+namespace brisk::kernels::cpu {
+
+void register_backend();
+void register_elementwise();  // kernels/cpu/elementwise.cpp
+void register_reduce();       // kernels/cpu/reduce.cpp
+void register_linalg();       // kernels/cpu/gemm.cpp
+void register_shape();        // kernels/cpu/shape.cpp
+void register_index();        // kernels/cpu/index.cpp
+void register_random();       // kernels/cpu/random.cpp
+
+inline void register_all() {
+  register_backend();
+  register_elementwise();
+  register_reduce();
+  register_linalg();
+  register_shape();
+  register_index();
+  register_random();
+}
+
+}  // namespace brisk::kernels::cpu
