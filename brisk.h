@@ -5,6 +5,7 @@
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
+#include "engine/dispatch.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/gradcheck.h"

@@ -39,6 +39,8 @@ struct Attrs {
   double b = 0;                 // second scalar: clamp max, randn std, ...
   bool keepdim = false;
   bool flag = false;            // op-specific switch, see ops.def
+  bool flag2 = false;           // a second op-specific switch
+  Shape geometry;               // conv/pool: (stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, kernel_h, kernel_w)
   Reduction reduction = Reduction::Mean;
   DType dtype = DType::F32;     // cast target, factory dtype
   Device device;                // factory device, to_device target

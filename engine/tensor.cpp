@@ -249,6 +249,21 @@ Tensor Tensor::detach() const {
   return make_view(impl_->storage, impl_->sizes, impl_->strides, impl_->offset, impl_->dtype);
 }
 
+void Tensor::set_data(const Tensor& src) const {
+  BRISK_CHECK(src.defined(), "set_data: undefined source");
+  BRISK_CHECK(!requires_grad() || is_floating(src.dtype()), "set_data: a tensor that requires grad needs floating data, got ",
+              src.dtype());
+  impl_->storage = src.impl()->storage;
+  impl_->sizes = src.impl()->sizes;
+  impl_->strides = src.impl()->strides;
+  impl_->offset = src.impl()->offset;
+  impl_->dtype = src.impl()->dtype;
+  if (impl_->autograd && impl_->autograd->grad.defined() &&
+      (impl_->autograd->grad.device() != src.device() || impl_->autograd->grad.dtype() != src.dtype())) {
+    impl_->autograd->grad = Tensor();  // a gradient of the old placement no longer fits
+  }
+}
+
 Tensor& Tensor::detach_() {
   if (impl_->autograd) {
     impl_->autograd->grad_fn.reset();

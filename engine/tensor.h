@@ -93,6 +93,10 @@ class Tensor {
   void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
   Tensor detach() const;
   Tensor& detach_();
+  // Makes this tensor view src's data (storage, sizes, strides, dtype) while keeping its
+  // identity and autograd state: how a module moves its parameters to another device or
+  // dtype without invalidating references held by optimizers.
+  void set_data(const Tensor& src) const;
   void register_hook(GradHook hook) const;
   void register_post_accumulate_grad_hook(PostAccumulateHook hook) const;
 

@@ -15,6 +15,8 @@ void define_reduce_ops();       // engine/ops/reduce.cpp
 void define_linalg_ops();       // engine/ops/linalg.cpp
 void define_shape_ops();        // engine/ops/shape.cpp (views, copies between devices)
 void define_index_ops();        // engine/ops/index.cpp (cat, index_select, gather, ...)
+void define_nn_ops();           // engine/ops/nn.cpp (conv, pooling)
+void define_norm_ops();         // engine/ops/norm.cpp (layer norm, batch norm)
 
 inline void define_all_ops() {
   define_elementwise_ops();
@@ -23,6 +25,8 @@ inline void define_all_ops() {
   define_linalg_ops();
   define_shape_ops();
   define_index_ops();
+  define_nn_ops();
+  define_norm_ops();
 }
 
 // Installs `def` for `id`, keeping the name and arity that ops.def gives and any kernels

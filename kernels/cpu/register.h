@@ -11,6 +11,8 @@ void register_linalg();       // kernels/cpu/gemm.cpp
 void register_shape();        // kernels/cpu/shape.cpp
 void register_index();        // kernels/cpu/index.cpp
 void register_random();       // kernels/cpu/random.cpp
+void register_conv();         // kernels/cpu/conv.cpp (conv, pooling)
+void register_norm();         // kernels/cpu/norm.cpp
 
 inline void register_all() {
   register_backend();
@@ -20,6 +22,8 @@ inline void register_all() {
   register_shape();
   register_index();
   register_random();
+  register_conv();
+  register_norm();
 }
 
 }  // namespace brisk::kernels::cpu

@@ -1,0 +1,172 @@
+// nn/functional.cpp: activations, dropout, embedding, attention and losses, written with
+// engine ops (their gradients come from those ops). Conv/pool forms are in
+// functional_conv.cpp, normalization in functional_norm.cpp.
+#include <cmath>
+#include <limits>
+
+#include "nn/functional.h"
+
+namespace brisk::nn::functional {
+
+Tensor softmax(const Tensor& x, int64_t dim) { return brisk::softmax(x, dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return brisk::log_softmax(x, dim); }
+Tensor dropout(const Tensor& x, double p, bool training) { return brisk::dropout(x, p, training); }
+Tensor embedding(const Tensor& indices, const Tensor& weight) { return brisk::embedding(weight, indices); }
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                                    double dropout_p, bool training) {
+  BRISK_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), "scaled_dot_product_attention: q ", q.sizes(),
+              ", k ", k.sizes(), ", v ", v.sizes(), " must have the same number of dims (>= 2)");
+  BRISK_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "scaled_dot_product_attention: q ", q.sizes(),
+              ", k ", k.sizes(), ", v ", v.sizes(), " do not fit (q/k last dims, k/v sequence dims)");
+  double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, S)
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (causal) {
+    int64_t t = q.size(-2), s = k.size(-2);
+    // Position i may attend to j <= i + (s - t) (aligned at the end, as PyTorch for t == s).
+    Tensor rows = arange(t, DType::I64).unsqueeze(1);
+    Tensor cols = arange(s, DType::I64).unsqueeze(0);
+    Tensor future = gt(cols, rows + double(s - t));
+    scores = masked_fill(scores, future, neg_inf);
+  }
+  if (mask.defined()) {
+    BRISK_CHECK(mask.dtype() == DType::Bool, "scaled_dot_product_attention: mask must be Bool (true = masked out), got ",
+                mask.dtype());
+    scores = masked_fill(scores, mask, neg_inf);
+  }
+  Tensor attn = brisk::softmax(scores, -1);
+  if (dropout_p > 0 && training) attn = brisk::dropout(attn, dropout_p, true);
+  return matmul(attn, v);
+}
+
+namespace {
+
+Tensor reduce(const Tensor& loss, Reduction r) {
+  switch (r) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return loss.sum();
+    case Reduction::Mean: return loss.mean();
+  }
+  return loss;
+}
+
+// (N, C, d1, ...) -> (N * d1 * ..., C) and the matching flat target.
+std::pair<Tensor, Tensor> flatten_classes(const Tensor& x, const Tensor& target, const char* op) {
+  BRISK_CHECK(x.dim() >= 1, op, ": input must have a class dim, got ", x.sizes());
+  if (x.dim() <= 2) return {x.dim() == 1 ? x.unsqueeze(0) : x, target.dim() == 0 ? target.unsqueeze(0) : target};
+  BRISK_CHECK(target.dim() == x.dim() - 1, op, ": target ", target.sizes(), " does not fit input ", x.sizes());
+  Shape perm;
+  perm.push_back(0);
+  for (int d = 2; d < x.dim(); ++d) perm.push_back(d);
+  perm.push_back(1);
+  return {x.permute(perm).reshape({-1, x.size(1)}), target.reshape({-1})};
+}
+
+// Per-sample weighted NLL: (loss per sample (N), weight of its target (N)); ignored samples 0.
+std::pair<Tensor, Tensor> weighted_nll(const Tensor& logp, const Tensor& target, const Tensor& weight,
+                                       int64_t ignore_index, const char* op) {
+  BRISK_CHECK(target.dtype() == DType::I64, op, ": target must be I64 class indices, got ", target.dtype());
+  BRISK_CHECK(target.dim() == 1 && target.size(0) == logp.size(0), op, ": target ", target.sizes(),
+              " does not fit input ", logp.sizes());
+  int64_t c = logp.size(1);
+  Tensor ignored = eq(target, full({}, double(ignore_index), DType::I64, target.device()));
+  Tensor safe = where(ignored, zeros_like(target), target);
+  for (int64_t t : safe.to_vector<int64_t>()) {
+    BRISK_CHECK(t >= 0 && t < c, op, ": target ", t, " is out of range for ", c, " classes");
+  }
+  Tensor picked = gather(logp, 1, safe.unsqueeze(1)).squeeze(1);  // (N)
+  Tensor w = weight.defined() ? index_select(weight.to(logp.dtype()), 0, safe) : ones_like(picked);
+  w = masked_fill(w, ignored, 0.0);
+  return {neg(picked) * w, w};
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
+                int64_t ignore_index) {
+  auto [logp, t] = flatten_classes(log_probs, target, "nll_loss");
+  auto [loss, w] = weighted_nll(logp, t, weight, ignore_index, "nll_loss");
+  if (reduction == Reduction::Mean) return loss.sum() / w.sum();
+  if (reduction == Reduction::None) return target.dim() == 0 ? loss.squeeze(0) : loss.reshape(target.sizes());
+  return loss.sum();
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, Reduction reduction,
+                     int64_t ignore_index, double label_smoothing) {
+  BRISK_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing ", label_smoothing,
+              " is outside [0, 1]");
+  auto [x, t] = flatten_classes(logits, target, "cross_entropy");
+  Tensor loss;
+  if (!weight.defined()) {
+    // The fused kernel (log_softmax + NLL + smoothing in one pass).
+    loss = brisk::cross_entropy(x, t, reduction, label_smoothing, ignore_index);
+    if (reduction != Reduction::None) return loss;
+    return target.dim() == 0 ? loss.squeeze(0) : loss.reshape(target.sizes());
+  }
+  BRISK_CHECK(weight.dim() == 1 && weight.size(0) == x.size(1), "cross_entropy: weight ", weight.sizes(),
+              " does not match ", x.size(1), " classes");
+  Tensor logp = brisk::log_softmax(x, 1);
+  auto [nll, w] = weighted_nll(logp, t, weight, ignore_index, "cross_entropy");
+  Tensor per_sample = nll;
+  if (label_smoothing > 0) {
+    // PyTorch: (1 - eps) * w[y] * nll + eps / C * sum_c w[c] * (-logp[c]); ignored samples 0.
+    double eps = label_smoothing;
+    int64_t c = x.size(1);
+    Tensor keep = cast(ne(w, zeros_like(w)), x.dtype());
+    Tensor smooth = neg(logp * weight.to(x.dtype())).sum({1}) * keep;
+    per_sample = nll * (1 - eps) + smooth * (eps / double(c));
+  }
+  if (reduction == Reduction::Mean) return per_sample.sum() / w.sum();
+  if (reduction == Reduction::Sum) return per_sample.sum();
+  return target.dim() == 0 ? per_sample.squeeze(0) : per_sample.reshape(target.sizes());
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return brisk::mse_loss(input, target, reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return reduce(abs(input - target), reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  BRISK_CHECK(beta >= 0, "smooth_l1_loss: beta must be >= 0, got ", beta);
+  Tensor d = abs(input - target);
+  if (beta == 0) return reduce(d, reduction);
+  Tensor small = lt(d, full({}, beta, d.dtype(), d.device()));
+  Tensor loss = where(small, d * d * (0.5 / beta), d - 0.5 * beta);
+  return reduce(loss, reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, const Tensor& weight,
+                                        const Tensor& pos_weight, Reduction reduction) {
+  BRISK_CHECK(x.sizes() == y.sizes(), "binary_cross_entropy_with_logits: target ", y.sizes(),
+              " does not match input ", x.sizes());
+  // Stable form: log(1 + exp(-|x|)) + max(-x, 0) = softplus(-x).
+  Tensor softplus_neg = log(exp(neg(abs(x))) + 1.0) + clamp_min(neg(x), 0);
+  Tensor loss;
+  if (pos_weight.defined()) {
+    Tensor lw = (pos_weight - 1.0) * y + 1.0;
+    loss = (1.0 - y) * x + lw * softplus_neg;
+  } else {
+    loss = (1.0 - y) * x + softplus_neg;
+  }
+  if (weight.defined()) loss = loss * weight;
+  return reduce(loss, reduction);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target) {
+  Tensor loss;
+  if (log_target) {
+    loss = exp(target) * (target - input);
+  } else {
+    // xlogy: 0 where target == 0.
+    Tensor zero = eq(target, zeros_like(target));
+    Tensor safe = where(zero, ones_like(target), target);
+    loss = masked_fill(target * (log(safe) - input), zero, 0.0);
+  }
+  return reduce(loss, reduction);
+}
+
+}  // namespace brisk::nn::functional

@@ -1,0 +1,74 @@
+// nn/functional.h: the functional forms of the layers (PyTorch's torch.nn.functional), each a
+// few lines over engine ops. Layers (nn/layers.h) own parameters and call these.
+// Layout is NCHW; weights have PyTorch's shapes, so PyTorch checkpoints load unchanged.
+#pragma once
+
+#include <array>
+#include <optional>
+
+#include "engine/functions.h"
+
+namespace brisk::nn::functional {
+
+using Pair = std::array<int64_t, 2>;
+
+// ---- linear and convolution (nn/functional_conv.cpp)
+// x (*, in), weight (out, in), bias (out) or undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// x (B, C, H, W), weight (O, C / groups, kh, kw), bias (O) or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = {1, 1},
+              Pair padding = {0, 0}, Pair dilation = {1, 1}, int64_t groups = 1);
+// x (B, C, L), weight (O, C / groups, k): conv2d with H = 1.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
+// stride defaults to the kernel size (as PyTorch) when empty.
+Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = {0, 0},
+                  Pair dilation = {1, 1}, bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = {0, 0},
+                  bool ceil_mode = false, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
+
+// ---- normalization (nn/functional_norm.cpp)
+// Normalizes over the trailing dims `normalized_shape`; weight/bias of that shape or undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+// x (B, C, *). training: batch statistics, and running stats (if defined) updated with momentum;
+// eval: the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = {},
+                  const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5);
+// x (B, C, *) in `groups` groups of channels; weight/bias (C).
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+
+// ---- activations, dropout, embedding (nn/functional.cpp)
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+
+// ---- attention (nn/functional.cpp)
+// q (B, H, T, D), k/v (B, H, S, D); mask Bool broadcastable to (B, H, T, S), true = masked out.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
+                                    bool causal = false, double dropout_p = 0.0, bool training = true);
+
+// ---- losses (nn/functional.cpp); reduction none/mean/sum as PyTorch
+// logits (N, C) or (N, C, d1, ...), target I64 (N) or (N, d1, ...); weight (C) or undefined.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = {},
+                     Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                     double label_smoothing = 0.0);
+// log_probs (N, C) or (N, C, d1, ...), target I64.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight = {},
+                Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+// pos_weight (C) or undefined, weight broadcastable to input or undefined.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, const Tensor& weight = {},
+                                        const Tensor& pos_weight = {}, Reduction reduction = Reduction::Mean);
+// input: log-probabilities; target: probabilities (or log-probabilities when log_target).
+// Reduction::Mean averages over all elements, as PyTorch's 'mean'.
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+              bool log_target = false);
+
+}  // namespace brisk::nn::functional

@@ -1,0 +1,204 @@
+// nn/layers.cpp: constructors (parameters with PyTorch's shapes and default init) and
+// forwards of the layers in nn/layers.h.
+#include "nn/layers.h"
+
+#include <cmath>
+
+#include "engine/grad_mode.h"
+#include "nn/init.h"
+
+namespace brisk::nn {
+
+namespace F = functional;
+
+// ---- Linear
+Linear::Linear(int64_t in, int64_t out, bool bias) : Module("Linear"), in_features(in), out_features(out) {
+  BRISK_CHECK(in >= 0 && out >= 0, "Linear: negative size (", in, ", ", out, ")");
+  Tensor& w = register_parameter("weight", empty({out, in}));
+  Tensor b = bias ? empty({out}) : Tensor();
+  init::linear_default_(w, b);
+  if (bias) register_parameter("bias", b);
+}
+
+Tensor Linear::bias() { return maybe_parameter("bias"); }
+
+Tensor Linear::forward(const Tensor& x) {
+  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear: input ", x.sizes(), " does not end in in_features ",
+              in_features);
+  return F::linear(x, weight(), bias());
+}
+
+// ---- convolutions
+Conv2d::Conv2d(int64_t in, int64_t out, Pair k, ConvOptions opt)
+    : Module("Conv2d"), in_channels(in), out_channels(out), kernel_size(k), options(opt) {
+  BRISK_CHECK(opt.groups > 0 && in % opt.groups == 0 && out % opt.groups == 0, "Conv2d: groups ", opt.groups,
+              " must divide in_channels ", in, " and out_channels ", out);
+  Tensor& w = register_parameter("weight", empty({out, in / opt.groups, k[0], k[1]}));
+  Tensor b = opt.bias ? empty({out}) : Tensor();
+  init::linear_default_(w, b);
+  if (opt.bias) register_parameter("bias", b);
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return F::conv2d(x, parameter("weight"), maybe_parameter("bias"), options.stride, options.padding, options.dilation, options.groups);
+}
+
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d, int64_t g, bool bias)
+    : Module("Conv1d"), stride(s), padding(p), dilation(d), groups(g) {
+  BRISK_CHECK(g > 0 && in % g == 0 && out % g == 0, "Conv1d: groups ", g, " must divide in_channels ", in,
+              " and out_channels ", out);
+  Tensor& w = register_parameter("weight", empty({out, in / g, k}));
+  Tensor b = bias ? empty({out}) : Tensor();
+  init::linear_default_(w, b);
+  if (bias) register_parameter("bias", b);
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  return F::conv1d(x, parameter("weight"), maybe_parameter("bias"), stride, padding, dilation, groups);
+}
+
+// ---- pooling
+MaxPool2d::MaxPool2d(Pair k, std::optional<Pair> s, Pair p, Pair d, bool c)
+    : Module("MaxPool2d"), kernel(k), padding(p), dilation(d), stride(s), ceil_mode(c) {}
+Tensor MaxPool2d::forward(const Tensor& x) { return F::max_pool2d(x, kernel, stride, padding, dilation, ceil_mode); }
+
+AvgPool2d::AvgPool2d(Pair k, std::optional<Pair> s, Pair p, bool c, bool cip)
+    : Module("AvgPool2d"), kernel(k), padding(p), stride(s), ceil_mode(c), count_include_pad(cip) {}
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return F::avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad);
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Pair size) : Module("AdaptiveAvgPool2d"), output_size(size) {}
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return F::adaptive_avg_pool2d(x, output_size); }
+
+// ---- normalization
+BatchNorm::BatchNorm(const char* type, int lo, int hi, int64_t n, double eps, double momentum, bool affine,
+                     bool track)
+    : Module(type), num_features(n), eps(eps), momentum(momentum), lo_(lo), hi_(hi) {
+  if (affine) {
+    register_parameter("weight", ones({n}));
+    register_parameter("bias", zeros({n}));
+  }
+  if (track) {
+    register_buffer("running_mean", zeros({n}));
+    register_buffer("running_var", ones({n}));
+    register_buffer("num_batches_tracked", zeros({}, DType::I64));
+  }
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  BRISK_CHECK(x.dim() >= lo_ && x.dim() <= hi_, type_name(), ": expected ", lo_ == hi_ ? "" : "2-D or ",
+              hi_, "-D input, got ", x.sizes());
+  BRISK_CHECK(x.size(1) == num_features, type_name(), ": input ", x.sizes(), " has ", x.size(1),
+              " channels, expected ", num_features);
+  Tensor running_mean = maybe_buffer("running_mean");
+  Tensor running_var = maybe_buffer("running_var");
+  bool use_batch_stats = is_training() || !running_mean.defined();
+  if (is_training() && running_mean.defined()) {
+    NoGradGuard ng;
+    buffer("num_batches_tracked").add_(1.0);
+  }
+  return F::batch_norm(x, running_mean, running_var, maybe_parameter("weight"), maybe_parameter("bias"),
+                       use_batch_stats, momentum, eps);
+}
+
+LayerNorm::LayerNorm(Shape shape, double eps, bool affine, bool bias)
+    : Module("LayerNorm"), normalized_shape(shape), eps(eps) {
+  if (affine) {
+    register_parameter("weight", ones(shape));
+    if (bias) register_parameter("bias", zeros(shape));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return F::layer_norm(x, normalized_shape, maybe_parameter("weight"), maybe_parameter("bias"), eps);
+}
+
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine)
+    : Module("GroupNorm"), num_groups(groups), num_channels(channels), eps(eps) {
+  BRISK_CHECK(groups > 0 && channels % groups == 0, "GroupNorm: num_groups ", groups, " must divide num_channels ",
+              channels);
+  if (affine) {
+    register_parameter("weight", ones({channels}));
+    register_parameter("bias", zeros({channels}));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  return F::group_norm(x, num_groups, maybe_parameter("weight"), maybe_parameter("bias"), eps);
+}
+
+// ---- misc
+Dropout::Dropout(double p) : Module("Dropout"), p(p) {
+  BRISK_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p);
+}
+Tensor Dropout::forward(const Tensor& x) { return F::dropout(x, p, is_training()); }
+
+Embedding::Embedding(int64_t n, int64_t dim) : Module("Embedding"), num_embeddings(n), embedding_dim(dim) {
+  Tensor& w = register_parameter("weight", empty({n, dim}));
+  init::normal_(w, 0, 1);
+}
+Tensor Embedding::forward(const Tensor& indices) { return F::embedding(indices, parameter("weight")); }
+
+Flatten::Flatten(int64_t s, int64_t e) : Module("Flatten"), start_dim(s), end_dim(e) {}
+Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
+
+// ---- attention
+MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double dropout, bool bias)
+    : Module("MultiheadAttention"), embed_dim(e), num_heads(h), dropout(dropout) {
+  BRISK_CHECK(h > 0 && e % h == 0, "MultiheadAttention: embed_dim ", e, " must be divisible by num_heads ", h);
+  Tensor& w = register_parameter("in_proj_weight", empty({3 * e, e}));
+  init::xavier_uniform_(w);
+  if (bias) register_parameter("in_proj_bias", zeros({3 * e}));
+  auto out = register_module("out_proj", std::make_shared<Linear>(e, e, bias));
+  if (bias) {
+    Tensor ob = out->bias();
+    init::zeros_(ob);
+  }
+}
+
+Tensor MultiheadAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal) {
+  BRISK_CHECK(q.dim() == 3 && q.size(2) == embed_dim && k.dim() == 3 && v.dim() == 3, "MultiheadAttention: query ",
+              q.sizes(), ", key ", k.sizes(), ", value ", v.sizes(), " must be (B, T, ", embed_dim, ")");
+  const Tensor& w = parameter("in_proj_weight");
+  Tensor b = maybe_parameter("in_proj_bias");
+  auto proj = [&](const Tensor& x, int64_t i) {
+    Tensor wi = w.narrow(0, i * embed_dim, embed_dim);
+    Tensor bi = b.defined() ? b.narrow(0, i * embed_dim, embed_dim) : Tensor();
+    Tensor y = F::linear(x, wi, bi);  // (B, T, E)
+    int64_t bsz = y.size(0), t = y.size(1), d = embed_dim / num_heads;
+    return y.view({bsz, t, num_heads, d}).transpose(1, 2);  // (B, H, T, D)
+  };
+  Tensor qh = proj(q, 0), kh = proj(k, 1), vh = proj(v, 2);
+  Tensor o = F::scaled_dot_product_attention(qh, kh, vh, mask, causal, dropout, is_training());  // (B, H, T, D)
+  Tensor merged = o.transpose(1, 2).reshape({q.size(0), q.size(1), embed_dim});
+  return (*child("out_proj"))(merged);
+}
+
+// ---- losses
+CrossEntropyLoss::CrossEntropyLoss(Tensor weight, Reduction r, int64_t ignore, double smoothing)
+    : Module("CrossEntropyLoss"), reduction(r), ignore_index(ignore), label_smoothing(smoothing) {
+  if (weight.defined()) register_buffer("weight", weight);
+}
+Tensor CrossEntropyLoss::operator()(const Tensor& logits, const Tensor& target) {
+  return F::cross_entropy(logits, target, maybe_buffer("weight"), reduction, ignore_index, label_smoothing);
+}
+
+NLLLoss::NLLLoss(Tensor weight, Reduction r, int64_t ignore) : Module("NLLLoss"), reduction(r), ignore_index(ignore) {
+  if (weight.defined()) register_buffer("weight", weight);
+}
+Tensor NLLLoss::operator()(const Tensor& log_probs, const Tensor& target) {
+  return F::nll_loss(log_probs, target, maybe_buffer("weight"), reduction, ignore_index);
+}
+
+BCEWithLogitsLoss::BCEWithLogitsLoss(Tensor weight, Reduction r, Tensor pos_weight)
+    : Module("BCEWithLogitsLoss"), reduction(r) {
+  if (weight.defined()) register_buffer("weight", weight);
+  if (pos_weight.defined()) register_buffer("pos_weight", pos_weight);
+}
+Tensor BCEWithLogitsLoss::operator()(const Tensor& logits, const Tensor& target) {
+  return F::binary_cross_entropy_with_logits(logits, target, maybe_buffer("weight"), maybe_buffer("pos_weight"),
+                                             reduction);
+}
+
+}  // namespace brisk::nn

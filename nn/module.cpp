@@ -1,0 +1,337 @@
+// nn/module.cpp: Module's registration, traversal, state and hooks; the containers.
+#include "nn/module.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "engine/functions.h"
+#include "engine/grad_mode.h"
+
+namespace brisk::nn {
+
+std::string LoadReport::str() const {
+  std::ostringstream s;
+  auto list = [&](const char* what, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    s << what << ":";
+    for (const auto& k : v) s << " " << k;
+    s << "; ";
+  };
+  list("missing keys", missing);
+  list("unexpected keys", unexpected);
+  list("shape mismatches", shape_mismatch);
+  return s.str();
+}
+
+Tensor Module::forward(const Tensor&) {
+  BRISK_FAIL(type_name_, ": this module has no single-tensor forward");
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
+  Tensor in = x;
+  for (auto& [id, hook] : pre_hooks_) hook(*this, in);
+  Tensor out = forward(in);
+  for (auto& [id, hook] : hooks_) hook(*this, in, out);
+  return out;
+}
+
+namespace {
+void check_name(const std::string& owner, const std::string& name, const char* what) {
+  BRISK_CHECK(!name.empty() && name.find('.') == std::string::npos, owner, ": invalid ", what, " name '", name,
+              "' (must be non-empty and contain no '.')");
+}
+template <class V>
+auto find_named(V& v, const std::string& name) {
+  return std::find_if(v.begin(), v.end(), [&](const auto& p) { return p.first == name; });
+}
+}  // namespace
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_name(type_name_, name, "parameter");
+  BRISK_CHECK(find_named(params_, name) == params_.end(), type_name_, ": parameter '", name, "' already exists");
+  if (t.defined() && requires_grad) t.requires_grad_(true);
+  params_.emplace_back(name, std::move(t));
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
+  check_name(type_name_, name, "buffer");
+  BRISK_CHECK(find_named(buffers_, name) == buffers_.end(), type_name_, ": buffer '", name, "' already exists");
+  buffers_.emplace_back(name, std::move(t));
+  if (!persistent) non_persistent_.push_back(name);
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, ModulePtr m) {
+  check_name(type_name_, name, "module");
+  BRISK_CHECK(m, type_name_, ": module '", name, "' is null");
+  BRISK_CHECK(find_named(children_, name) == children_.end(), type_name_, ": module '", name, "' already exists");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::replace_module(const std::string& path, ModulePtr m) {
+  BRISK_CHECK(m, type_name_, ": replace_module('", path, "') with a null module");
+  size_t dot = path.rfind('.');
+  Module& owner = dot == std::string::npos ? *this : submodule(path.substr(0, dot));
+  std::string leaf = dot == std::string::npos ? path : path.substr(dot + 1);
+  auto it = find_named(owner.children_, leaf);
+  BRISK_CHECK(it != owner.children_.end(), type_name_, ": no submodule '", path, "' to replace");
+  it->second = std::move(m);
+}
+
+void Module::collect(const std::string& prefix, bool params, bool recurse, bool persistent_only,
+                     NamedTensors& out) const {
+  const auto& own = params ? params_ : buffers_;
+  for (const auto& [name, t] : own) {
+    if (!t.defined()) continue;
+    if (persistent_only && !params &&
+        std::find(non_persistent_.begin(), non_persistent_.end(), name) != non_persistent_.end()) {
+      continue;
+    }
+    out.emplace_back(prefix + name, t);
+  }
+  if (!recurse) return;
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, true, persistent_only, out);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect("", true, recurse, false, out);
+  // A parameter shared by two modules appears once, under its first name (as PyTorch).
+  NamedTensors unique;
+  for (auto& p : out) {
+    bool seen = std::any_of(unique.begin(), unique.end(), [&](const auto& q) { return q.second.impl() == p.second.impl(); });
+    if (!seen) unique.push_back(std::move(p));
+  }
+  return unique;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect("", false, recurse, false, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, ModulePtr>> Module::named_children() const { return children_; }
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, Module*>> out{{prefix, this}};
+  for (auto& [name, child] : children_) {
+    auto sub = child->named_modules(prefix.empty() ? name : prefix + "." + name);
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+ModulePtr Module::child(const std::string& name) const {
+  auto it = find_named(children_, name);
+  return it == children_.end() ? nullptr : it->second;
+}
+
+Module& Module::submodule(const std::string& path) {
+  Module* m = this;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t dot = path.find('.', start);
+    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    ModulePtr c = m->child(part);
+    BRISK_CHECK(c, type_name_, ": no submodule '", path, "' (missing '", part, "')");
+    m = c.get();
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return *m;
+}
+
+Tensor& Module::parameter(const std::string& name) {
+  auto it = find_named(params_, name);
+  BRISK_CHECK(it != params_.end(), type_name_, ": no parameter '", name, "'");
+  return it->second;
+}
+
+Tensor& Module::buffer(const std::string& name) {
+  auto it = find_named(buffers_, name);
+  BRISK_CHECK(it != buffers_.end(), type_name_, ": no buffer '", name, "'");
+  return it->second;
+}
+
+Tensor Module::maybe_parameter(const std::string& name) const {
+  auto it = find_named(params_, name);
+  return it == params_.end() ? Tensor() : it->second;
+}
+
+Tensor Module::maybe_buffer(const std::string& name) const {
+  auto it = find_named(buffers_, name);
+  return it == buffers_.end() ? Tensor() : it->second;
+}
+
+NamedTensors Module::state_dict() const {
+  // PyTorch orders each module's parameters, then its buffers, then its children.
+  NamedTensors out;
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+    m.collect(prefix, true, false, false, out);
+    m.collect(prefix, false, false, true, out);
+    for (const auto& [name, child] : m.children_) walk(*child, prefix + name + ".");
+  };
+  walk(*this, "");
+  return out;
+}
+
+LoadReport Module::load_state_dict(const NamedTensors& state, bool strict) {
+  LoadReport report;
+  NamedTensors mine = state_dict();
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [k, t] : state) given[k] = &t;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  for (auto& [k, t] : mine) {
+    auto it = given.find(k);
+    if (it == given.end()) {
+      report.missing.push_back(k);
+      continue;
+    }
+    const Tensor& src = *it->second;
+    if (!(src.sizes() == t.sizes())) {
+      report.shape_mismatch.push_back(detail::cat(k, ": file ", src.sizes(), " vs module ", t.sizes()));
+    } else {
+      copies.emplace_back(t, &src);
+    }
+    given.erase(it);
+  }
+  for (const auto& [k, t] : given) report.unexpected.push_back(k);
+  BRISK_CHECK(!strict || report.ok(), "load_state_dict (", type_name_, "): ", report.str());
+  NoGradGuard ng;
+  for (auto& [dst, src] : copies) dst.copy_(*src);
+  return report;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  on_train(on);
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::to(Device device) {
+  NoGradGuard ng;
+  for (auto& [n, t] : params_) {
+    if (t.defined() && !(t.device() == device)) t.set_data(t.detach().to(device));
+  }
+  for (auto& [n, t] : buffers_) {
+    if (t.defined() && !(t.device() == device)) t.set_data(t.to(device));
+  }
+  for (auto& [n, c] : children_) c->to(device);
+}
+
+void Module::to(DType dtype) {
+  BRISK_CHECK(is_floating(dtype), type_name_, ": to(", dtype, "): modules convert to floating dtypes only");
+  NoGradGuard ng;
+  for (auto& [n, t] : params_) {
+    if (t.defined() && is_floating(t.dtype()) && t.dtype() != dtype) t.set_data(cast(t.detach(), dtype));
+  }
+  for (auto& [n, t] : buffers_) {
+    if (t.defined() && is_floating(t.dtype()) && t.dtype() != dtype) t.set_data(cast(t, dtype));
+  }
+  for (auto& [n, c] : children_) c->to(dtype);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (Tensor& p : parameters()) p.zero_grad(set_to_none);
+}
+
+void Module::requires_grad_(bool on) {
+  for (Tensor& p : parameters()) p.requires_grad_(on);
+}
+
+int64_t Module::num_parameters(bool trainable_only) const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) {
+    if (!trainable_only || p.requires_grad()) n += p.numel();
+  }
+  return n;
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [n, c] : children_) c->apply(fn);
+  fn(*this);
+}
+
+int Module::register_forward_pre_hook(ForwardPreHook hook) {
+  pre_hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+int Module::register_forward_hook(ForwardHook hook) {
+  hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+void Module::remove_hook(int handle) {
+  std::erase_if(pre_hooks_, [&](const auto& p) { return p.first == handle; });
+  std::erase_if(hooks_, [&](const auto& p) { return p.first == handle; });
+}
+
+std::string Module::summary() const {
+  std::ostringstream s;
+  std::function<void(const Module&, const std::string&, int)> walk = [&](const Module& m, const std::string& name,
+                                                                         int depth) {
+    s << std::string(size_t(depth) * 2, ' ') << (name.empty() ? "" : name + ": ") << m.type_name_ << " ("
+      << m.num_parameters() << " parameters)\n";
+    for (const auto& [n, c] : m.children_) walk(*c, n, depth + 1);
+  };
+  walk(*this, "", 0);
+  return s.str();
+}
+
+// ---- containers
+Sequential::Sequential(std::initializer_list<ModulePtr> modules) : Module("Sequential") {
+  for (const auto& m : modules) push_back(m);
+}
+
+Sequential& Sequential::push_back(ModulePtr m) { return push_back(std::to_string(size()), std::move(m)); }
+
+Sequential& Sequential::push_back(const std::string& name, ModulePtr m) {
+  register_module(name, std::move(m));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& [n, m] : named_children()) h = (*m)(h);
+  return h;
+}
+
+ModulePtr Sequential::operator[](size_t i) const {
+  auto c = named_children();
+  BRISK_CHECK(i < c.size(), "Sequential: index ", i, " out of range (size ", c.size(), ")");
+  return c[i].second;
+}
+
+ModuleList& ModuleList::push_back(ModulePtr m) {
+  register_module(std::to_string(size()), std::move(m));
+  return *this;
+}
+
+ModulePtr ModuleList::operator[](size_t i) const {
+  auto c = named_children();
+  BRISK_CHECK(i < c.size(), "ModuleList: index ", i, " out of range (size ", c.size(), ")");
+  return c[i].second;
+}
+
+ModuleDict& ModuleDict::insert(const std::string& name, ModulePtr m) {
+  register_module(name, std::move(m));
+  return *this;
+}
+
+ModulePtr ModuleDict::operator[](const std::string& name) const {
+  ModulePtr m = child(name);
+  BRISK_CHECK(m, "ModuleDict: no module '", name, "'");
+  return m;
+}
+
+}  // namespace brisk::nn

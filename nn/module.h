@@ -1,0 +1,148 @@
+// nn/module.h: Module, the unit models are built from: named parameters, buffers and child
+// modules (dotted names exactly as PyTorch names the same architecture, so weights move
+// between the two), train/eval, device and dtype moves, freezing, state_dict, and forward
+// hooks (pruning and quantization hang masks and observers there). Containers: Sequential,
+// ModuleList, ModuleDict. Not here: the layers themselves (nn/layers.h).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace brisk::nn {
+
+class Module;
+using ModulePtr = std::shared_ptr<Module>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// What load_state_dict found: keys the module has but the file lacks, keys the file has but the
+// module lacks, and keys present in both with different shapes.
+struct LoadReport {
+  std::vector<std::string> missing;
+  std::vector<std::string> unexpected;
+  std::vector<std::string> shape_mismatch;  // "name: file (a, b) vs module (c, d)"
+  bool ok() const { return missing.empty() && unexpected.empty() && shape_mismatch.empty(); }
+  std::string str() const;
+};
+
+class Module {
+ public:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& type_name() const { return type_name_; }
+
+  // The single-tensor forward most layers have; modules with other signatures define their
+  // own call operators. operator() runs the forward pre-hooks and hooks around it.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x);
+
+  // ---- registration (names must be unique per module and contain no dot)
+  Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor& register_buffer(const std::string& name, Tensor t, bool persistent = true);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+  // Swaps a child (fine-tuning replaces the classifier head). `path` may be dotted.
+  void replace_module(const std::string& path, ModulePtr m);
+
+  // ---- traversal (registration order, depth first, PyTorch's names)
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, ModulePtr>> named_children() const;
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+  ModulePtr child(const std::string& name) const;  // nullptr when absent
+  Module& submodule(const std::string& path);      // dotted path; throws when absent
+  Tensor& parameter(const std::string& name);      // direct parameter; throws when absent
+  Tensor& buffer(const std::string& name);
+  // The direct parameter / buffer `name`, or an undefined tensor (optional bias, stats).
+  Tensor maybe_parameter(const std::string& name) const;
+  Tensor maybe_buffer(const std::string& name) const;
+
+  // ---- state
+  // Parameters and persistent buffers, as PyTorch's state_dict (same keys, same order).
+  NamedTensors state_dict() const;
+  // Copies values in place (device and dtype of the module kept). strict: any missing,
+  // unexpected or mis-shaped key is an error listing them; otherwise they are reported.
+  LoadReport load_state_dict(const NamedTensors& state, bool strict = true);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void to(Device device);
+  void to(DType dtype);  // floating parameters and buffers only
+  void zero_grad(bool set_to_none = true);
+  void requires_grad_(bool on);  // freeze (false) or unfreeze every parameter
+  int64_t num_parameters(bool trainable_only = false) const;
+  void apply(const std::function<void(Module&)>& fn);  // children first, then this
+
+  // ---- hooks
+  using ForwardPreHook = std::function<void(Module&, Tensor& input)>;
+  using ForwardHook = std::function<void(Module&, const Tensor& input, Tensor& output)>;
+  int register_forward_pre_hook(ForwardPreHook hook);
+  int register_forward_hook(ForwardHook hook);
+  void remove_hook(int handle);
+
+  // A one-line summary per module with parameter counts.
+  std::string summary() const;
+
+ protected:
+  // Called by train(); layers whose behaviour changes (dropout, batch norm) read is_training().
+  virtual void on_train(bool) {}
+
+ private:
+  void add_child(const std::string& name, ModulePtr m);
+  void collect(const std::string& prefix, bool params, bool recurse, bool persistent_only, NamedTensors& out) const;
+
+  std::string type_name_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::string> non_persistent_;
+  std::vector<std::pair<std::string, ModulePtr>> children_;
+  std::vector<std::pair<int, ForwardPreHook>> pre_hooks_;
+  std::vector<std::pair<int, ForwardHook>> hooks_;
+  int next_hook_ = 0;
+};
+
+// Runs its children in order; children are named "0", "1", ... as in PyTorch.
+class Sequential : public Module {
+ public:
+  Sequential() : Module("Sequential") {}
+  Sequential(std::initializer_list<ModulePtr> modules);
+  Sequential& push_back(ModulePtr m);
+  Sequential& push_back(const std::string& name, ModulePtr m);
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return named_children().size(); }
+  ModulePtr operator[](size_t i) const;
+};
+
+// Holds modules by index ("0", "1", ...); forward is the owner's business.
+class ModuleList : public Module {
+ public:
+  ModuleList() : Module("ModuleList") {}
+  ModuleList& push_back(ModulePtr m);
+  size_t size() const { return named_children().size(); }
+  ModulePtr operator[](size_t i) const;
+};
+
+// Holds modules by name; forward is the owner's business.
+class ModuleDict : public Module {
+ public:
+  ModuleDict() : Module("ModuleDict") {}
+  ModuleDict& insert(const std::string& name, ModulePtr m);
+  ModulePtr operator[](const std::string& name) const;
+  bool contains(const std::string& name) const { return child(name) != nullptr; }
+};
+
+}  // namespace brisk::nn
