@@ -154,6 +154,11 @@ class ReLU : public Module {
   ReLU() : Module("ReLU") {}
   Tensor forward(const Tensor& x) override { return relu(x); }
 };
+class ReLU6 : public Module {
+ public:
+  ReLU6() : Module("ReLU6") {}
+  Tensor forward(const Tensor& x) override { return clamp(x, 0.0, 6.0); }
+};
 class GELU : public Module {
  public:
   explicit GELU(bool tanh_approximation = false) : Module("GELU"), tanh_approximation(tanh_approximation) {}

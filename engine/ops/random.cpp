@@ -1,5 +1,165 @@
-// PLACEHOLDER (being written): random ops and factories.
+// engine/ops/random.cpp: OpDefs and public functions of arange and the random ops (rand,
+// randn, dropout), and the factories written on them (uniform, normal, randint).
+// Each random call takes its own Philox stream from a Generator, so its values depend only on
+// (seed, offset, element index): not on threads, not on the device. Not here: the generator
+// itself (engine/random.h) and the kernels (kernels/<device>/random.cpp).
+#include <cmath>
+
 #include "engine/ops/families.h"
+
 namespace brisk {
-namespace detail { void define_random_ops() {} }
+
+// Note [Random streams]
+// A call of rand, randn or dropout reads attrs.seed = gen.seed() and attrs.offset =
+// gen.reserve(draws), where draws counts uniform lanes: n for rand and dropout, 2n for randn
+// (philox_normal spends two lanes per value). Element i (row-major) then uses
+// philox_uniform / philox_normal(seed, offset, i) of engine/random.h. Every device's kernel
+// computes exactly this, with one explicit fma so that no compiler contraction changes a bit:
+//   rand    u = philox_uniform(seed, offset, i); F64: fma(double(u), b - a, a);
+//           F32/F16/BF16: fmaf(u, float(b - a), float(a)) rounded to the dtype.
+//   randn   z = philox_normal(seed, offset, i); F64: fma(double(z), b, a);
+//           F32/F16/BF16: fmaf(z, float(b), float(a)) rounded to the dtype.
+//   dropout keep_i = double(u_i) >= p (so P(keep) = 1 - p); y_i = keep_i ? x_i * scale : 0 with
+//           scale = 1 / (1 - p) in the compute type (float for F32/F16/BF16, double for F64).
+//   arange  out_i = fma(double(i), step, start) in double, converted to the dtype (integers
+//           truncate; F16/BF16 go through float).
+
+namespace {
+
+using detail::define;
+
+constexpr uint32_t kOut1 = 2;
+
+void check_shape(const Shape& shape, const char* op) {
+  for (int64_t s : shape) BRISK_CHECK(s >= 0, op, ": negative size in shape ", shape);
 }
+
+// ---- inference
+void arange_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorSpec> out) {
+  check_shape(attrs.shape, "arange");
+  BRISK_CHECK(attrs.dtype != DType::Bool, "arange: dtype Bool is not supported");
+  out[0] = {attrs.shape, attrs.dtype};
+}
+
+template <OpId Id>
+void random_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorSpec> out) {
+  check_shape(attrs.shape, op_name(Id));
+  BRISK_CHECK(is_floating(attrs.dtype), op_name(Id), ": dtype must be floating, got ", attrs.dtype,
+              " (randint draws integers)");
+  out[0] = {attrs.shape, attrs.dtype};
+}
+
+void dropout_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  BRISK_CHECK(is_floating(in[0].dtype()), "dropout: input must be floating, got ", in[0].str());
+  BRISK_CHECK(attrs.a >= 0 && attrs.a < 1, "dropout: p must be in [0, 1), got ", attrs.a);
+  out[0] = {in[0].sizes(), in[0].dtype()};
+  out[1] = {in[0].sizes(), DType::Bool};
+}
+
+// ---- backward: the same mask and scale as the forward
+void dropout_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& g = c.grads[0];
+  const Tensor& keep = c.outputs[1];
+  gi[0] = g * cast(keep, g.dtype()) * (1.0 / (1.0 - c.attrs.a));
+}
+
+// Runs a random factory op with a fresh stream of `draws` lanes from `gen` (or the default).
+Tensor random_call(OpId id, const Shape& shape, double a, double b, DType dtype, Device device, Generator* gen,
+                   uint64_t lanes_per_value) {
+  check_shape(shape, op_name(id));
+  Generator& g = gen ? *gen : default_generator();
+  Attrs attrs;
+  attrs.shape = shape;
+  attrs.dtype = dtype;
+  attrs.device = device;
+  attrs.a = a;
+  attrs.b = b;
+  attrs.seed = g.seed();
+  attrs.offset = g.reserve(uint64_t(shape.numel()) * lanes_per_value);
+  Tensor out[1];
+  call(id, {}, attrs, out);
+  return out[0];
+}
+
+}  // namespace
+
+namespace detail {
+
+void define_random_ops() {
+  define(OpId::Arange, {.infer = arange_infer});
+  define(OpId::Rand, {.infer = random_infer<OpId::Rand>});
+  define(OpId::Randn, {.infer = random_infer<OpId::Randn>});
+  define(OpId::Dropout, {.infer = dropout_infer, .backward = dropout_bw, .save_outputs = kOut1});
+}
+
+}  // namespace detail
+
+// ---- public functions
+
+// Length ceil((end - start) / step), as in PyTorch.
+Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  BRISK_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ",
+              end, " and step ", step, " must be finite");
+  BRISK_CHECK(step != 0, "arange: step must be nonzero");
+  BRISK_CHECK(step > 0 ? end >= start : end <= start, "arange: the range from ", start, " to ", end,
+              " is inconsistent with the sign of step ", step);
+  const double n = std::ceil((end - start) / step);
+  BRISK_CHECK(n < 9.0e18, "arange: ", n, " elements are too many");
+  Attrs attrs;
+  attrs.a = start;
+  attrs.b = step;
+  attrs.shape = {int64_t(n)};
+  attrs.dtype = dtype;
+  attrs.device = device;
+  Tensor out[1];
+  call(OpId::Arange, {}, attrs, out);
+  return out[0];
+}
+
+Tensor arange(int64_t end, DType dtype, Device device) { return arange(0.0, double(end), 1.0, dtype, device); }
+
+Tensor uniform(const Shape& shape, double low, double high, DType dtype, Device device, Generator* gen) {
+  BRISK_CHECK(low <= high, "uniform: low ", low, " must not exceed high ", high);
+  return random_call(OpId::Rand, shape, low, high, dtype, device, gen, 1);
+}
+
+Tensor normal(const Shape& shape, double mean, double std, DType dtype, Device device, Generator* gen) {
+  BRISK_CHECK(std >= 0, "normal: std must be non-negative, got ", std);
+  return random_call(OpId::Randn, shape, mean, std, dtype, device, gen, 2);
+}
+
+Tensor rand(const Shape& shape, DType dtype, Device device, Generator* gen) {
+  return uniform(shape, 0.0, 1.0, dtype, device, gen);
+}
+
+Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
+  return normal(shape, 0.0, 1.0, dtype, device, gen);
+}
+
+// floor of uniform [0, high - low) in F64, shifted by low. The uniforms carry 24 random bits,
+// so ranges beyond 2^24 values are not all reachable.
+Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Device device, Generator* gen) {
+  BRISK_CHECK(low < high, "randint: low ", low, " must be less than high ", high);
+  Tensor u = uniform(shape, 0.0, double(high - low), DType::F64, device, gen);
+  Tensor values = cast(u, DType::I64);  // truncation is floor here: u >= 0
+  if (low != 0) values = values + double(low);
+  return cast(values, dtype);
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  BRISK_CHECK(x.defined(), "dropout: undefined input");
+  BRISK_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;  // as PyTorch: zeros, and a zero gradient
+  Generator& g = gen ? *gen : default_generator();
+  Attrs attrs;
+  attrs.a = p;
+  attrs.seed = g.seed();
+  attrs.offset = g.reserve(uint64_t(x.numel()));
+  Tensor in[1] = {x};
+  Tensor out[2];
+  call(OpId::Dropout, in, attrs, out);
+  return out[0];
+}
+
+}  // namespace brisk

@@ -1,8 +1,397 @@
-// PLACEHOLDER (being written): reductions, softmax, losses.
+// engine/ops/reduce.cpp: OpDefs and public functions of the reductions (sum, amax/amin, var,
+// argmax/argmin), softmax/log_softmax and the losses (cross_entropy, fused with log_softmax,
+// and mse_loss). Backward formulas are written with ordinary ops, so they run on every device
+// and differentiate again; mean, std, max/min, sum_to and mse_loss are composites with no
+// backward of their own. Semantics follow PyTorch: empty dims = all dims, keepdim, negative dims.
+// Not here: the kernels (kernels/<device>/reduce.*).
+#include <algorithm>
+#include <cmath>
+
 #include "engine/ops/families.h"
+
 namespace brisk {
-namespace detail { void define_reduce_ops() {} }
-Tensor sum(const Tensor&, const Shape&, bool) { BRISK_FAIL("sum: not yet implemented"); }
-Tensor mean(const Tensor&, const Shape&, bool) { BRISK_FAIL("mean: not yet implemented"); }
-Tensor sum_to(const Tensor& x, const Shape& shape) { if (x.sizes() == shape) return x; BRISK_FAIL("sum_to: not yet implemented"); }
+
+namespace {
+
+using detail::define;
+
+constexpr uint32_t kIn0 = 1, kIn1 = 2, kIn2 = 4, kOut0 = 1;
+
+// ---- dims
+// Bit d set: dim d of an ndim-dim tensor is reduced. Empty dims: all of them. A 0-dim tensor
+// accepts dim 0 and -1 (and has nothing to reduce), as in PyTorch.
+uint32_t reduced_mask(int ndim, const Shape& dims, const char* op) {
+  const uint32_t all = ndim == 0 ? 0u : (1u << ndim) - 1u;
+  if (dims.empty()) return all;
+  uint32_t mask = 0;
+  for (int64_t d : dims) {
+    const uint32_t bit = 1u << wrap_dim(d, ndim, op);
+    BRISK_CHECK(!(mask & bit), op, ": dim ", d, " appears more than once in dims ", dims);
+    mask |= bit;
+  }
+  return mask & all;
 }
+
+Shape reduced_shape(const Shape& sizes, uint32_t mask, bool keepdim) {
+  Shape out;
+  for (int d = 0; d < sizes.size(); ++d) {
+    if (!((mask >> d) & 1u)) {
+      out.push_back(sizes[d]);
+    } else if (keepdim) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
+// Number of elements that reduce into each output.
+int64_t reduced_count(const Shape& sizes, uint32_t mask) {
+  int64_t n = 1;
+  for (int d = 0; d < sizes.size(); ++d) {
+    if ((mask >> d) & 1u) n *= sizes[d];
+  }
+  return n;
+}
+
+// max, min, argmax, argmin have no identity: every output needs at least one element.
+void check_nonempty(const Tensor& x, uint32_t mask, const Shape& out, const Attrs& a, const char* op) {
+  BRISK_CHECK(reduced_count(x.sizes(), mask) > 0 || out.numel() == 0, op, ": cannot reduce input ", x.str(),
+              " over dims ", a.dims, " (one has size 0): the ", op, " of no elements is undefined");
+}
+
+void check_floating(const Tensor& x, const char* op) {
+  BRISK_CHECK(is_floating(x.dtype()), op, ": needs a floating input, got ", x.str());
+}
+
+// ---- inference
+void sum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const uint32_t mask = reduced_mask(x.dim(), a.dims, "sum");
+  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::I64;  // integers and Bool sum to I64
+  out[0] = {reduced_shape(x.sizes(), mask, a.keepdim), dtype};
+}
+
+template <OpId Id>
+void extremum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const uint32_t mask = reduced_mask(x.dim(), a.dims, op_name(Id));
+  const Shape shape = reduced_shape(x.sizes(), mask, a.keepdim);
+  check_nonempty(x, mask, shape, a, op_name(Id));
+  out[0] = {shape, x.dtype()};
+}
+
+void var_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  check_floating(x, "var");
+  const uint32_t mask = reduced_mask(x.dim(), a.dims, "var");
+  out[0] = {reduced_shape(x.sizes(), mask, a.keepdim), x.dtype()};
+}
+
+// flag: over all elements (flat index); else over attrs.dim.
+template <OpId Id>
+void arg_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const char* op = op_name(Id);
+  BRISK_CHECK(x.dtype() != DType::Bool, op, ": no kernel for dtype Bool (", x.str(), ")");
+  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
+  const uint32_t mask = a.flag ? all : (1u << wrap_dim(a.dim, x.dim(), op)) & all;
+  const Shape shape = (a.flag && !a.keepdim) ? Shape{} : reduced_shape(x.sizes(), mask, a.keepdim);
+  check_nonempty(x, mask, shape, a, op);
+  out[0] = {shape, DType::I64};
+}
+
+template <OpId Id>
+void softmax_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  check_floating(x, op_name(Id));
+  wrap_dim(a.dim, x.dim(), op_name(Id));
+  out[0] = {x.sizes(), x.dtype()};
+}
+
+// Shape of cross_entropy's output: (N) without reduction, 0-dim with one.
+Shape ce_output_shape(const Tensor& logits, const Attrs& a) {
+  return a.reduction == Reduction::None ? Shape{logits.sizes()[0]} : Shape{};
+}
+
+void check_ce_inputs(const Tensor& logits, const Tensor& target, const Attrs& a, const char* op) {
+  BRISK_CHECK(logits.dim() == 2 && is_floating(logits.dtype()), op, ": logits must be floating (N, C), got ",
+              logits.str());
+  BRISK_CHECK(target.dtype() == DType::I64 && target.dim() == 1 && target.sizes()[0] == logits.sizes()[0], op,
+              ": target must be I64 class indices of shape (", logits.sizes()[0], ") for logits ", logits.str(),
+              ", got ", target.str());
+  BRISK_CHECK(a.a >= 0 && a.a <= 1, op, ": label_smoothing must be in [0, 1], got ", a.a);
+}
+
+void ce_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  check_ce_inputs(in[0], in[1], a, "cross_entropy");
+  out[0] = {ce_output_shape(in[0], a), in[0].dtype()};
+}
+
+void ce_backward_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& grad = in[0];
+  const Tensor& logits = in[1];
+  check_ce_inputs(logits, in[2], a, "cross_entropy_backward");
+  BRISK_CHECK(grad.dtype() == logits.dtype() && grad.sizes() == ce_output_shape(logits, a),
+              "cross_entropy_backward: grad ", grad.str(), " does not match the loss of logits ", logits.str());
+  out[0] = {logits.sizes(), logits.dtype()};
+}
+
+// ---- helpers for backward formulas
+const Tensor& g0(const BackwardCtx& c) { return c.grads[0]; }
+const Shape& input_sizes(const BackwardCtx& c) { return c.in_specs[0].sizes; }
+
+// A reduction's output (or its gradient) in keepdim form, so that it broadcasts against the input.
+Tensor as_keepdim(const BackwardCtx& c, const Tensor& t, const char* op) {
+  if (c.attrs.keepdim) return t;
+  const Shape& sizes = input_sizes(c);
+  return reshape(t, reduced_shape(sizes, reduced_mask(sizes.size(), c.attrs.dims, op), true));
+}
+
+// ---- backward formulas (grad g, input x, output y)
+void sum_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = expand(as_keepdim(c, g0(c), "sum"), input_sizes(c));
+}
+
+// Tied extremes share the gradient evenly, as PyTorch's amax/amin.
+void extremum_bw(const BackwardCtx& c, std::span<Tensor> gi, const char* op) {
+  const Tensor& x = c.inputs[0];
+  Tensor y = as_keepdim(c, c.outputs[0], op);
+  Tensor hit = cast(eq(x, y), x.dtype());
+  Tensor count = sum(hit, c.attrs.dims, true);
+  gi[0] = as_keepdim(c, g0(c), op) * hit / count;
+}
+void amax_bw(const BackwardCtx& c, std::span<Tensor> gi) { extremum_bw(c, gi, "amax"); }
+void amin_bw(const BackwardCtx& c, std::span<Tensor> gi) { extremum_bw(c, gi, "amin"); }
+
+// d var / dx = 2 (x - mean) / (n - correction).
+void var_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  const Shape& sizes = input_sizes(c);
+  const int64_t n = reduced_count(sizes, reduced_mask(sizes.size(), c.attrs.dims, "var"));
+  const double divisor = std::max(0.0, double(n) - c.attrs.a);
+  Tensor centered = x - mean(x, c.attrs.dims, true);
+  gi[0] = as_keepdim(c, g0(c), "var") * centered * (2.0 / divisor);
+}
+
+void softmax_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& y = c.outputs[0];
+  const Tensor& g = g0(c);
+  gi[0] = y * (g - sum(g * y, {c.attrs.dim}, true));
+}
+
+void log_softmax_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& y = c.outputs[0];
+  const Tensor& g = g0(c);
+  gi[0] = g - exp(y) * sum(g, {c.attrs.dim}, true);
+}
+
+void cross_entropy_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = call1(OpId::CrossEntropyBackward, {g0(c), c.inputs[0], c.inputs[1]}, c.attrs);
+}
+
+// Note [Cross-entropy double backward]
+// cross_entropy_backward(g, logits, t) = s_i (p_i - q_i) on non-ignored rows, where p = softmax
+// (logits), q the smoothed one-hot target and s_i the per-row scale (g_i, g, or g / valid rows).
+// It is linear in g, and its derivative in the logits is the softmax Jacobian scaled by s_i:
+//   d/dg:      sum over (i, c) of gg * (p - q) on valid rows (per row for reduction None)
+//   d/dlogits: s_i p_i (gg_i - <gg_i, p_i>)
+// (p - q) on valid rows is this op itself with g = ones and reduction None.
+void cross_entropy_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& grad = c.inputs[0];
+  const Tensor& logits = c.inputs[1];
+  const Tensor& target = c.inputs[2];
+  const Tensor& gg = g0(c);
+  const Reduction reduction = c.attrs.reduction;
+  Tensor valid = cast(ne(target, scalar_tensor(double(c.attrs.start), DType::I64, target.device())), logits.dtype());
+  Tensor n_valid = sum(valid);
+  if (c.needs_grad(0)) {
+    Attrs unit = c.attrs;
+    unit.reduction = Reduction::None;
+    Tensor ones_n = ones({logits.sizes()[0]}, logits.dtype(), logits.device());
+    Tensor p_minus_q = call1(OpId::CrossEntropyBackward, {ones_n, logits, target}, unit);
+    Tensor per_row = sum(gg * p_minus_q, {1});
+    if (reduction == Reduction::None) {
+      gi[0] = per_row;
+    } else if (reduction == Reduction::Sum) {
+      gi[0] = sum(per_row);
+    } else {
+      gi[0] = sum(per_row) / n_valid;
+    }
+  }
+  if (c.needs_grad(1)) {
+    Tensor scale = reduction == Reduction::Mean ? grad / n_valid : grad;
+    Tensor row_scale = unsqueeze(scale * valid, 1);
+    Tensor p = softmax(logits, 1);
+    gi[1] = row_scale * p * (gg - sum(gg * p, {1}, true));
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void define_reduce_ops() {
+  using P = CastPolicy;
+  define(OpId::Sum, {.infer = sum_infer, .backward = sum_bw, .autocast = P::Fp32});
+  // max/min are exact in every dtype: autocast leaves them alone (as PyTorch does).
+  define(OpId::Amax, {.infer = extremum_infer<OpId::Amax>, .backward = amax_bw, .save_inputs = kIn0,
+                      .save_outputs = kOut0});
+  define(OpId::Amin, {.infer = extremum_infer<OpId::Amin>, .backward = amin_bw, .save_inputs = kIn0,
+                      .save_outputs = kOut0});
+  define(OpId::Var, {.infer = var_infer, .backward = var_bw, .save_inputs = kIn0, .autocast = P::Fp32});
+  define(OpId::Argmax, {.infer = arg_infer<OpId::Argmax>});
+  define(OpId::Argmin, {.infer = arg_infer<OpId::Argmin>});
+  define(OpId::Softmax, {.infer = softmax_infer<OpId::Softmax>, .backward = softmax_bw, .save_outputs = kOut0,
+                         .autocast = P::Fp32});
+  define(OpId::LogSoftmax, {.infer = softmax_infer<OpId::LogSoftmax>, .backward = log_softmax_bw,
+                            .save_outputs = kOut0, .autocast = P::Fp32});
+  define(OpId::CrossEntropy, {.infer = ce_infer, .backward = cross_entropy_bw, .save_inputs = kIn0 | kIn1,
+                              .diff_inputs = kIn0, .autocast = P::Fp32});
+  define(OpId::CrossEntropyBackward, {.infer = ce_backward_infer, .backward = cross_entropy_backward_bw,
+                                      .save_inputs = kIn0 | kIn1 | kIn2, .diff_inputs = kIn0 | kIn1,
+                                      .autocast = P::Fp32});
+}
+
+}  // namespace detail
+
+// ---- public functions
+namespace {
+
+// Attrs of a reduction over `dims` of x, with dims checked, wrapped and sorted (empty: all).
+Attrs reduce_attrs(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
+  BRISK_CHECK(x.defined(), op, ": undefined input");
+  Attrs a;
+  const uint32_t mask = reduced_mask(x.dim(), dims, op);
+  if (!dims.empty()) {
+    for (int d = 0; d < x.dim(); ++d) {
+      if ((mask >> d) & 1u) a.dims.push_back(d);
+    }
+  }
+  a.keepdim = keepdim;
+  return a;
+}
+
+Tensor reduce_call(OpId id, const Tensor& x, const Shape& dims, bool keepdim) {
+  return call1(id, {x}, reduce_attrs(x, dims, keepdim, op_name(id)));
+}
+
+Tensor arg_call(OpId id, const Tensor& x, int64_t dim, bool keepdim, bool flat) {
+  BRISK_CHECK(x.defined(), op_name(id), ": undefined input");
+  Attrs a;
+  a.dim = flat ? 0 : wrap_dim(dim, x.dim(), op_name(id));
+  a.keepdim = keepdim;
+  a.flag = flat;
+  return call1(id, {x}, a);
+}
+
+Tensor softmax_call(OpId id, const Tensor& x, int64_t dim) {
+  BRISK_CHECK(x.defined(), op_name(id), ": undefined input");
+  Attrs a;
+  a.dim = wrap_dim(dim, x.dim(), op_name(id));
+  return call1(id, {x}, a);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Sum, x, dims, keepdim); }
+
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  BRISK_CHECK(x.defined(), "mean: undefined input");
+  BRISK_CHECK(is_floating(x.dtype()), "mean: needs a floating input, got ", x.str(), " (cast it first)");
+  if (is_reduced_float(x.dtype())) {
+    // A 16-bit sum can overflow where the mean would not: sum in F32, round once.
+    return cast(mean(cast(x, DType::F32), dims, keepdim), x.dtype());
+  }
+  const int64_t n = reduced_count(x.sizes(), reduced_mask(x.dim(), dims, "mean"));
+  return sum(x, dims, keepdim) / double(n);  // empty: 0 / 0 = NaN, as in PyTorch
+}
+
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amax, x, dims, keepdim); }
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amin, x, dims, keepdim); }
+Tensor max(const Tensor& x) { return amax(x); }
+Tensor min(const Tensor& x) { return amin(x); }
+
+Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  Attrs a = reduce_attrs(x, dims, keepdim, "var");
+  a.a = double(correction);
+  return call1(OpId::Var, {x}, a);
+}
+
+Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_call(OpId::Argmax, x, dim, keepdim, false); }
+Tensor argmax(const Tensor& x) { return arg_call(OpId::Argmax, x, 0, false, true); }
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_call(OpId::Argmin, x, dim, keepdim, false); }
+
+// Sums the dims that broadcasting added (leading) or stretched (size 1 in `shape`); a plain
+// view when only size-1 leading dims differ, and x itself when nothing does.
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  BRISK_CHECK(x.defined(), "sum_to: undefined input");
+  if (x.sizes() == shape) return x;
+  const int lead = x.dim() - shape.size();
+  BRISK_CHECK(lead >= 0, "sum_to: cannot sum ", x.str(), " to the larger rank shape ", shape);
+  Shape dims;
+  for (int d = 0; d < x.dim(); ++d) {
+    const int64_t have = x.sizes()[d];
+    if (d < lead) {
+      if (have != 1) dims.push_back(d);
+      continue;
+    }
+    const int64_t want = shape[d - lead];
+    BRISK_CHECK(want == have || want == 1, "sum_to: ", x.str(), " does not broadcast from ", shape, " (dim ", d,
+                ": ", have, " vs ", want, ")");
+    if (want == 1 && have != 1) dims.push_back(d);
+  }
+  if (dims.empty()) return reshape(x, shape);
+  return reshape(sum(x, dims, true), shape);
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_call(OpId::Softmax, x, dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_call(OpId::LogSoftmax, x, dim); }
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing,
+                     int64_t ignore_index) {
+  BRISK_CHECK(logits.defined() && target.defined(), "cross_entropy: undefined input");
+  if (logits.dim() == 1) {
+    // One sample: logits (C), target 0-dim.
+    BRISK_CHECK(target.dim() == 0, "cross_entropy: logits ", logits.str(), " (one sample) need a 0-dim target, got ",
+                target.str());
+    Tensor loss = cross_entropy(unsqueeze(logits, 0), unsqueeze(target, 0), reduction, label_smoothing, ignore_index);
+    return reduction == Reduction::None ? squeeze(loss, 0) : loss;
+  }
+  if (logits.dim() > 2) {
+    // (N, C, d1, ...) with target (N, d1, ...): classes to the last dim, one row per position.
+    Shape expected = logits.sizes();
+    expected.erase(1);
+    BRISK_CHECK(target.sizes() == expected, "cross_entropy: target ", target.str(), " does not match logits ",
+                logits.str(), " (expected target shape ", expected, ")");
+    Shape perm;
+    perm.push_back(0);
+    for (int d = 2; d < logits.dim(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    Tensor rows = reshape(permute(logits, perm), {target.numel(), logits.sizes()[1]});
+    Tensor loss = cross_entropy(rows, reshape(target, {target.numel()}), reduction, label_smoothing, ignore_index);
+    return reduction == Reduction::None ? reshape(loss, target.sizes()) : loss;
+  }
+  Attrs a;
+  a.start = ignore_index;
+  a.a = label_smoothing;
+  a.reduction = reduction;
+  return call1(OpId::CrossEntropy, {logits, target}, a);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  BRISK_CHECK(input.defined() && target.defined(), "mse_loss: undefined input");
+  // PyTorch broadcasts here with a warning; a silent (N) vs (N, 1) broadcast is a classic bug.
+  BRISK_CHECK(input.sizes() == target.sizes(), "mse_loss: input ", input.str(), " and target ", target.str(),
+              " have different shapes");
+  Tensor d = input - target;
+  Tensor sq = d * d;
+  if (reduction == Reduction::None) return sq;
+  if (reduction == Reduction::Sum) return sum(sq);
+  return mean(sq);
+}
+
+}  // namespace brisk

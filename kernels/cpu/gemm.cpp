@@ -1,3 +1,420 @@
-// PLACEHOLDER (being written)
+// kernels/cpu/gemm.cpp: the CPU matmul kernel and the GEMM driver behind it (gemm.h).
+// F32/F64 run Eigen's packed GEMM kernel directly, with a cached per-thread workspace and
+// brisk's own OpenMP split (Note [CPU GEMM]); F16/BF16 are converted to F32, multiplied and
+// rounded once; integer dtypes run a plain wrapping loop (exact, slow, rarely used).
+// Not here: the shape rules of matmul (1-D operands, broadcasting) and its backward
+// (engine/ops/linalg.cpp); AVX512-BF16 dot products (a possible later, measured, addition).
+#include "kernels/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+// Eigen 3.4's AVX-512 code trips GCC 12's -Wmaybe-uninitialized (a false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#pragma GCC diagnostic pop
+
+#include "engine/allocator.h"
+#include "engine/op.h"
+#include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
-namespace brisk::kernels::cpu { void register_linalg() {} }
+
+namespace brisk::kernels::cpu {
+
+// Note [CPU GEMM]
+// Eigen's `Map * Map` product mallocs its packing workspace (blockA, blockB) on every call;
+// above 128 KiB that is a fresh mmap, and first-touch page faults (~11 us per 4 KiB page on
+// the project's VMs) made a 256^3 product 4x slower. It also runs its own OpenMP split whose
+// threads spin while waiting for each other. So brisk calls the layer below the expression:
+// general_matrix_matrix_product::run, with a level3_blocking whose blockA/blockB point into
+// a per-thread workspace taken from cpu_allocator() and kept (grown, never freed per call).
+// Storage order and leading dimension are arguments of that call, so an operand with a unit
+// stride in either dim (a transposed view) is read in place. Threads (one OpenMP pool): a
+// large product is cut along its larger output dim into one slab per thread, each slab an
+// independent serial GEMM (each thread packs its own panels); a batch of products is shared
+// out whole across threads; small products run on the calling thread. Vector products
+// (M or N of 1) go to Eigen's GEMV, which does not pack.
+
+namespace {
+
+using Index = Eigen::Index;
+using Traits = Eigen::internal::gebp_traits<float, float>;  // register block (slab alignment)
+constexpr int kRowMajor = Eigen::RowMajor;
+constexpr int kColMajor = Eigen::ColMajor;
+
+// Multiply-adds below which a product runs on one thread: waking the team costs a few
+// microseconds, about what 2 * 64^3 multiply-adds take on one core.
+constexpr double kParallelMacs = 2.0 * 64 * 64 * 64;
+
+Index ceil_div(Index a, Index b) { return (a + b - 1) / b; }
+size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+// One thread's packing buffers: a block from cpu_allocator(), kept and grown on demand.
+class Workspace {
+ public:
+  ~Workspace() {
+    if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
+      ptr_ = nullptr;  // consistent even if allocate() throws
+      bytes_ = 0;
+      ptr_ = cpu_allocator().allocate(bytes);
+      bytes_ = bytes;
+    }
+    return ptr_;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+thread_local Workspace t_workspace;
+
+// Eigen's blocking sizes (cache-sized panels) with the buffers in this thread's workspace.
+// m, n, k are the product as Eigen's column-major kernel sees it (see gemm_kernel).
+template <class T>
+class Blocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  Blocking(Index m, Index n, Index k) {
+    Index kc = k, mc = m, nc = n;
+    Eigen::internal::computeProductBlockingSizes<T, T, 1>(kc, mc, nc, Index(1));
+    const size_t a_bytes = round_up(size_t(mc) * size_t(kc) * sizeof(T), 64);
+    const size_t b_bytes = size_t(kc) * size_t(nc) * sizeof(T);
+    char* ws = static_cast<char*>(t_workspace.get(a_bytes + b_bytes));
+    this->m_mc = mc;
+    this->m_nc = nc;
+    this->m_kc = kc;
+    this->m_blockA = reinterpret_cast<T*>(ws);
+    this->m_blockB = reinterpret_cast<T*>(ws + a_bytes);
+  }
+};
+
+// A matrix as Eigen's kernels read it: storage order and leading dimension.
+template <class T>
+struct Operand {
+  const T* data;
+  Index ld;
+  bool row_major;
+
+  const T* row(Index i) const { return data + i * (row_major ? ld : 1); }
+  const T* col(Index j) const { return data + j * (row_major ? 1 : ld); }
+  Operand transposed() const { return {data, ld, !row_major}; }
+};
+
+// A unit stride in either dim is read in place; a size-1 dim takes any stride.
+template <class T>
+Operand<T> operand(const MatrixRef<const T>& m, const char* name) {
+  if (m.col_stride == 1 || m.cols == 1) return {m.data, m.rows == 1 ? m.cols : m.row_stride, true};
+  if (m.row_stride == 1 || m.rows == 1) return {m.data, m.cols == 1 ? m.rows : m.col_stride, false};
+  BRISK_FAIL("gemm: operand ", name, " (", m.rows, ", ", m.cols, ") has strides (", m.row_stride, ", ", m.col_stride,
+             "); one of them must be 1 (copy it to a dense matrix first)");
+}
+
+// c (row-major: unit column stride, row stride ldc) += a @ b. a: (m, k), b: (k, n).
+// Eigen computes a row-major product as the column-major c^T = b^T a^T, hence (n, m, k).
+template <class T, int AOrder, int BOrder>
+void gemm_kernel(Index m, Index n, Index k, const T* a, Index lda, const T* b, Index ldb, T* c, Index ldc) {
+  using Product =
+      Eigen::internal::general_matrix_matrix_product<Index, T, AOrder, false, T, BOrder, false, kRowMajor, 1>;
+  Blocking<T> blocking(n, m, k);
+  Product::run(m, n, k, a, lda, b, ldb, c, 1, ldc, T(1), blocking, nullptr);
+}
+
+// y (rows, stride incy) += a (rows, depth) @ x (depth, stride incx).
+template <class T, int Order>
+void gemv_kernel(Index rows, Index depth, const T* a, Index lda, const T* x, Index incx, T* y, Index incy) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>;
+  using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  Eigen::Map<const Matrix, 0, Eigen::OuterStride<>> am(a, rows, depth, Eigen::OuterStride<>(lda));
+  Eigen::Map<const Vector, 0, Eigen::InnerStride<>> xv(x, depth, Eigen::InnerStride<>(incx));
+  Eigen::Map<Vector, 0, Eigen::InnerStride<>> yv(y, rows, Eigen::InnerStride<>(incy));
+  yv.noalias() += am * xv;
+}
+
+template <class T>
+void gemv(Index rows, Index depth, Operand<T> a, const T* x, Index incx, T* y, Index incy) {
+  if (a.row_major) {
+    gemv_kernel<T, kRowMajor>(rows, depth, a.data, a.ld, x, incx, y, incy);
+  } else {
+    gemv_kernel<T, kColMajor>(rows, depth, a.data, a.ld, x, incx, y, incy);
+  }
+}
+
+// c (row-major, row stride ldc) += a @ b on the calling thread. a: (m, k), b: (k, n).
+template <class T>
+void gemm_serial(Index m, Index n, Index k, Operand<T> a, Operand<T> b, T* c, Index ldc) {
+  if (m == 0 || n == 0 || k == 0) return;
+  if (n == 1) {  // matrix @ vector
+    gemv(m, k, a, b.data, b.row_major ? b.ld : 1, c, ldc);
+  } else if (m == 1) {  // vector @ matrix, as c^T = b^T a^T
+    gemv(n, k, b.transposed(), a.data, a.row_major ? 1 : a.ld, c, 1);
+  } else if (a.row_major && b.row_major) {
+    gemm_kernel<T, kRowMajor, kRowMajor>(m, n, k, a.data, a.ld, b.data, b.ld, c, ldc);
+  } else if (a.row_major) {
+    gemm_kernel<T, kRowMajor, kColMajor>(m, n, k, a.data, a.ld, b.data, b.ld, c, ldc);
+  } else if (b.row_major) {
+    gemm_kernel<T, kColMajor, kRowMajor>(m, n, k, a.data, a.ld, b.data, b.ld, c, ldc);
+  } else {
+    gemm_kernel<T, kColMajor, kColMajor>(m, n, k, a.data, a.ld, b.data, b.ld, c, ldc);
+  }
+}
+
+// Zeroes rows [0, m) x cols [0, n) of a row-major c.
+template <class T>
+void zero(T* c, Index m, Index n, Index ldc) {
+  if (ldc == n) {
+    std::fill(c, c + m * n, T(0));
+    return;
+  }
+  for (Index i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+}
+
+template <class T>
+MatrixRef<T> transposed(const MatrixRef<T>& m) {
+  return {m.data, m.cols, m.rows, m.col_stride, m.row_stride};
+}
+
+// Threads for `macs` multiply-adds of work.
+int threads_for_macs(double macs) {
+  if (omp_in_parallel() || macs < kParallelMacs) return 1;
+  return omp_get_max_threads();
+}
+
+}  // namespace
+
+int gemm_threads(int64_t m, int64_t n, int64_t k) {
+  if (m == 1 || n == 1) return 1;  // GEMV: memory-bound, and Eigen's runs on one thread
+  return threads_for_macs(double(m) * double(n) * double(k));
+}
+
+template <class T>
+void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, bool accumulate, int threads) {
+  BRISK_CHECK(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm: sizes do not match: (", a.rows, ", ",
+              a.cols, ") @ (", b.rows, ", ", b.cols, ") -> (", c.rows, ", ", c.cols, ")");
+  if (c.rows == 0 || c.cols == 0) return;
+  // A column-major c is the row-major c^T = b^T a^T.
+  if (!(c.col_stride == 1 || c.cols == 1)) {
+    BRISK_CHECK(c.row_stride == 1 || c.rows == 1, "gemm: the output (", c.rows, ", ", c.cols, ") has strides (",
+                c.row_stride, ", ", c.col_stride, "); one of them must be 1");
+    gemm(transposed(b), transposed(a), transposed(c), accumulate, threads);
+    return;
+  }
+  const Index m = c.rows, n = c.cols, k = a.cols;
+  const Index ldc = m == 1 ? n : c.row_stride;
+  const Operand<T> oa = operand(a, "a"), ob = operand(b, "b");
+  const int nt = threads > 0 ? threads : gemm_threads(m, n, k);
+  if (nt <= 1) {
+    if (!accumulate) zero(c.data, m, n, ldc);
+    gemm_serial(m, n, k, oa, ob, c.data, ldc);
+    return;
+  }
+  // One slab of the larger output dim per thread (rows on a tie), cut at multiples of Eigen's
+  // register block along M and of a SIMD packet along N: equal slabs matter more than whole
+  // register blocks (cutting N at Eigen's 48 rows left 144 + 112 of 256).
+  const bool split_n = n > m;
+  const Index extent = split_n ? n : m;
+  const Index align = split_n ? Index(Eigen::internal::packet_traits<T>::size) : Index(Traits::nr);
+  const Index chunk = ceil_div(ceil_div(extent, nt), align) * align;
+  const int slabs = int(ceil_div(extent, chunk));
+#pragma omp parallel for num_threads(slabs) schedule(static, 1)
+  for (int s = 0; s < slabs; ++s) {
+    const Index lo = s * chunk, len = std::min(extent, lo + chunk) - lo;
+    if (split_n) {  // c[:, lo:lo+len] = a @ b[:, lo:lo+len]
+      T* cs = c.data + lo;
+      if (!accumulate) zero(cs, m, len, ldc);
+      gemm_serial(m, len, k, oa, Operand<T>{ob.col(lo), ob.ld, ob.row_major}, cs, ldc);
+    } else {  // c[lo:lo+len, :] = a[lo:lo+len, :] @ b
+      T* cs = c.data + lo * ldc;
+      if (!accumulate) zero(cs, len, n, ldc);
+      gemm_serial(len, n, k, Operand<T>{oa.row(lo), oa.ld, oa.row_major}, ob, cs, ldc);
+    }
+  }
+}
+
+template void gemm<float>(MatrixRef<const float>, MatrixRef<const float>, MatrixRef<float>, bool, int);
+template void gemm<double>(MatrixRef<const double>, MatrixRef<const double>, MatrixRef<double>, bool, int);
+
+// ---- the matmul kernel: a (..., M, K) @ b (..., K, N) -> out (batch..., M, N), where the
+// batch dims of a and b broadcast (engine/ops/linalg.cpp has already checked the shapes).
+namespace {
+
+// Where each batch entry's matrix starts in a, b and out (element offsets): out's batch dims,
+// with a's and b's strides aligned to them from the right (0 where they broadcast).
+struct BatchLayout {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[3][kMaxDims] = {};  // a, b, out
+  int64_t count = 1;
+
+  BatchLayout(const Tensor& a, const Tensor& b, const Tensor& out) {
+    ndim = out.dim() - 2;
+    const Tensor* ts[3] = {&a, &b, &out};
+    for (int d = 0; d < ndim; ++d) {
+      sizes[d] = out.sizes()[d];
+      count *= sizes[d];
+      for (int t = 0; t < 3; ++t) {
+        int td = d - (ndim - (ts[t]->dim() - 2));
+        strides[t][d] = (td < 0 || ts[t]->sizes()[td] == 1) ? 0 : ts[t]->strides()[td];
+      }
+    }
+  }
+
+  void offsets(int64_t i, int64_t off[3]) const {
+    off[0] = off[1] = off[2] = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+      int64_t idx = i % sizes[d];
+      i /= sizes[d];
+      for (int t = 0; t < 3; ++t) off[t] += idx * strides[t][d];
+    }
+  }
+
+  // True when b is the same matrix for every entry and a's batch dims continue its rows at
+  // a uniform stride: the whole batch is then one (count * M, K) @ (K, N) product.
+  bool folds_into_rows(int64_t m, int64_t a_row_stride) const {
+    int64_t expected = m * a_row_stride;
+    for (int d = ndim - 1; d >= 0; --d) {
+      if (strides[1][d] != 0 && sizes[d] != 1) return false;
+      if (sizes[d] == 1) continue;
+      if (strides[0][d] != expected) return false;
+      expected *= sizes[d];
+    }
+    return true;
+  }
+};
+
+// dst = src elementwise (same sizes, any strides): a copy, or a conversion between floating
+// dtypes.
+void convert_into(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype()) {
+    dispatch_all(dst.dtype(), "matmul", [&](auto tag) {
+      using T = decltype(tag);
+      elementwise<T, T>(dst, {&src}, [](auto x) { return x; });
+    });
+    return;
+  }
+  dispatch_float(dst.dtype(), "matmul", [&](auto out_tag) {
+    using O = decltype(out_tag);
+    dispatch_float(src.dtype(), "matmul", [&](auto in_tag) {
+      using I = decltype(in_tag);
+      elementwise<O, I>(dst, {&src}, [](auto x) { return x; });
+    });
+  });
+}
+
+Tensor converted(const Tensor& t, DType dtype) {
+  Tensor out = make_empty(t.sizes(), dtype, t.device());
+  convert_into(out, t);
+  return out;
+}
+
+// `t` when its matrices can be read in place (a unit stride in one of the last two dims), else
+// a dense copy.
+Tensor readable(const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  if (t.stride(-1) == 1 || t.stride(-2) == 1 || rows == 1 || cols == 1) return t;
+  return converted(t, t.dtype());
+}
+
+// out = a @ b for float and double. out: dense (batch..., M, N).
+template <class T>
+void matmul_float(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  const Tensor a = readable(a_in), b = readable(b_in);
+  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  T* pc = static_cast<T*>(out.data_ptr());
+  // a: (M, K), b: (K, N), c: (M, N) at the given element offsets.
+  auto mat_a = [&](int64_t off) { return MatrixRef<const T>{pa + off, m, k, a.stride(-2), a.stride(-1)}; };
+  auto mat_b = [&](int64_t off) { return MatrixRef<const T>{pb + off, k, n, b.stride(-2), b.stride(-1)}; };
+  auto mat_c = [&](int64_t off) { return MatrixRef<T>{pc + off, m, n, n, 1}; };
+
+  const BatchLayout batch(a, b, out);
+  if (batch.count == 1) {
+    gemm(mat_a(0), mat_b(0), mat_c(0));
+    return;
+  }
+  if (batch.folds_into_rows(m, a.stride(-2))) {  // (B, M, K) @ (K, N): one tall product
+    const int64_t rows = batch.count * m;
+    gemm(MatrixRef<const T>{pa, rows, k, a.stride(-2), a.stride(-1)}, mat_b(0), MatrixRef<T>{pc, rows, n, n, 1});
+    return;
+  }
+  // Whole products per thread when they share out evenly (or there are many); otherwise one
+  // product at a time, each split across the threads.
+  const int nt = threads_for_macs(double(batch.count) * double(m) * double(n) * double(k));
+  const bool per_entry = nt > 1 && (batch.count % nt == 0 || batch.count >= 4 * nt);
+  if (per_entry) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < batch.count; ++i) {
+      int64_t off[3];
+      batch.offsets(i, off);
+      gemm(mat_a(off[0]), mat_b(off[1]), mat_c(off[2]), false, 1);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < batch.count; ++i) {
+    int64_t off[3];
+    batch.offsets(i, off);
+    gemm(mat_a(off[0]), mat_b(off[1]), mat_c(off[2]));
+  }
+}
+
+// out = a @ b for integer dtypes: a plain loop that wraps on overflow, as PyTorch's does.
+// Arithmetic is done in uint64_t, where wrapping is defined, and narrowed once.
+template <class T>
+void matmul_int(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  const int64_t ars = a.stride(-2), acs = a.stride(-1), brs = b.stride(-2), bcs = b.stride(-1);
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  T* pc = static_cast<T*>(out.data_ptr());
+  auto wide = [](T v) { return static_cast<uint64_t>(static_cast<int64_t>(v)); };
+  const BatchLayout batch(a, b, out);
+  for (int64_t e = 0; e < batch.count; ++e) {
+    int64_t off[3];
+    batch.offsets(e, off);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        uint64_t acc = 0;
+        for (int64_t p = 0; p < k; ++p) acc += wide(pa[off[0] + i * ars + p * acs]) * wide(pb[off[1] + p * brs + j * bcs]);
+        pc[off[2] + i * n + j] = static_cast<T>(acc);
+      }
+    }
+  }
+}
+
+void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor &a = in[0], &b = in[1];
+  // Products are written densely; a strided output (a caller's) gets a copy.
+  const bool dense = out[0].is_contiguous();
+  const Tensor c = dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
+  if (c.numel() > 0) {
+    switch (c.dtype()) {
+      case DType::F32: matmul_float<float>(a, b, c); break;
+      case DType::F64: matmul_float<double>(a, b, c); break;
+      case DType::F16:
+      case DType::BF16: {  // in F32, rounded once
+        Tensor c32 = make_empty(c.sizes(), DType::F32, c.device());
+        matmul_float<float>(converted(a, DType::F32), converted(b, DType::F32), c32);
+        convert_into(c, c32);
+        break;
+      }
+      case DType::I8: matmul_int<int8_t>(a, b, c); break;
+      case DType::U8: matmul_int<uint8_t>(a, b, c); break;
+      case DType::I32: matmul_int<int32_t>(a, b, c); break;
+      case DType::I64: matmul_int<int64_t>(a, b, c); break;
+      default: BRISK_FAIL("matmul: no CPU kernel for dtype ", c.dtype(), " (", a.str(), " @ ", b.str(), ")");
+    }
+  }
+  if (!dense) convert_into(out[0], c);
+}
+
+}  // namespace
+
+void register_linalg() { register_kernel(OpId::Matmul, DeviceType::CPU, matmul_kernel); }
+
+}  // namespace brisk::kernels::cpu

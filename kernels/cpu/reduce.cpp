@@ -1,3 +1,679 @@
-// PLACEHOLDER (being written)
+// kernels/cpu/reduce.cpp: CPU kernels of the reductions (sum, amax/amin, var, argmax/argmin),
+// softmax/log_softmax, and the fused cross-entropy forward and backward.
+// sum, amax/amin and var share one engine (see Note [Reduction plan]); sums are pairwise over
+// blocks so that F32 sums of millions of elements stay accurate, and results do not depend on
+// the number of threads. F16/BF16 compute in float, F64 in double, integers in int64.
+// Not here: inference, dims checking and backward formulas (engine/ops/reduce.cpp).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "engine/op.h"
+#include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
-namespace brisk::kernels::cpu { void register_reduce() {} }
+
+namespace brisk::kernels::cpu {
+
+namespace {
+
+constexpr int kLanes = 16;            // independent accumulators of a run (one zmm of floats)
+constexpr int64_t kLeaf = 1024;       // elements reduced directly before pairwise combining
+constexpr int64_t kRowLeaf = 64;      // rows reduced directly in the row-wise path
+constexpr int64_t kTile = 64;         // kept columns per row-wise work item
+constexpr int64_t kChunk = 1 << 16;   // reduced elements per parallel chunk (few outputs)
+constexpr int64_t kChunkRows = 1024;  // rows per parallel chunk in the row-wise path
+constexpr int64_t kFewOutputs = 8;    // below this many outputs, split the reduced dims instead
+
+template <class A, class T>
+BRISK_INLINE A load_as(const T* p) {
+  return static_cast<A>(static_cast<compute_t<T>>(*p));
+}
+
+template <class A>
+BRISK_INLINE bool is_nan(A v) {
+  if constexpr (std::is_floating_point_v<A>) {
+    return v != v;
+  } else {
+    return false;
+  }
+}
+
+// Accumulator of a sum: double for F64, float for F32/F16/BF16, int64 for integers and Bool.
+template <class T>
+using sum_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, int64_t>;
+
+// Bit d set: dim d of an ndim-dim tensor is reduced; empty dims mean all (checked by inference).
+uint32_t reduce_mask(const Shape& dims, int ndim, const char* op) {
+  const uint32_t all = ndim == 0 ? 0u : (1u << ndim) - 1u;
+  if (dims.empty()) return all;
+  uint32_t mask = 0;
+  for (int64_t d : dims) mask |= 1u << wrap_dim(d, ndim, op);
+  return mask & all;
+}
+
+// Note [Reduction plan]
+// The input's dims split into two groups: kept (they index the output) and reduced. Each group
+// drops size-1 dims and merges neighbours that are one run of memory, so a contiguous input
+// reduced over its last dims becomes (outputs, run) and over its first dims (rows, columns).
+// Two paths then cover everything:
+//   inner: the reduced group is innermost (or the input is strided): each output reduces its
+//          elements pairwise, with kLanes accumulators over the innermost run (vectorizable);
+//   rows:  the kept group's innermost dim is contiguous and the reduced one is not: whole rows
+//          are accumulated into kTile columns at a time, vectorized over the columns, never
+//          striding through memory per element.
+// Parallelism goes over outputs, or over fixed chunks of the reduced elements when there are
+// few outputs; chunk partials combine pairwise, so results do not depend on the thread count.
+struct Group {
+  int n = 0;
+  int64_t size[kMaxDims];
+  int64_t in[kMaxDims];   // input strides
+  int64_t out[kMaxDims];  // output strides (kept group only)
+
+  // Appends a dim (outer to inner), merging it into the previous one when they chain.
+  void add(int64_t s, int64_t in_stride, int64_t out_stride) {
+    if (s == 1) return;
+    if (n > 0 && in[n - 1] == in_stride * s && out[n - 1] == out_stride * s) {
+      size[n - 1] *= s;
+      in[n - 1] = in_stride;
+      out[n - 1] = out_stride;
+      return;
+    }
+    size[n] = s;
+    in[n] = in_stride;
+    out[n] = out_stride;
+    ++n;
+  }
+  // A group without dims holds one dim of size 1, so every loop has an innermost dim.
+  void finish() {
+    if (n > 0) return;
+    size[0] = 1;
+    in[0] = 0;
+    out[0] = 0;
+    n = 1;
+  }
+};
+
+struct ReducePlan {
+  Group kept;
+  Group red;
+  int64_t n_out = 1;  // number of outputs
+  int64_t n_red = 1;  // elements reduced into each output
+};
+
+// Input and output offsets of flat (row-major) index i over the first `n` dims of group g.
+BRISK_INLINE void offsets(const Group& g, int n, int64_t i, int64_t& in_off, int64_t& out_off) {
+  in_off = 0;
+  out_off = 0;
+  for (int d = n - 1; d >= 0; --d) {
+    const int64_t k = i % g.size[d];
+    i /= g.size[d];
+    in_off += k * g.in[d];
+    out_off += k * g.out[d];
+  }
+}
+
+BRISK_INLINE int64_t in_offset(const Group& g, int64_t i) {
+  int64_t off = 0;
+  for (int d = g.n - 1; d >= 0; --d) {
+    off += (i % g.size[d]) * g.in[d];
+    i /= g.size[d];
+  }
+  return off;
+}
+
+// x's dims split by `mask`. y is the output: with x's rank (keepdim, softmax) or the kept dims.
+ReducePlan make_plan(const Tensor& x, const Tensor& y, uint32_t mask) {
+  ReducePlan p;
+  const bool same_rank = y.dim() == x.dim();
+  int yd = 0;
+  for (int d = 0; d < x.dim(); ++d) {
+    const int64_t s = x.sizes()[d];
+    const bool reduced = (mask >> d) & 1u;
+    if (reduced) {
+      p.red.add(s, x.strides()[d], 0);
+      p.n_red *= s;
+      if (same_rank) ++yd;
+    } else {
+      p.kept.add(s, x.strides()[d], y.strides()[yd]);
+      p.n_out *= s;
+      ++yd;
+    }
+  }
+  p.kept.finish();
+  p.red.finish();
+  return p;
+}
+
+// ---- reduction arithmetic: identity, step(acc, value, flat output index), combine
+template <class A>
+struct SumOp {
+  using Acc = A;
+  A identity() const { return A(0); }
+  A step(A acc, A v, int64_t) const { return acc + v; }
+  A combine(A a, A b) const { return a + b; }
+};
+
+// max / min; NaN wins, as in PyTorch.
+template <class A, bool IsMax>
+struct ExtremumOp {
+  using Acc = A;
+  A identity() const {
+    if constexpr (std::is_floating_point_v<A>) {
+      return IsMax ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::infinity();
+    } else {
+      return IsMax ? std::numeric_limits<A>::lowest() : std::numeric_limits<A>::max();
+    }
+  }
+  A step(A acc, A v, int64_t) const { return combine(acc, v); }
+  A combine(A a, A b) const {
+    if constexpr (IsMax) {
+      return (b > a || is_nan(b)) ? b : a;
+    } else {
+      return (b < a || is_nan(b)) ? b : a;
+    }
+  }
+};
+
+// Sum of squared deviations from each output's mean (the second pass of var).
+template <class A>
+struct SquaredDeviationOp {
+  using Acc = A;
+  const A* mean;
+  A identity() const { return A(0); }
+  A step(A acc, A v, int64_t o) const {
+    const A d = v - mean[o];
+    return acc + d * d;
+  }
+  A combine(A a, A b) const { return a + b; }
+};
+
+template <class Op>
+typename Op::Acc combine_pairwise(typename Op::Acc* parts, int64_t n, const Op& op) {
+  for (int64_t w = 1; w < n; w *= 2) {
+    for (int64_t i = 0; i + w < n; i += 2 * w) parts[i] = op.combine(parts[i], parts[i + w]);
+  }
+  return parts[0];
+}
+
+// ---- inner path
+// Accumulates q[0], q[s], ..., q[(n-1)s] into the lanes (lane l takes every kLanes-th element).
+template <class T, class Op>
+BRISK_INLINE void accumulate_run(typename Op::Acc* lanes, const T* q, int64_t n, int64_t s, const Op& op,
+                                 int64_t o) {
+  using A = typename Op::Acc;
+  int64_t i = 0;
+  // `omp simd` lets GCC vectorize the NaN-aware max/min lanes too (plain sums vectorize anyway).
+  if (s == 1) {
+    for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) lanes[l] = op.step(lanes[l], load_as<A>(q + i + l), o);
+    }
+  } else {
+    for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l) lanes[l] = op.step(lanes[l], load_as<A>(q + (i + l) * s), o);
+    }
+  }
+  for (int l = 0; i < n; ++i, ++l) lanes[l] = op.step(lanes[l], load_as<A>(q + i * s), o);
+}
+
+// Reduces the elements [b, e) (flat, row-major) of group r, starting at x, for output o.
+template <class T, class Op>
+typename Op::Acc reduce_span(const Group& r, const T* x, int64_t b, int64_t e, const Op& op, int64_t o) {
+  using A = typename Op::Acc;
+  if (e - b > kLeaf) {
+    const int64_t mid = b + (e - b) / 2;
+    return op.combine(reduce_span(r, x, b, mid, op, o), reduce_span(r, x, mid, e, op, o));
+  }
+  A lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, op.identity());
+  const int last = r.n - 1;
+  const int64_t inner = r.size[last];
+  for (int64_t pos = b; pos < e;) {
+    const int64_t n = std::min(inner - pos % inner, e - pos);
+    accumulate_run(lanes, x + in_offset(r, pos), n, r.in[last], op, o);
+    pos += n;
+  }
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) lanes[l] = op.combine(lanes[l], lanes[l + w]);
+  }
+  return lanes[0];
+}
+
+template <class T, class Op, class Store>
+void reduce_inner(const ReducePlan& p, const T* x, const Op& op, const Store& store) {
+  using A = typename Op::Acc;
+  if (p.n_out < kFewOutputs && p.n_red >= 2 * kChunk) {
+    // Few long reductions (a sum of everything): chunks of each one in parallel.
+    const int64_t n_chunks = (p.n_red + kChunk - 1) / kChunk;
+    auto parts = std::make_unique<A[]>(size_t(n_chunks));
+    const int nt = threads_for(p.n_red);
+    for (int64_t o = 0; o < p.n_out; ++o) {
+      int64_t in_off, out_off;
+      offsets(p.kept, p.kept.n, o, in_off, out_off);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        parts[c] = reduce_span(p.red, x + in_off, c * kChunk, std::min(p.n_red, (c + 1) * kChunk), op, o);
+      }
+      store(o, out_off, combine_pairwise(parts.get(), n_chunks, op));
+    }
+    return;
+  }
+  const int nt = threads_for(p.n_out * p.n_red);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t o = 0; o < p.n_out; ++o) {
+    int64_t in_off, out_off;
+    offsets(p.kept, p.kept.n, o, in_off, out_off);
+    store(o, out_off, reduce_span(p.red, x + in_off, 0, p.n_red, op, o));
+  }
+}
+
+// ---- rows path
+// Reduces rows [b, e) of group r into acc[0, w): w contiguous columns starting at x, whose
+// first column is output o0.
+template <class T, class Op>
+void reduce_rows_span(const Group& r, const T* x, int64_t w, int64_t b, int64_t e, const Op& op, int64_t o0,
+                      typename Op::Acc* acc) {
+  using A = typename Op::Acc;
+  if (e - b > kRowLeaf) {
+    const int64_t mid = b + (e - b) / 2;
+    reduce_rows_span(r, x, w, b, mid, op, o0, acc);
+    A tmp[kTile];
+    reduce_rows_span(r, x, w, mid, e, op, o0, tmp);
+    for (int64_t j = 0; j < w; ++j) acc[j] = op.combine(acc[j], tmp[j]);
+    return;
+  }
+  for (int64_t j = 0; j < w; ++j) acc[j] = op.identity();
+  for (int64_t i = b; i < e; ++i) {
+    const T* q = x + in_offset(r, i);
+#pragma omp simd
+    for (int64_t j = 0; j < w; ++j) acc[j] = op.step(acc[j], load_as<A>(q + j), o0 + j);
+  }
+}
+
+template <class T, class Op, class Store>
+void reduce_rows(const ReducePlan& p, const T* x, const Op& op, const Store& store) {
+  using A = typename Op::Acc;
+  const Group& k = p.kept;
+  const int last = k.n - 1;
+  const int64_t cols = k.size[last];
+  const int64_t tiles = (cols + kTile - 1) / kTile;
+  const int64_t items = (p.n_out / cols) * tiles;
+  // Work item -> input of its first column, its width, its first output, its output offset.
+  struct Item {
+    const T* x;
+    int64_t w, o0, out_off;
+  };
+  auto item_at = [&](int64_t item) {
+    const int64_t outer = item / tiles;
+    const int64_t j0 = (item % tiles) * kTile;
+    int64_t in_off, out_off;
+    offsets(k, last, outer, in_off, out_off);
+    return Item{x + in_off + j0, std::min(kTile, cols - j0), outer * cols + j0, out_off + j0 * k.out[last]};
+  };
+  auto finish = [&](const Item& it, const A* acc) {
+    for (int64_t j = 0; j < it.w; ++j) store(it.o0 + j, it.out_off + j * k.out[last], acc[j]);
+  };
+  if (items < kFewOutputs && p.n_red >= 2 * kChunkRows) {
+    // Few column tiles over many rows: chunks of rows in parallel, then pairwise.
+    const int64_t n_chunks = (p.n_red + kChunkRows - 1) / kChunkRows;
+    auto parts = std::make_unique<A[]>(size_t(n_chunks * kTile));
+    for (int64_t item = 0; item < items; ++item) {
+      const Item it = item_at(item);
+      const int nt = threads_for(p.n_red * it.w);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        const int64_t e = std::min(p.n_red, (c + 1) * kChunkRows);
+        reduce_rows_span(p.red, it.x, it.w, c * kChunkRows, e, op, it.o0, parts.get() + c * kTile);
+      }
+      for (int64_t w = 1; w < n_chunks; w *= 2) {
+        for (int64_t c = 0; c + w < n_chunks; c += 2 * w) {
+          A* a = parts.get() + c * kTile;
+          const A* b = parts.get() + (c + w) * kTile;
+          for (int64_t j = 0; j < it.w; ++j) a[j] = op.combine(a[j], b[j]);
+        }
+      }
+      finish(it, parts.get());
+    }
+    return;
+  }
+  const int nt = threads_for(p.n_out * p.n_red);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t item = 0; item < items; ++item) {
+    const Item it = item_at(item);
+    A acc[kTile];
+    reduce_rows_span(p.red, it.x, it.w, 0, p.n_red, op, it.o0, acc);
+    finish(it, acc);
+  }
+}
+
+// Runs `op` over the plan; store(o, out_offset, acc) receives each output's accumulator, o being
+// the flat (row-major) output index.
+template <class T, class Op, class Store>
+void reduce(const ReducePlan& p, const T* x, const Op& op, const Store& store) {
+  if (p.n_out == 0) return;
+  if (p.n_red == 0) {  // nothing to reduce: the identity (sum of nothing = 0)
+    for (int64_t o = 0; o < p.n_out; ++o) {
+      int64_t in_off, out_off;
+      offsets(p.kept, p.kept.n, o, in_off, out_off);
+      store(o, out_off, op.identity());
+    }
+    return;
+  }
+  const bool rows = p.kept.in[p.kept.n - 1] == 1 && p.red.in[p.red.n - 1] != 1;
+  if (rows) {
+    reduce_rows(p, x, op, store);
+  } else {
+    reduce_inner(p, x, op, store);
+  }
+}
+
+// ---- kernels: sum, amax/amin, var
+void sum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "sum"));
+  dispatch_all(x.dtype(), "sum", [&](auto tag) {
+    using T = decltype(tag);
+    using A = sum_acc_t<T>;
+    using O = std::conditional_t<std::is_floating_point_v<compute_t<T>>, T, int64_t>;  // integers sum to I64
+    O* y = static_cast<O*>(out[0].data_ptr());
+    auto store = [y](int64_t, int64_t off, A acc) { y[off] = static_cast<O>(acc); };
+    reduce(p, static_cast<const T*>(x.data_ptr()), SumOp<A>{}, store);
+  });
+}
+
+template <bool IsMax>
+void extremum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const char* name = IsMax ? "amax" : "amin";
+  const Tensor& x = in[0];
+  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), name));
+  dispatch_all(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    T* y = static_cast<T*>(out[0].data_ptr());
+    auto store = [y](int64_t, int64_t off, A acc) { y[off] = static_cast<T>(acc); };
+    reduce(p, static_cast<const T*>(x.data_ptr()), ExtremumOp<A, IsMax>{}, store);
+  });
+}
+
+// Two passes: the mean of each output, then the squared deviations from it (exact where the
+// one-pass formula sum(x^2) - n mean^2 cancels catastrophically).
+void var_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "var"));
+  dispatch_float(x.dtype(), "var", [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* y = static_cast<T*>(out[0].data_ptr());
+    auto mean = std::make_unique<A[]>(size_t(std::max<int64_t>(p.n_out, 1)));
+    const A count = A(p.n_red);
+    reduce(p, xp, SumOp<A>{}, [&](int64_t o, int64_t, A s) { mean[o] = s / count; });
+    const A divisor = A(std::max(0.0, double(p.n_red) - attrs.a));  // 0 gives NaN/Inf, as in PyTorch
+    auto store = [y, divisor](int64_t, int64_t off, A s) { y[off] = static_cast<T>(s / divisor); };
+    reduce(p, xp, SquaredDeviationOp<A>{mean.get()}, store);
+  });
+}
+
+// ---- argmax / argmin: the first extreme element; NaN counts as the extreme, as in PyTorch.
+// Two passes: the extreme value (the vectorized amax/amin reduction), then the first element
+// equal to it, which stops early.
+template <bool IsMax, class T>
+int64_t arg_extremum(const Group& r, const T* x, int64_t n) {
+  using A = compute_t<T>;
+  const A best = reduce_span(r, x, 0, n, ExtremumOp<A, IsMax>{}, 0);
+  const bool nan = is_nan(best);
+  const int last = r.n - 1;
+  const int64_t inner = r.size[last];
+  const int64_t s = r.in[last];
+  for (int64_t pos = 0; pos < n;) {
+    const int64_t len = std::min(inner - pos % inner, n - pos);
+    const T* q = x + in_offset(r, pos);
+    for (int64_t i = 0; i < len; ++i) {
+      const A v = load_as<A>(q + i * s);
+      if (v == best || (nan && is_nan(v))) return pos + i;
+    }
+    pos += len;
+  }
+  return 0;  // not reached: best is one of the elements
+}
+
+template <bool IsMax>
+void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const char* name = IsMax ? "argmax" : "argmin";
+  const Tensor& x = in[0];
+  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
+  const uint32_t mask = attrs.flag ? all : (1u << wrap_dim(attrs.dim, x.dim(), name)) & all;
+  const ReducePlan p = make_plan(x, out[0], mask);
+  int64_t* y = out[0].data<int64_t>();
+  if (p.n_out == 0) return;
+  dispatch_numeric(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const int nt = threads_for(p.n_out * p.n_red);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t o = 0; o < p.n_out; ++o) {
+      int64_t in_off, out_off;
+      offsets(p.kept, p.kept.n, o, in_off, out_off);
+      y[out_off] = arg_extremum<IsMax>(p.red, xp + in_off, p.n_red);
+    }
+  });
+}
+
+// Maximum of the row x[0], x[s], ..., x[(n-1)s] (vectorized; NaN wins).
+template <class T>
+compute_t<T> row_max(const T* x, int64_t n, int64_t s) {
+  Group row;
+  row.add(n, s, 0);
+  row.finish();
+  return reduce_span(row, x, 0, n, ExtremumOp<compute_t<T>, true>{}, 0);
+}
+
+// ---- softmax / log_softmax over one dim: x (rows, n) with any strides
+// Three passes over a row: max, sum of exp(x - max), output. Dense rows take constant strides
+// so that the loops vectorize.
+template <bool Log, bool Dense, class T>
+void softmax_row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n) {
+  using A = compute_t<T>;
+  if constexpr (Dense) {
+    sx = 1;
+    sy = 1;
+  }
+  const A m = row_max(x, n, sx);
+  A s = 0;
+  if constexpr (!Log && std::is_same_v<T, A>) {
+    // Full-precision output: store exp once, then scale.
+    for (int64_t i = 0; i < n; ++i) {
+      const A e = std::exp(load_as<A>(x + i * sx) - m);
+      y[i * sy] = e;
+      s += e;
+    }
+    const A inv = A(1) / s;
+    for (int64_t i = 0; i < n; ++i) y[i * sy] *= inv;
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) s += std::exp(load_as<A>(x + i * sx) - m);
+  if constexpr (Log) {
+    const A log_s = std::log(s);
+    for (int64_t i = 0; i < n; ++i) y[i * sy] = static_cast<T>(load_as<A>(x + i * sx) - m - log_s);
+  } else {
+    const A inv = A(1) / s;
+    for (int64_t i = 0; i < n; ++i) y[i * sy] = static_cast<T>(std::exp(load_as<A>(x + i * sx) - m) * inv);
+  }
+}
+
+template <bool Log>
+void softmax_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const char* name = Log ? "log_softmax" : "softmax";
+  const Tensor& x = in[0];
+  const Tensor& y = out[0];
+  if (x.numel() == 0) return;
+  const int d = wrap_dim(attrs.dim, x.dim(), name);
+  const bool scalar = x.dim() == 0;  // a 0-dim tensor is one row of one element
+  const int64_t n = scalar ? 1 : x.sizes()[d];
+  const int64_t sx = scalar ? 0 : x.strides()[d];
+  const int64_t sy = scalar ? 0 : y.strides()[d];
+  const ReducePlan p = make_plan(x, y, scalar ? 0u : 1u << d);
+  dispatch_float(x.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(y.data_ptr());
+    const bool dense = sx == 1 && sy == 1;
+    const int nt = threads_for(p.n_out * n);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t row = 0; row < p.n_out; ++row) {
+      int64_t xo, yo;
+      offsets(p.kept, p.kept.n, row, xo, yo);
+      if (dense) {
+        softmax_row<Log, true>(xp + xo, 1, yp + yo, 1, n);
+      } else {
+        softmax_row<Log, false>(xp + xo, sx, yp + yo, sy, n);
+      }
+    }
+  });
+}
+
+// ---- cross-entropy, fused with log_softmax. logits (N, C), target I64 (N).
+// loss_i = lse_i - (1 - eps) x_i[t_i] - (eps / C) sum_c x_i[c]  (label smoothing eps), 0 where
+// t_i == ignore_index; Mean divides the sum by the number of non-ignored rows.
+struct CeRows {
+  int64_t n, c;
+  int64_t row_stride, col_stride;
+  const int64_t* target;
+  int64_t target_stride;
+  int64_t ignore;
+  double eps;
+
+  int64_t t(int64_t i) const { return target[i * target_stride]; }
+  bool ignored(int64_t i) const { return t(i) == ignore; }
+};
+
+CeRows ce_rows(const Tensor& logits, const Tensor& target, const Attrs& a, const char* op) {
+  CeRows r{logits.sizes()[0], logits.sizes()[1], logits.strides()[0], logits.strides()[1],
+           target.data<int64_t>(), target.strides()[0], a.start, a.a};
+  // Checked here, before the parallel loops (which cannot throw).
+  for (int64_t i = 0; i < r.n; ++i) {
+    const int64_t t = r.t(i);
+    BRISK_CHECK(t == r.ignore || (t >= 0 && t < r.c), op, ": target index ", t, " (row ", i,
+                ") is out of range for ", r.c, " classes (C = ", r.c, ", ignore_index = ", r.ignore, ")");
+  }
+  return r;
+}
+
+int64_t count_valid(const CeRows& r) {
+  int64_t v = 0;
+  for (int64_t i = 0; i < r.n; ++i) v += r.ignored(i) ? 0 : 1;
+  return v;
+}
+
+// Max and log-sum-exp of one row.
+template <class T, class A = compute_t<T>>
+void row_lse(const T* x, int64_t n, int64_t s, A& max, A& lse) {
+  const A m = row_max(x, n, s);
+  A sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(load_as<A>(x + j * s) - m);
+  max = m;
+  lse = m + std::log(sum);
+}
+
+void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& logits = in[0];
+  const CeRows r = ce_rows(logits, in[1], attrs, "cross_entropy");
+  dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const T* x = static_cast<const T*>(logits.data_ptr());
+    std::vector<A> loss(size_t(r.n));
+    const int nt = threads_for(r.n * r.c);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t i = 0; i < r.n; ++i) {
+      if (r.ignored(i)) {
+        loss[i] = 0;
+        continue;
+      }
+      const T* row = x + i * r.row_stride;
+      A m, lse;
+      row_lse(row, r.c, r.col_stride, m, lse);
+      A l = lse - A(1 - r.eps) * load_as<A>(row + r.t(i) * r.col_stride);
+      if (r.eps > 0) {
+        A s = 0;
+        for (int64_t j = 0; j < r.c; ++j) s += load_as<A>(row + j * r.col_stride);
+        l -= A(r.eps / double(r.c)) * s;
+      }
+      loss[i] = l;
+    }
+    T* y = static_cast<T*>(out[0].data_ptr());
+    if (attrs.reduction == Reduction::None) {
+      const int64_t ys = out[0].dim() == 1 ? out[0].strides()[0] : 0;
+      for (int64_t i = 0; i < r.n; ++i) y[i * ys] = static_cast<T>(loss[i]);
+      return;
+    }
+    double total = 0;  // N row losses: summed in double, serially (deterministic)
+    for (int64_t i = 0; i < r.n; ++i) total += double(loss[i]);
+    if (attrs.reduction == Reduction::Mean) total /= double(count_valid(r));  // 0/0 = NaN, as PyTorch
+    y[0] = static_cast<T>(total);
+  });
+}
+
+// (grad, logits, target) -> dlogits (N, C) = scale_i (softmax_i - (1 - eps) onehot(t_i) - eps / C),
+// zero on ignored rows; scale_i = grad_i (None), grad (Sum), grad / valid rows (Mean).
+void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& grad = in[0];
+  const Tensor& logits = in[1];
+  const Tensor& dx = out[0];
+  const CeRows r = ce_rows(logits, in[2], attrs, "cross_entropy_backward");
+  const int64_t valid = attrs.reduction == Reduction::Mean ? count_valid(r) : 1;
+  dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const T* x = static_cast<const T*>(logits.data_ptr());
+    const T* g = static_cast<const T*>(grad.data_ptr());
+    const int64_t gs = grad.dim() == 1 ? grad.strides()[0] : 0;
+    T* d = static_cast<T*>(dx.data_ptr());
+    const int64_t ds0 = dx.strides()[0];
+    const int64_t ds1 = dx.strides()[1];
+    const A smooth = A(r.eps / double(r.c));
+    const int nt = threads_for(r.n * r.c);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t i = 0; i < r.n; ++i) {
+      T* drow = d + i * ds0;
+      if (r.ignored(i)) {
+        for (int64_t j = 0; j < r.c; ++j) drow[j * ds1] = T(0);
+        continue;
+      }
+      const T* row = x + i * r.row_stride;
+      A m, lse;
+      row_lse(row, r.c, r.col_stride, m, lse);
+      const A scale = load_as<A>(g + i * gs) / A(valid);
+      const int64_t t = r.t(i);
+      for (int64_t j = 0; j < r.c; ++j) {
+        A p = std::exp(load_as<A>(row + j * r.col_stride) - lse) - smooth;
+        if (j == t) p -= A(1 - r.eps);
+        drow[j * ds1] = static_cast<T>(scale * p);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_reduce() {
+  constexpr DeviceType cpu = DeviceType::CPU;
+  register_kernel(OpId::Sum, cpu, sum_kernel);
+  register_kernel(OpId::Amax, cpu, extremum_kernel<true>);
+  register_kernel(OpId::Amin, cpu, extremum_kernel<false>);
+  register_kernel(OpId::Var, cpu, var_kernel);
+  register_kernel(OpId::Argmax, cpu, arg_kernel<true>);
+  register_kernel(OpId::Argmin, cpu, arg_kernel<false>);
+  register_kernel(OpId::Softmax, cpu, softmax_kernel<false>);
+  register_kernel(OpId::LogSoftmax, cpu, softmax_kernel<true>);
+  register_kernel(OpId::CrossEntropy, cpu, cross_entropy_kernel);
+  register_kernel(OpId::CrossEntropyBackward, cpu, cross_entropy_backward_kernel);
+}
+
+}  // namespace brisk::kernels::cpu

@@ -1,0 +1,78 @@
+# cmake/cuda.cmake: the CUDA backend of target `brisk` (included when BRISK_CUDA is ON).
+# Adds kernels/cuda/*.cu and *.cpp, links the CUDA runtime, cuBLAS and cuBLASLt, defines
+# BRISK_WITH_CUDA (PUBLIC, so tests and examples see it), and locates cuDNN and NCCL for the
+# issues that will use them (found = BRISK_CUDNN_* / BRISK_NCCL_* variables; not linked yet).
+# Hints: CUDNN_ROOT / NCCL_ROOT (cache or environment variables), the toolkit folder, and the
+# Python wheels nvidia-cudnn-cu13 / nvidia-nccl-cu13 (site-packages/nvidia/{cudnn,nccl}).
+# Not here: architectures (CMAKE_CUDA_ARCHITECTURES is set in the top-level CMakeLists.txt).
+
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+# C++20 for nvcc (CUDA follows CXX_STANDARD when CUDA_STANDARD is unset). CMake before 3.26 does
+# not know nvcc's C++20 flag and fails at generate time, so it is told here; nvcc 13 with GCC 12
+# accepts -std=c++20.
+if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+endif()
+
+file(GLOB BRISK_CUDA_SOURCES CONFIGURE_DEPENDS
+  ${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda/*.cu
+  ${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda/*.cpp)
+target_sources(brisk PRIVATE ${BRISK_CUDA_SOURCES})
+set_target_properties(brisk PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
+target_compile_definitions(brisk PUBLIC BRISK_WITH_CUDA)
+target_link_libraries(brisk PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt)
+# --expt-relaxed-constexpr: std::numeric_limits and friends in device code.
+# 20012: Eigen-style "__host__ __device__ annotation ignored" noise from system headers.
+target_compile_options(brisk PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcudafe=--diag_suppress=20012>
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<CONFIG:Release>>:-O3>)
+
+message(STATUS "brisk: CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+
+# ---- cuDNN and NCCL: located now, linked by the issues that use them.
+set(_brisk_py_nvidia "")
+find_program(_brisk_python3 NAMES python3)
+if(_brisk_python3)
+  execute_process(
+    COMMAND ${_brisk_python3} -c "import site,os;p=[os.path.join(d,'nvidia') for d in site.getsitepackages()+[site.getusersitepackages()]];print(';'.join(x for x in p if os.path.isdir(x)))"
+    OUTPUT_VARIABLE _brisk_py_nvidia OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _brisk_py_rc)
+  if(NOT _brisk_py_rc EQUAL 0)
+    set(_brisk_py_nvidia "")
+  endif()
+endif()
+
+# brisk_find_cuda_lib(NAME HEADER LIBNAMES...): sets BRISK_<NAME>_INCLUDE_DIR / _LIBRARY / _FOUND.
+function(brisk_find_cuda_lib name header)
+  string(TOLOWER ${name} lower)
+  set(roots "")
+  if(DEFINED ${name}_ROOT)
+    list(APPEND roots ${${name}_ROOT})
+  endif()
+  if(DEFINED ENV{${name}_ROOT})
+    list(APPEND roots $ENV{${name}_ROOT})
+  endif()
+  list(APPEND roots ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
+  foreach(p ${_brisk_py_nvidia})
+    list(APPEND roots ${p}/${lower} ${p}/cu13 ${p})
+  endforeach()
+  find_path(BRISK_${name}_INCLUDE_DIR ${header} HINTS ${roots} ${CUDAToolkit_INCLUDE_DIRS}
+    PATH_SUFFIXES include NO_DEFAULT_PATH)
+  find_library(BRISK_${name}_LIBRARY NAMES ${ARGN} HINTS ${roots} ${CUDAToolkit_LIBRARY_DIR}
+    PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+  if(BRISK_${name}_INCLUDE_DIR AND BRISK_${name}_LIBRARY)
+    set(BRISK_${name}_FOUND ON PARENT_SCOPE)
+    message(STATUS "brisk: ${name} found: ${BRISK_${name}_LIBRARY} (headers ${BRISK_${name}_INCLUDE_DIR})")
+  else()
+    set(BRISK_${name}_FOUND OFF PARENT_SCOPE)
+    message(STATUS "brisk: ${name} not found (set ${name}_ROOT to its install folder); searched ${roots}")
+  endif()
+endfunction()
+
+brisk_find_cuda_lib(CUDNN cudnn.h cudnn libcudnn.so.9)
+brisk_find_cuda_lib(NCCL nccl.h nccl libnccl.so.2)

@@ -1,0 +1,182 @@
+// engine/ops/norm.cpp: OpDefs of the normalization ops, layer_norm and batch_norm: inference
+// (shape and dtype checks that name the op and the shapes), backward formulas written with
+// ordinary ops (so they run on every device and differentiate again), autocast policy Fp32.
+// Not here: the kernels (kernels/<device>/norm.cpp), the running-statistics update and the
+// public forms layer_norm / batch_norm / group_norm (nn/functional_norm.cpp).
+#include "engine/ops/families.h"
+
+namespace brisk {
+
+namespace {
+
+using detail::define;
+
+constexpr uint32_t kIn0 = 1, kIn1 = 2, kIn2 = 4;
+constexpr uint32_t kOut1 = 2, kOut2 = 4;
+
+// Statistics (mean, rstd) are F64 for F64 inputs and F32 otherwise (see ops.def).
+DType stat_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
+
+void check_param(const Tensor& p, const Shape& want, DType dtype, const char* op, const char* what,
+                 const Tensor& x) {
+  BRISK_CHECK(p.sizes() == want, op, ": ", what, " has shape ", p.sizes(), " but the input ", x.sizes(),
+              " needs ", want);
+  BRISK_CHECK(p.dtype() == dtype, op, ": ", what, " is ", p.str(), " but the input is ", x.str());
+}
+
+// ---- inference
+// x (*, N1..Nd), weight/bias (N1..Nd) -> y like x, mean/rstd (*, 1..1)
+void layer_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  BRISK_CHECK(is_floating(x.dtype()), "layer_norm: input must be floating, got ", x.str());
+  BRISK_CHECK(attrs.dim >= 1 && attrs.dim <= x.dim(), "layer_norm: cannot normalize over the last ", attrs.dim,
+              " dims of an input of shape ", x.sizes());
+  const int lead = x.dim() - int(attrs.dim);
+  Shape normalized;
+  Shape stats = x.sizes();
+  for (int d = lead; d < x.dim(); ++d) {
+    normalized.push_back(x.sizes()[d]);
+    stats[d] = 1;
+  }
+  check_param(in[1], normalized, x.dtype(), "layer_norm", "weight", x);
+  check_param(in[2], normalized, x.dtype(), "layer_norm", "bias", x);
+  BRISK_CHECK(attrs.a >= 0, "layer_norm: eps must be non-negative, got ", attrs.a);
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {stats, stat_dtype(x.dtype())};
+  out[2] = {stats, stat_dtype(x.dtype())};
+}
+
+// x (B, C, *), weight/bias/running_mean/running_var (C) -> y like x, mean/rstd (C)
+void batch_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  BRISK_CHECK(is_floating(x.dtype()), "batch_norm: input must be floating, got ", x.str());
+  BRISK_CHECK(x.dim() >= 2, "batch_norm: input must have shape (B, C, *), got ", x.sizes());
+  const int64_t channels = x.sizes()[1];
+  const Shape c{channels};
+  check_param(in[1], c, x.dtype(), "batch_norm", "weight", x);
+  check_param(in[2], c, x.dtype(), "batch_norm", "bias", x);
+  check_param(in[3], c, x.dtype(), "batch_norm", "running_mean", x);
+  check_param(in[4], c, x.dtype(), "batch_norm", "running_var", x);
+  BRISK_CHECK(attrs.b >= 0, "batch_norm: eps must be non-negative, got ", attrs.b);
+  if (attrs.flag) {
+    const int64_t per_channel = channels == 0 ? 0 : x.numel() / channels;
+    BRISK_CHECK(per_channel != 1, "batch_norm: expected more than 1 value per channel when training, got input size ",
+                x.sizes());
+  }
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {c, stat_dtype(x.dtype())};
+  out[2] = {c, stat_dtype(x.dtype())};
+}
+
+// Note [Normalization backward]
+// With xhat = (x - mean) * rstd over a group of N elements (a row for layer norm, a channel
+// over (B, *) for batch norm) and y = xhat * w + b:
+//   gxhat = gy * w
+//   gx    = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))
+//   gw    = sum over the other dims of gy * xhat,  gb = sum of gy.
+// mean and rstd are outputs too (saved for backward); in double backward gradients reach
+// them, so the formula also adds what flows into them, with d mean/dx = 1/N and
+// d rstd/dx = -rstd^2 * xhat / N. Batch norm in eval mode uses fixed running statistics:
+// gx = gy * w * rstd.
+
+// gx contribution of gradients flowing into the saved mean/rstd outputs (double backward).
+// gm, gr broadcast like mean/rstd; either may be undefined.
+Tensor stats_grad(const Tensor& gm, const Tensor& gr, const Tensor& xhat, const Tensor& rstd, double n) {
+  Tensor gx;
+  if (gm.defined()) gx = expand(gm / n, xhat.sizes());
+  if (gr.defined()) {
+    Tensor t = gr * rstd * rstd * xhat * (-1.0 / n);
+    gx = gx.defined() ? gx + t : t;
+  }
+  return gx;
+}
+
+void layer_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& w = c.inputs[1];
+  const Tensor& mu = c.outputs[1];
+  const Tensor& rstd = c.outputs[2];
+  const Tensor& gy = c.grads[0];
+  const int nd = int(c.attrs.dim);
+  const int ndim = x.dim();
+  Shape norm_dims, lead_dims;
+  for (int d = 0; d < ndim; ++d) (d < ndim - nd ? lead_dims : norm_dims).push_back(d);
+  const double n = double(c.in_specs[1].sizes.numel());
+  Tensor xhat = (x - mu) * rstd;
+  // Sums over the leading dims: with none, the gradient already has the parameter's shape.
+  auto sum_lead = [&](const Tensor& t) { return lead_dims.empty() ? t : sum(t, lead_dims); };
+  if (gy.defined()) {
+    if (c.needs_grad(0)) {
+      Tensor gxhat = gy * w;
+      gi[0] = rstd * (gxhat - mean(gxhat, norm_dims, true) - xhat * mean(gxhat * xhat, norm_dims, true));
+    }
+    if (c.needs_grad(1)) gi[1] = sum_lead(gy * xhat);
+    if (c.needs_grad(2)) gi[2] = sum_lead(gy);
+  }
+  if (c.needs_grad(0)) {
+    Tensor extra = stats_grad(c.grads[1], c.grads[2], xhat, rstd, n);
+    if (extra.defined()) gi[0] = gi[0].defined() ? gi[0] + extra : extra;
+  }
+}
+
+void batch_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& w = c.inputs[1];
+  const Tensor& gy = c.grads[0];
+  const int ndim = x.dim();
+  const int64_t channels = x.sizes()[1];
+  // (C) -> (1, C, 1, ...), to broadcast against x
+  Shape bshape = Shape::filled(ndim, 1);
+  bshape[1] = channels;
+  Shape dims;  // every dim but C
+  for (int d = 0; d < ndim; ++d) {
+    if (d != 1) dims.push_back(d);
+  }
+  const Tensor mu = view(c.outputs[1], bshape);
+  const Tensor rstd = view(c.outputs[2], bshape);
+  const Tensor wb = view(w, bshape);
+  Tensor xhat = (x - mu) * rstd;
+  if (gy.defined()) {
+    if (c.needs_grad(0)) {
+      Tensor gxhat = gy * wb;
+      if (c.attrs.flag) {
+        gi[0] = rstd * (gxhat - mean(gxhat, dims, true) - xhat * mean(gxhat * xhat, dims, true));
+      } else {
+        gi[0] = gxhat * rstd;
+      }
+    }
+    if (c.needs_grad(1)) gi[1] = sum(gy * xhat, dims);
+    if (c.needs_grad(2)) gi[2] = sum(gy, dims);
+  }
+  // In eval mode mean/rstd come from the running statistics, which take no gradient.
+  if (c.needs_grad(0) && c.attrs.flag) {
+    const double n = double(x.numel() / std::max<int64_t>(channels, 1));
+    const Tensor gm = c.grads[1].defined() ? view(c.grads[1], bshape) : Tensor();
+    const Tensor gr = c.grads[2].defined() ? view(c.grads[2], bshape) : Tensor();
+    Tensor extra = stats_grad(gm, gr, xhat, rstd, n);
+    if (extra.defined()) gi[0] = gi[0].defined() ? gi[0] + extra : extra;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void define_norm_ops() {
+  define(OpId::LayerNorm, {.infer = layer_norm_infer,
+                           .backward = layer_norm_bw,
+                           .save_inputs = kIn0 | kIn1,
+                           .save_outputs = kOut1 | kOut2,
+                           .diff_inputs = kIn0 | kIn1 | kIn2,
+                           .autocast = CastPolicy::Fp32});
+  define(OpId::BatchNorm, {.infer = batch_norm_infer,
+                           .backward = batch_norm_bw,
+                           .save_inputs = kIn0 | kIn1,
+                           .save_outputs = kOut1 | kOut2,
+                           .diff_inputs = kIn0 | kIn1 | kIn2,
+                           .autocast = CastPolicy::Fp32});
+}
+
+}  // namespace detail
+
+}  // namespace brisk

@@ -1,0 +1,48 @@
+// engine/serialize.h: safetensors files, the weight format PyTorch and Hugging Face exchange:
+// an 8-byte little-endian header length N, N bytes of JSON (name -> dtype, shape,
+// data_offsets; optional "__metadata__" of strings), then the raw little-endian bytes.
+// Writes are atomic (temp file, fsync, rename, fsync of the directory). Reads check every
+// header field and size before touching data: a truncated or hostile file is a brisk::Error
+// naming the file and the field. Not here: modules (nn/serialize_module.h), training
+// checkpoints, memory mapping (loads copy into fresh tensors).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/tensor.h"
+
+namespace brisk {
+
+// The same type as nn::NamedTensors (a module's state_dict): names in a chosen order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Headers longer than this are refused (the limit of the reference implementation).
+inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+// Writes `tensors` to `path`, replacing it atomically. Tensors may live on any device and have
+// any strides (each is copied to CPU, row-major); their data is laid out in the given order,
+// back to back, and the header is padded with spaces to a multiple of 8 bytes. Names must be
+// unique and not "__metadata__". Metadata is written only when not empty. On any failure the
+// temp file is removed and an existing file at `path` is left as it was.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  NamedTensors tensors;  // in file order (by data offset): brisk's own files keep the saved order
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads a whole file into fresh tensors on `device`. convert_to (a floating dtype): floating
+// tensors are converted to it; integer and Bool tensors keep their dtype. Bool bytes other
+// than 0 read as true.
+SafetensorsFile load_safetensors(const std::string& path, Device device = Device::cpu(),
+                                 std::optional<DType> convert_to = std::nullopt);
+
+}  // namespace brisk

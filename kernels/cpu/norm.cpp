@@ -1,0 +1,268 @@
+// kernels/cpu/norm.cpp: fused CPU kernels of layer_norm and batch_norm. One pass per row (layer
+// norm) or per channel (batch norm) accumulates the moments in double, then one pass
+// normalizes and applies the affine; OpenMP over rows / channels. F16/BF16 are read as float
+// and rounded once on store; the statistics are F32 (F64 for F64 inputs).
+// Not here: inference, checks and backward (engine/ops/norm.cpp); the plain-loop references
+// the specs compare against (tests/specs_norm.cpp).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/op.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/cpu/register.h"
+
+namespace brisk::kernels::cpu {
+
+namespace {
+
+// Statistic type: what mean/rstd are stored as.
+template <class T>
+using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// A dense copy of `t` when it is strided; the kernels below index rows and channels directly.
+Tensor dense(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor d = make_empty(t.sizes(), t.dtype(), t.device());
+  dispatch_float(t.dtype(), "norm", [&](auto tag) {
+    using T = decltype(tag);
+    elementwise<T, T>(d, {&t}, [](auto v) { return v; });
+  });
+  return d;
+}
+
+void check_out(const Tensor& t, const char* op) {
+  BRISK_CHECK(t.is_contiguous(), op, ": outputs must be contiguous, got strides ", t.strides());
+}
+
+// Note [One-pass moments]
+// Mean and biased variance from one pass: sums of d = x - k and d^2 in double, with k the
+// group's first value. The shift keeps E[d^2] - E[d]^2 free of the cancellation the plain
+// formula suffers when the mean is large against the spread, and unlike Welford the loop has
+// no division, so it vectorizes. The normalize pass keeps the shift too: it computes
+// ((x - k) - (mean - k)) * rstd, where x - k is exact for values near k, so an F32 output does
+// not lose the mean's rounding error (~1e-3 at a mean of 1e4) against a small spread.
+struct Moments {
+  double s1 = 0, s2 = 0;
+  void add(double d) {
+    s1 += d;
+    s2 += d * d;
+  }
+  // (mean - k, biased var) of the n values.
+  std::pair<double, double> finish(int64_t n) const {
+    if (n == 0) return {0.0, 0.0};
+    const double m = s1 / double(n);
+    return {m, std::max(0.0, s2 / double(n) - m * m)};
+  }
+};
+
+template <class T>
+BRISK_INLINE double as_double(T v) {
+  return double(static_cast<compute_t<T>>(v));
+}
+
+// Adds x[0, n) shifted by k to m, over kLanes independent accumulators: the compiler may not
+// reorder one floating-point sum, but it vectorizes independent ones. The order is fixed, so
+// results do not depend on the number of threads.
+template <class T>
+void accumulate(const T* x, int64_t n, double k, Moments& m) {
+  constexpr int kLanes = 8;
+  double s1[kLanes] = {}, s2[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const double d = as_double(x[i + l]) - k;
+      s1[l] += d;
+      s2[l] += d * d;
+    }
+  }
+  for (; i < n; ++i) m.add(as_double(x[i]) - k);
+  for (int l = 0; l < kLanes; ++l) {
+    m.s1 += s1[l];
+    m.s2 += s2[l];
+  }
+}
+
+// ---- layer norm
+// x (R, N) rows, w/b (N) -> y (R, N), mean/rstd (R)
+template <class T>
+void layer_norm_rows(const T* x, const T* w, const T* b, T* y, stat_t<T>* mean, stat_t<T>* rstd, int64_t rows,
+                     int64_t n, double eps) {
+  using C = compute_t<T>;
+  const int nt = threads_for(rows * n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    const C k = n ? C(xr[0]) : C(0);
+    Moments acc;
+    accumulate(xr, n, double(k), acc);
+    auto [dm, v] = acc.finish(n);
+    const double rs = 1.0 / std::sqrt(v + eps);
+    mean[r] = stat_t<T>(double(k) + dm);
+    rstd[r] = stat_t<T>(rs);
+    const C dmc = C(dm), rc = C(rs);
+    for (int64_t j = 0; j < n; ++j) {
+      yr[j] = T(((C(xr[j]) - k) - dmc) * rc * C(w[j]) + C(b[j]));
+    }
+  }
+}
+
+// in: (x, weight, bias); attrs.dim trailing dims normalized, attrs.a = eps
+void layer_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  for (const Tensor& t : out) check_out(t, "layer_norm");
+  const Tensor x = dense(in[0]), w = dense(in[1]), b = dense(in[2]);
+  const int64_t n = w.numel();
+  const int64_t rows = n == 0 ? out[1].numel() : x.numel() / n;
+  dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    layer_norm_rows<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                       static_cast<const T*>(b.data_ptr()), static_cast<T*>(out[0].data_ptr()),
+                       static_cast<S*>(out[1].data_ptr()), static_cast<S*>(out[2].data_ptr()), rows, n, attrs.a);
+  });
+}
+
+// ---- batch norm, x viewed as (B, C, S) with S the product of the spatial dims
+// Per channel, over (B, S) in training mode: shift k (the channel's first value), mean - k and
+// the biased variance (see Note [One-pass moments]).
+template <class T>
+void channel_moments(const T* x, int64_t batch, int64_t channels, int64_t spatial, double* shift, double* dmean,
+                     double* var) {
+  const int64_t total = batch * channels * spatial;
+  if (spatial == 1) {
+    // x (B, C): columns. Each thread owns a block of channels and walks every row, so the
+    // inner loop runs over contiguous channels.
+    const int nt = std::min<int>(threads_for(total), int(std::max<int64_t>(1, channels / 16)));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+      const int64_t per = (channels + tn - 1) / tn;
+      const int64_t c0 = std::min(channels, t * per), c1 = std::min(channels, c0 + per);
+      const size_t width = size_t(c1 - c0);
+      std::vector<double> kv(width), s1v(width), s2v(width);
+      double* __restrict k = kv.data();
+      double* __restrict s1 = s1v.data();
+      double* __restrict s2 = s2v.data();
+      for (size_t c = 0; c < width; ++c) k[c] = batch ? as_double(x[c0 + int64_t(c)]) : 0.0;
+      for (int64_t bi = 0; bi < batch; ++bi) {
+        const T* row = x + bi * channels + c0;
+        for (size_t c = 0; c < width; ++c) {
+          const double d = as_double(row[c]) - k[c];
+          s1[c] += d;
+          s2[c] += d * d;
+        }
+      }
+      for (size_t c = 0; c < width; ++c) {
+        Moments acc{s1[c], s2[c]};
+        shift[c0 + int64_t(c)] = k[c];
+        std::tie(dmean[c0 + int64_t(c)], var[c0 + int64_t(c)]) = acc.finish(batch);
+      }
+    }
+    return;
+  }
+  const int nt = std::min<int>(threads_for(total), int(std::max<int64_t>(1, channels)));
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t c = 0; c < channels; ++c) {
+    const double k = batch ? as_double(x[c * spatial]) : 0.0;
+    Moments acc;
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      const T* seg = x + (bi * channels + c) * spatial;
+      accumulate(seg, spatial, k, acc);
+    }
+    shift[c] = k;
+    std::tie(dmean[c], var[c]) = acc.finish(batch * spatial);
+  }
+}
+
+// Per-channel constants of the normalize pass, in the compute type.
+template <class C>
+struct ChannelAffine {
+  std::vector<C> shift, dmean, scale, bias;  // y = ((x - shift) - dmean) * scale + bias
+  explicit ChannelAffine(size_t n) : shift(n), dmean(n), scale(n), bias(n) {}
+};
+
+template <class T>
+void channel_affine(const T* x, T* y, const ChannelAffine<compute_t<T>>& p, int64_t batch, int64_t channels,
+                    int64_t spatial) {
+  using C = compute_t<T>;
+  const C* k = p.shift.data();
+  const C* dm = p.dmean.data();
+  const C* sc = p.scale.data();
+  const C* bi = p.bias.data();
+  const int64_t segments = batch * channels;
+  const int nt = threads_for(segments * spatial);
+  if (spatial == 1) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t r = 0; r < batch; ++r) {
+      const T* xr = x + r * channels;
+      T* yr = y + r * channels;
+      for (int64_t c = 0; c < channels; ++c) yr[c] = T(((C(xr[c]) - k[c]) - dm[c]) * sc[c] + bi[c]);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t seg = 0; seg < segments; ++seg) {
+    const int64_t c = seg % channels;
+    const T* xs = x + seg * spatial;
+    T* ys = y + seg * spatial;
+    const C kc = k[c], dmc = dm[c], a = sc[c], bc = bi[c];
+    for (int64_t s = 0; s < spatial; ++s) ys[s] = T(((C(xs[s]) - kc) - dmc) * a + bc);
+  }
+}
+
+// in: (x (B, C, *), weight, bias, running_mean, running_var); attrs.flag = training, b = eps
+void batch_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  for (const Tensor& t : out) check_out(t, "batch_norm");
+  const Tensor x = dense(in[0]), w = dense(in[1]), b = dense(in[2]);
+  const int64_t batch = x.sizes()[0], channels = x.sizes()[1];
+  const int64_t spatial = batch * channels == 0 ? 0 : x.numel() / (batch * channels);
+  const double eps = attrs.b;
+  dispatch_float(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    using S = stat_t<T>;
+    const size_t nc = size_t(channels);
+    std::vector<double> shift(nc), dmean(nc), var(nc);
+    if (attrs.flag) {
+      channel_moments<T>(static_cast<const T*>(x.data_ptr()), batch, channels, spatial, shift.data(), dmean.data(),
+                         var.data());
+    } else {
+      const Tensor rm = dense(in[3]), rv = dense(in[4]);
+      const T* pm = static_cast<const T*>(rm.data_ptr());
+      const T* pv = static_cast<const T*>(rv.data_ptr());
+      for (size_t c = 0; c < nc; ++c) {
+        shift[c] = as_double(pm[c]);
+        var[c] = as_double(pv[c]);
+      }
+    }
+    const T* pw = static_cast<const T*>(w.data_ptr());
+    const T* pb = static_cast<const T*>(b.data_ptr());
+    S* out_mean = static_cast<S*>(out[1].data_ptr());
+    S* out_rstd = static_cast<S*>(out[2].data_ptr());
+    ChannelAffine<C> p(nc);
+    for (size_t c = 0; c < nc; ++c) {
+      const double rs = 1.0 / std::sqrt(var[c] + eps);
+      out_mean[c] = S(shift[c] + dmean[c]);
+      out_rstd[c] = S(rs);
+      p.shift[c] = C(shift[c]);  // exact: a value of x (or the running mean) in its own type
+      p.dmean[c] = C(dmean[c]);
+      p.scale[c] = C(rs * as_double(pw[c]));
+      p.bias[c] = C(as_double(pb[c]));
+    }
+    channel_affine<T>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(out[0].data_ptr()), p, batch, channels,
+                      spatial);
+  });
+}
+
+}  // namespace
+
+void register_norm() {
+  constexpr DeviceType cpu = DeviceType::CPU;
+  register_kernel(OpId::LayerNorm, cpu, layer_norm_kernel);
+  register_kernel(OpId::BatchNorm, cpu, batch_norm_kernel);
+}
+
+}  // namespace brisk::kernels::cpu

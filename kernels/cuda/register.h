@@ -1,0 +1,26 @@
+// kernels/cuda/register.h: what init() calls to install the CUDA backend and its kernels.
+// One registrar per kernel family file; register_all() calls them all. The backend registers
+// even without a GPU, so that using cuda:0 there fails with a clear "no such device" error.
+#pragma once
+
+namespace brisk::kernels::cuda {
+
+void register_backend();      // kernels/cuda/backend.cpp
+void register_elementwise();  // kernels/cuda/elementwise.cu (arithmetic, math, cast, fill)
+void register_compare();      // kernels/cuda/compare.cu (comparisons, where, masked_fill)
+void register_reduce();       // kernels/cuda/reduce.cu (reductions, softmax, cross-entropy)
+void register_linalg();       // kernels/cuda/matmul.cpp
+void register_index();        // kernels/cuda/index.cu (cat, slice_backward, index ops)
+void register_random();       // kernels/cuda/random.cu (arange, rand, randn, dropout)
+
+inline void register_all() {
+  register_backend();
+  register_elementwise();
+  register_compare();
+  register_reduce();
+  register_linalg();
+  register_index();
+  register_random();
+}
+
+}  // namespace brisk::kernels::cuda

@@ -1,0 +1,113 @@
+// optim/adagrad.cpp: Adagrad's reference step (tensor ops) and fused loop (raw F32/F64 memory).
+// See Note [Fused steps match the reference].
+#include "optim/adagrad.h"
+
+#include <cmath>
+
+#include "engine/functions.h"
+#include "engine/grad_mode.h"
+#include "optim/multi_tensor.h"
+
+namespace brisk::optim {
+
+Adagrad::Adagrad(NamedTensors params, const AdagradOptions& options) : OptimizerWith(options) {
+  add_param_group(std::move(params), options);
+}
+
+Adagrad::Adagrad(const std::vector<Tensor>& params, const AdagradOptions& options)
+    : Adagrad(number_params(params), options) {}
+
+void Adagrad::check_options(size_t g) const {
+  const AdagradOptions& o = options(g);
+  BRISK_CHECK(o.lr >= 0, "Adagrad: invalid learning rate ", o.lr);
+  BRISK_CHECK(o.lr_decay >= 0, "Adagrad: invalid lr_decay ", o.lr_decay);
+  BRISK_CHECK(o.weight_decay >= 0, "Adagrad: invalid weight_decay ", o.weight_decay);
+  BRISK_CHECK(o.initial_accumulator_value >= 0, "Adagrad: invalid initial_accumulator_value ",
+              o.initial_accumulator_value);
+  BRISK_CHECK(o.eps >= 0, "Adagrad: invalid eps ", o.eps);
+}
+
+namespace {
+
+// The learning rate of a parameter at its step count t: lr / (1 + (t - 1) lr_decay).
+double decayed_lr(const AdagradOptions& o, int64_t step) { return o.lr / (1 + double(step - 1) * o.lr_decay); }
+
+// The reference: one parameter, PyTorch's _single_tensor_adagrad written with brisk ops.
+void adagrad_reference(const AdagradOptions& o, const Tensor& param, const Tensor& grad, ParamState& state) {
+  Tensor p = param;
+  Tensor g = o.maximize ? neg(grad) : grad;
+  if (o.weight_decay != 0) g = g + p * o.weight_decay;
+  double clr = decayed_lr(o, state.step);
+  Tensor& sum = state.buffers["sum"];
+  sum.add_(g * g);
+  Tensor denom = sqrt(sum) + o.eps;
+  p.add_(g / denom * -clr);
+}
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off", "no-math-errno")  // See Note [Fused steps match the reference]
+
+// One tensor's elements [begin, end): the reference's arithmetic, element by element.
+template <class T>
+void adagrad_kernel(const AdagradOptions& o, double clr, T* p, const T* g, T* sum, int64_t begin, int64_t end) {
+  const T wd = T(o.weight_decay);
+  const T eps = T(o.eps);
+  const T neg_clr = T(-clr);
+  for (int64_t i = begin; i < end; ++i) {
+    T grad = o.maximize ? -g[i] : g[i];
+    if (o.weight_decay != 0) grad = grad + p[i] * wd;
+    T s = sum[i] + grad * grad;
+    sum[i] = s;
+    T denom = std::sqrt(s) + eps;
+    p[i] = p[i] + grad / denom * neg_clr;
+  }
+}
+
+#pragma GCC pop_options
+
+template <class T>
+void adagrad_fused(const AdagradOptions& o, const std::vector<Optimizer::Slot*>& slots) {
+  std::vector<int64_t> numels;
+  std::vector<double> clrs;
+  for (Optimizer::Slot* s : slots) {
+    numels.push_back(s->param.numel());
+    clrs.push_back(decayed_lr(o, s->state->step));
+  }
+  detail::for_each_chunk(numels, [&](int64_t i, int64_t begin, int64_t end) {
+    Optimizer::Slot& s = *slots[i];
+    adagrad_kernel<T>(o, clrs[i], s.param.data<T>(), s.grad.data<T>(), s.state->buffers.at("sum").data<T>(), begin,
+                      end);
+  });
+}
+
+}  // namespace
+
+void Adagrad::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_groups(); ++g) {
+    const AdagradOptions& o = options(g);
+    std::vector<Slot> slots = active_slots(g);
+    std::vector<Slot*> f32;
+    std::vector<Slot*> f64;
+    for (Slot& s : slots) {
+      s.state->step += 1;
+      if (!s.state->buffers.count("sum")) {
+        s.state->buffers["sum"] = full(s.param.sizes(), o.initial_accumulator_value, s.param.dtype(), s.param.device());
+      }
+      DType dt = s.param.dtype();
+      bool fusable = o.fused && (dt == DType::F32 || dt == DType::F64) && detail::fusable(s.param, dt) &&
+                     detail::fusable(s.grad, dt) && detail::fusable(s.state->buffers["sum"], dt);
+      if (!fusable) {
+        adagrad_reference(o, s.param, s.grad, *s.state);
+      } else if (dt == DType::F32) {
+        f32.push_back(&s);
+      } else {
+        f64.push_back(&s);
+      }
+    }
+    if (!f32.empty()) adagrad_fused<float>(o, f32);
+    if (!f64.empty()) adagrad_fused<double>(o, f64);
+  }
+}
+
+}  // namespace brisk::optim

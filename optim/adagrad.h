@@ -1,0 +1,45 @@
+// optim/adagrad.h: Adagrad with learning-rate decay, L2 weight decay, initial accumulator value,
+// eps and maximize, exactly as PyTorch's torch.optim.Adagrad (foreach=False):
+//   clr = lr / (1 + (t - 1) lr_decay);  sum += g^2;  p -= clr g / (sqrt(sum) + eps)
+// Two paths give the same numbers: a reference written with tensor ops, and a fused loop over
+// raw F32/F64 memory for dense CPU parameters (options.fused, the default).
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace brisk::optim {
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0;
+  double weight_decay = 0;
+  double initial_accumulator_value = 0;
+  double eps = 1e-10;
+  bool maximize = false;
+  bool fused = true;  // one multi-tensor loop per group and dtype (dense F32/F64 CPU parameters)
+
+  template <class F>
+  void visit(F&& f) {
+    f("lr", lr);
+    f("lr_decay", lr_decay);
+    f("weight_decay", weight_decay);
+    f("initial_accumulator_value", initial_accumulator_value);
+    f("eps", eps);
+    f("maximize", maximize);
+    f("fused", fused);
+  }
+};
+
+class Adagrad : public OptimizerWith<AdagradOptions> {
+ public:
+  explicit Adagrad(NamedTensors params, const AdagradOptions& options = {});
+  explicit Adagrad(const std::vector<Tensor>& params, const AdagradOptions& options = {});
+
+  void step() override;
+  const char* name() const override { return "Adagrad"; }
+
+ protected:
+  void check_options(size_t g) const override;
+};
+
+}  // namespace brisk::optim

@@ -1,0 +1,149 @@
+// optim/optimizer.h: Optimizer, the base of SGD, Adam, AdamW, RMSprop and Adagrad: parameter
+// groups (each with its own typed options), per-parameter state keyed by parameter NAME,
+// zero_grad, and a state_dict made of tensors plus a map of scalars (so a training checkpoint
+// can store it as safetensors: tensors + JSON metadata).
+// Hyperparameters are also reachable by name (`get(group, "lr")`), as in PyTorch's group
+// dicts; LR schedulers use that. Not here: the update rules (sgd.h, adam.h, ...).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace brisk::optim {
+
+// Same type as nn::NamedTensors (Module::named_parameters() passes straight in).
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using Scalars = std::map<std::string, double>;
+
+// An optimizer's saved state. Keys:
+//   tensors: "state.<param name>.<buffer>" (exp_avg, exp_avg_sq, momentum_buffer, ...)
+//   scalars: "state.<param name>.step", "group.<i>.<option>" (lr, weight_decay, beta1, ...),
+//            "group.<i>.<key>" for keys schedulers keep in a group (initial_lr),
+//            "group.<i>.num_params", "num_groups".
+struct OptimizerState {
+  NamedTensors tensors;
+  Scalars scalars;
+};
+
+// One parameter's state: how many updates it has had and its named buffers.
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;
+};
+
+// The parameters of one group and the extra keys schedulers store in it ("initial_lr").
+struct ParamGroup {
+  std::vector<std::string> names;
+  std::vector<Tensor> params;
+  Scalars extras;
+};
+
+// Names "0", "1", ... for parameters given without names, counting on from `first`.
+NamedTensors number_params(const std::vector<Tensor>& params, size_t first = 0);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient (frozen ones and those without a
+  // gradient are skipped). Runs under NoGradGuard.
+  virtual void step() = 0;
+  virtual const char* name() const = 0;
+
+  // Clears the gradients of all parameters: drops them (set_to_none) or fills them with 0.
+  void zero_grad(bool set_to_none = true);
+
+  size_t num_groups() const { return groups_.size(); }
+  const ParamGroup& group(size_t g) const;
+  size_t num_params() const;
+
+  // Hyperparameters by name: the group's typed options ("lr", "momentum", "beta1", ...;
+  // booleans read as 0/1) and the extra keys schedulers add ("initial_lr").
+  bool has(size_t g, const std::string& key) const;
+  double get(size_t g, const std::string& key) const;
+  void set(size_t g, const std::string& key, double value);
+  bool has_option(const std::string& key) const;  // an option of this optimizer (any group)
+  double lr(size_t g) const { return get(g, "lr"); }
+  void set_lr(size_t g, double lr) { set(g, "lr", lr); }
+
+  // The state of one parameter (nullptr before its first update).
+  const ParamState* state(const std::string& param_name) const;
+
+  // A parameter taking part in a step, as the update rules see it (grad cast to its dtype).
+  struct Slot {
+    Tensor param;
+    Tensor grad;
+    ParamState* state;
+  };
+
+  OptimizerState state_dict() const;
+  // Restores a state_dict made by an optimizer of the same kind over parameters of the same
+  // names and groups. Buffers are copied to each parameter's device and dtype.
+  void load_state_dict(const OptimizerState& state);
+
+ protected:
+  Optimizer() = default;
+
+  // The typed options of group g, one call per field: f(name, &double_field, nullptr) or
+  // f(name, nullptr, &bool_field).
+  using OptionVisitor = std::function<void(const char* key, double* number, bool* flag)>;
+  virtual void visit_options(size_t g, const OptionVisitor& f) = 0;
+  virtual void check_options(size_t g) const {}
+  void add_group(NamedTensors params);
+
+  // The parameters of group g that take part in this step: requires grad, grad defined.
+  std::vector<Slot> active_slots(size_t g);
+
+  std::vector<ParamGroup> groups_;
+  std::unordered_map<std::string, ParamState> state_;
+};
+
+// The part of an optimizer that knows its options type: Options must offer
+// `template <class F> void visit(F&& f)` calling f(name, field) for every field.
+template <class Options>
+class OptimizerWith : public Optimizer {
+ public:
+  const Options& defaults() const { return defaults_; }
+  Options& options(size_t g) { return options_.at(g); }
+  const Options& options(size_t g) const { return options_.at(g); }
+
+  // Adds parameters as a new group with their own options (defaults when not given).
+  void add_param_group(NamedTensors params, const Options& options) {
+    add_group(std::move(params));
+    options_.push_back(options);
+    check_options(options_.size() - 1);
+  }
+  void add_param_group(NamedTensors params) { add_param_group(std::move(params), defaults_); }
+  void add_param_group(const std::vector<Tensor>& params, const Options& options) {
+    add_param_group(number_params(params, num_params()), options);
+  }
+
+ protected:
+  // The derived constructor adds the first group (virtual calls work only from there).
+  explicit OptimizerWith(const Options& defaults) : defaults_(defaults) {}
+
+  void visit_options(size_t g, const OptionVisitor& f) override {
+    options_.at(g).visit([&](const char* key, auto& field) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>) {
+        f(key, nullptr, &field);
+      } else {
+        f(key, &field, nullptr);
+      }
+    });
+  }
+
+  Options defaults_;
+  std::vector<Options> options_;
+};
+
+}  // namespace brisk::optim

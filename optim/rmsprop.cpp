@@ -1,0 +1,147 @@
+// optim/rmsprop.cpp: RMSprop's reference step (tensor ops) and fused loop (raw F32/F64 memory).
+// See Note [Fused steps match the reference].
+#include "optim/rmsprop.h"
+
+#include <cmath>
+
+#include "engine/functions.h"
+#include "engine/grad_mode.h"
+#include "optim/multi_tensor.h"
+
+namespace brisk::optim {
+
+RMSprop::RMSprop(NamedTensors params, const RMSpropOptions& options) : OptimizerWith(options) {
+  add_param_group(std::move(params), options);
+}
+
+RMSprop::RMSprop(const std::vector<Tensor>& params, const RMSpropOptions& options)
+    : RMSprop(number_params(params), options) {}
+
+void RMSprop::check_options(size_t g) const {
+  const RMSpropOptions& o = options(g);
+  BRISK_CHECK(o.lr >= 0, "RMSprop: invalid learning rate ", o.lr);
+  BRISK_CHECK(o.eps >= 0, "RMSprop: invalid eps ", o.eps);
+  BRISK_CHECK(o.momentum >= 0, "RMSprop: invalid momentum ", o.momentum);
+  BRISK_CHECK(o.weight_decay >= 0, "RMSprop: invalid weight_decay ", o.weight_decay);
+  BRISK_CHECK(o.alpha >= 0, "RMSprop: invalid alpha ", o.alpha);
+}
+
+namespace {
+
+// Creates the buffers a parameter needs (zeros, dense) when it first needs them.
+void init_state(const RMSpropOptions& o, const Tensor& param, ParamState& state) {
+  auto need = [&](const char* key) {
+    if (!state.buffers.count(key)) state.buffers[key] = zeros(param.sizes(), param.dtype(), param.device());
+  };
+  need("square_avg");
+  if (o.momentum > 0) need("momentum_buffer");
+  if (o.centered) need("grad_avg");
+}
+
+// The reference: one parameter, PyTorch's _single_tensor_rmsprop written with brisk ops.
+void rmsprop_reference(const RMSpropOptions& o, const Tensor& param, const Tensor& grad, ParamState& state) {
+  Tensor p = param;
+  Tensor g = o.maximize ? neg(grad) : grad;
+  if (o.weight_decay != 0) g = g + p * o.weight_decay;
+  Tensor& square_avg = state.buffers["square_avg"];
+  square_avg.mul_(o.alpha).add_(g * g * (1 - o.alpha));
+  Tensor avg;
+  if (o.centered) {
+    Tensor& grad_avg = state.buffers["grad_avg"];
+    grad_avg.mul_(o.alpha).add_(g * (1 - o.alpha));
+    avg = sqrt(square_avg - grad_avg * grad_avg) + o.eps;
+  } else {
+    avg = sqrt(square_avg) + o.eps;
+  }
+  if (o.momentum > 0) {
+    Tensor& buf = state.buffers["momentum_buffer"];
+    buf.mul_(o.momentum).add_(g / avg);
+    p.add_(buf * -o.lr);
+  } else {
+    p.add_(g / avg * -o.lr);
+  }
+}
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off", "no-math-errno")  // See Note [Fused steps match the reference]
+
+// One tensor's elements [begin, end): the reference's arithmetic, element by element.
+// grad_avg is null unless centered, buf null without momentum.
+template <class T>
+void rmsprop_kernel(const RMSpropOptions& o, T* p, const T* g, T* square_avg, T* grad_avg, T* buf, int64_t begin,
+                    int64_t end) {
+  const T wd = T(o.weight_decay);
+  const T alpha = T(o.alpha);
+  const T one_minus_alpha = T(1 - o.alpha);
+  const T eps = T(o.eps);
+  const T momentum = T(o.momentum);
+  const T neg_lr = T(-o.lr);
+  for (int64_t i = begin; i < end; ++i) {
+    T grad = o.maximize ? -g[i] : g[i];
+    if (o.weight_decay != 0) grad = grad + p[i] * wd;
+    T sq = square_avg[i] * alpha + grad * grad * one_minus_alpha;
+    square_avg[i] = sq;
+    T avg;
+    if (grad_avg) {
+      T ga = grad_avg[i] * alpha + grad * one_minus_alpha;
+      grad_avg[i] = ga;
+      avg = std::sqrt(sq - ga * ga) + eps;
+    } else {
+      avg = std::sqrt(sq) + eps;
+    }
+    if (buf) {
+      T b = buf[i] * momentum + grad / avg;
+      buf[i] = b;
+      p[i] = p[i] + b * neg_lr;
+    } else {
+      p[i] = p[i] + grad / avg * neg_lr;
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+template <class T>
+void rmsprop_fused(const RMSpropOptions& o, const std::vector<Optimizer::Slot*>& slots) {
+  std::vector<int64_t> numels;
+  for (Optimizer::Slot* s : slots) numels.push_back(s->param.numel());
+  detail::for_each_chunk(numels, [&](int64_t i, int64_t begin, int64_t end) {
+    Optimizer::Slot& s = *slots[i];
+    auto& buffers = s.state->buffers;
+    T* grad_avg = o.centered ? buffers.at("grad_avg").data<T>() : nullptr;
+    T* buf = o.momentum > 0 ? buffers.at("momentum_buffer").data<T>() : nullptr;
+    rmsprop_kernel<T>(o, s.param.data<T>(), s.grad.data<T>(), buffers.at("square_avg").data<T>(), grad_avg, buf,
+                      begin, end);
+  });
+}
+
+}  // namespace
+
+void RMSprop::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_groups(); ++g) {
+    const RMSpropOptions& o = options(g);
+    std::vector<Slot> slots = active_slots(g);
+    std::vector<Slot*> f32;
+    std::vector<Slot*> f64;
+    for (Slot& s : slots) {
+      s.state->step += 1;
+      init_state(o, s.param, *s.state);
+      DType dt = s.param.dtype();
+      bool fusable = o.fused && (dt == DType::F32 || dt == DType::F64) && detail::fusable(s.param, dt) &&
+                     detail::fusable(s.grad, dt);
+      for (const auto& [key, buffer] : s.state->buffers) fusable = fusable && detail::fusable(buffer, dt);
+      if (!fusable) {
+        rmsprop_reference(o, s.param, s.grad, *s.state);
+      } else if (dt == DType::F32) {
+        f32.push_back(&s);
+      } else {
+        f64.push_back(&s);
+      }
+    }
+    if (!f32.empty()) rmsprop_fused<float>(o, f32);
+    if (!f64.empty()) rmsprop_fused<double>(o, f64);
+  }
+}
+
+}  // namespace brisk::optim

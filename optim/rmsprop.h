@@ -1,0 +1,48 @@
+// optim/rmsprop.h: RMSprop with smoothing constant alpha, eps, L2 weight decay, momentum,
+// centered variant and maximize, exactly as PyTorch's torch.optim.RMSprop (foreach=False):
+//   v = alpha v + (1 - alpha) g^2;  (centered: m = alpha m + (1 - alpha) g, v - m^2 below)
+//   avg = sqrt(v) + eps;  momentum: buf = momentum buf + g / avg, p -= lr buf;  else p -= lr g / avg
+// Two paths give the same numbers: a reference written with tensor ops, and a fused loop over
+// raw F32/F64 memory for dense CPU parameters (options.fused, the default).
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace brisk::optim {
+
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum = 0;
+  bool centered = false;
+  bool maximize = false;
+  bool fused = true;  // one multi-tensor loop per group and dtype (dense F32/F64 CPU parameters)
+
+  template <class F>
+  void visit(F&& f) {
+    f("lr", lr);
+    f("alpha", alpha);
+    f("eps", eps);
+    f("weight_decay", weight_decay);
+    f("momentum", momentum);
+    f("centered", centered);
+    f("maximize", maximize);
+    f("fused", fused);
+  }
+};
+
+class RMSprop : public OptimizerWith<RMSpropOptions> {
+ public:
+  explicit RMSprop(NamedTensors params, const RMSpropOptions& options = {});
+  explicit RMSprop(const std::vector<Tensor>& params, const RMSpropOptions& options = {});
+
+  void step() override;
+  const char* name() const override { return "RMSprop"; }
+
+ protected:
+  void check_options(size_t g) const override;
+};
+
+}  // namespace brisk::optim

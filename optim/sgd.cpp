@@ -1,0 +1,114 @@
+// optim/sgd.cpp: SGD's reference step (tensor ops) and its fused loop (raw F32/F64 memory).
+// See Note [Fused steps match the reference].
+#include "optim/sgd.h"
+
+#include "engine/functions.h"
+#include "engine/grad_mode.h"
+#include "optim/multi_tensor.h"
+
+namespace brisk::optim {
+
+SGD::SGD(NamedTensors params, const SGDOptions& options) : OptimizerWith(options) {
+  add_param_group(std::move(params), options);
+}
+
+SGD::SGD(const std::vector<Tensor>& params, const SGDOptions& options) : SGD(number_params(params), options) {}
+
+void SGD::check_options(size_t g) const {
+  const SGDOptions& o = options(g);
+  BRISK_CHECK(o.lr >= 0, "SGD: invalid learning rate ", o.lr);
+  BRISK_CHECK(o.momentum >= 0, "SGD: invalid momentum ", o.momentum);
+  BRISK_CHECK(o.weight_decay >= 0, "SGD: invalid weight_decay ", o.weight_decay);
+  BRISK_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: nesterov needs momentum > 0 and dampening 0");
+}
+
+namespace {
+
+// The reference: one parameter, PyTorch's _single_tensor_sgd written with brisk ops.
+void sgd_reference(const SGDOptions& o, const Tensor& param, const Tensor& grad, ParamState& state) {
+  Tensor d = o.maximize ? neg(grad) : grad;
+  if (o.weight_decay != 0) d = d + param * o.weight_decay;
+  if (o.momentum != 0) {
+    Tensor& buf = state.buffers["momentum_buffer"];
+    if (!buf.defined()) {
+      buf = d.contiguous().clone();
+    } else {
+      buf.mul_(o.momentum).add_(d * (1 - o.dampening));
+    }
+    d = o.nesterov ? d + buf * o.momentum : buf;
+  }
+  Tensor p = param;
+  p.add_(d * -o.lr);
+}
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off", "no-math-errno")  // See Note [Fused steps match the reference]
+
+// One tensor's elements [begin, end): the reference's arithmetic, element by element.
+template <class T>
+void sgd_kernel(const SGDOptions& o, T* p, const T* g, T* buf, bool first, int64_t begin, int64_t end) {
+  const T wd = T(o.weight_decay);
+  const T momentum = T(o.momentum);
+  const T one_minus_dampening = T(1 - o.dampening);
+  const T neg_lr = T(-o.lr);
+  for (int64_t i = begin; i < end; ++i) {
+    T d = o.maximize ? -g[i] : g[i];
+    if (o.weight_decay != 0) d = d + p[i] * wd;
+    if (o.momentum != 0) {
+      T b = first ? d : buf[i] * momentum + d * one_minus_dampening;
+      buf[i] = b;
+      d = o.nesterov ? d + b * momentum : b;
+    }
+    p[i] = p[i] + d * neg_lr;
+  }
+}
+
+#pragma GCC pop_options
+
+template <class T>
+void sgd_fused(const SGDOptions& o, const std::vector<Optimizer::Slot*>& slots) {
+  std::vector<int64_t> numels;
+  std::vector<bool> first;
+  for (Optimizer::Slot* s : slots) {
+    numels.push_back(s->param.numel());
+    bool fresh = o.momentum != 0 && !s->state->buffers.count("momentum_buffer");
+    if (fresh) s->state->buffers["momentum_buffer"] = empty_like(s->param);
+    first.push_back(fresh);
+  }
+  detail::for_each_chunk(numels, [&](int64_t i, int64_t begin, int64_t end) {
+    Optimizer::Slot& s = *slots[i];
+    T* buf = o.momentum != 0 ? s.state->buffers["momentum_buffer"].data<T>() : nullptr;
+    sgd_kernel<T>(o, s.param.data<T>(), s.grad.data<T>(), buf, first[i], begin, end);
+  });
+}
+
+}  // namespace
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_groups(); ++g) {
+    const SGDOptions& o = options(g);
+    std::vector<Slot> slots = active_slots(g);
+    std::vector<Slot*> f32;
+    std::vector<Slot*> f64;
+    for (Slot& s : slots) {
+      s.state->step += 1;
+      auto buf = s.state->buffers.find("momentum_buffer");
+      DType dt = s.param.dtype();
+      bool fusable = o.fused && (dt == DType::F32 || dt == DType::F64) && detail::fusable(s.param, dt) &&
+                     detail::fusable(s.grad, dt) &&
+                     (buf == s.state->buffers.end() || detail::fusable(buf->second, dt));
+      if (!fusable) {
+        sgd_reference(o, s.param, s.grad, *s.state);
+      } else if (dt == DType::F32) {
+        f32.push_back(&s);
+      } else {
+        f64.push_back(&s);
+      }
+    }
+    if (!f32.empty()) sgd_fused<float>(o, f32);
+    if (!f64.empty()) sgd_fused<double>(o, f64);
+  }
+}
+
+}  // namespace brisk::optim

@@ -1,0 +1,239 @@
+// tests/specs_linalg.cpp: specs of matmul (engine/ops/linalg.cpp, kernels/cpu/gemm.cpp) against
+// a plain triple loop: every torch.matmul shape rule (1-D operands, broadcast batch dims, size
+// 0), transposed views read in place, products large enough to be blocked and threaded, and
+// integer dtypes. Also the error messages and the low-level gemm() (column-major output,
+// accumulate). Not here: speed (examples/bench/bench_matmul.cpp).
+#include <doctest/doctest.h>
+
+#include "engine/allocator.h"
+#include "kernels/cpu/gemm.h"
+#include "tests/op_spec.h"
+
+namespace brisk::test {
+namespace {
+
+// torch.matmul by plain loops over to_vector values, in F64.
+Tensor matmul_reference(const Tensor& a, const Tensor& b) {
+  const bool a_vector = a.dim() == 1, b_vector = b.dim() == 1;
+  const Shape as = a_vector ? Shape{1, a.size(0)} : a.sizes();
+  const Shape bs = b_vector ? Shape{b.size(0), 1} : b.sizes();
+  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
+  // Batch dims, aligned from the right; a size-1 dim repeats its single matrix.
+  const int nd = std::max(as.size(), bs.size()) - 2;
+  Shape batch = Shape::filled(nd, 1);
+  auto batch_size = [nd](const Shape& s, int d) {
+    int sd = d - (nd - (s.size() - 2));
+    return sd >= 0 ? s[sd] : int64_t(1);
+  };
+  for (int d = 0; d < nd; ++d) batch[d] = batch_size(as, d) == 1 ? batch_size(bs, d) : batch_size(as, d);
+  std::vector<double> out;
+  for (int64_t e = 0; e < batch.numel(); ++e) {
+    int64_t ea = 0, eb = 0, rest = e, stride_a = 1, stride_b = 1;
+    for (int d = nd - 1; d >= 0; --d) {
+      const int64_t idx = rest % batch[d];
+      rest /= batch[d];
+      const int64_t sa = batch_size(as, d), sb = batch_size(bs, d);
+      ea += (sa == 1 ? 0 : idx) * stride_a;
+      eb += (sb == 1 ? 0 : idx) * stride_b;
+      stride_a *= sa;
+      stride_b *= sb;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p) acc += va[size_t((ea * m + i) * k + p)] * vb[size_t((eb * k + p) * n + j)];
+        out.push_back(acc);
+      }
+    }
+  }
+  Shape shape = batch;
+  if (!a_vector) shape.push_back(m);
+  if (!b_vector) shape.push_back(n);
+  return from_vector(out, shape, DType::F64);
+}
+
+OpCase two(const std::string& label, const Shape& a, const Shape& b, uint64_t seed) {
+  return {label, {uniform_values(a, -1, 1, seed), uniform_values(b, -1, 1, seed + 100)}};
+}
+
+Tensor mT(const Tensor& x) { return transpose(x, -2, -1); }
+
+OpSpec matmul_spec(const std::string& name) {
+  OpSpec s;
+  s.name = name;
+  s.covers = {OpId::Matmul};
+  s.fn = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+  s.reference = [](const std::vector<Tensor>& in) { return matmul_reference(in[0], in[1]); };
+  s.dtypes = {DType::F32, DType::F16, DType::BF16};
+  return s;
+}
+
+void add_specs(std::vector<OpSpec>& specs) {
+  {
+    OpSpec s = matmul_spec("matmul");
+    s.cases = [] {
+      return std::vector<OpCase>{
+          two("dot (5) @ (5), 0-dim result", {5}, {5}, 1),
+          two("(3, 4) @ (4, 5)", {3, 4}, {4, 5}, 2),
+          two("(4) @ (4, 5)", {4}, {4, 5}, 3),
+          two("(3, 4) @ (4)", {3, 4}, {4}, 4),
+          two("M = 1: (1, 6) @ (6, 7)", {1, 6}, {6, 7}, 5),
+          two("N = 1: (6, 7) @ (7, 1)", {6, 7}, {7, 1}, 6),
+          two("(1, 1) @ (1, 1)", {1, 1}, {1, 1}, 7),
+          two("batched (2, 3, 4) @ (2, 4, 5)", {2, 3, 4}, {2, 4, 5}, 8),
+          two("batched @ matrix (2, 3, 4) @ (4, 5)", {2, 3, 4}, {4, 5}, 9),
+          two("matrix @ batched (3, 4) @ (2, 4, 5)", {3, 4}, {2, 4, 5}, 10),
+          two("broadcast batch (2, 1, 3, 4) @ (3, 4, 5)", {2, 1, 3, 4}, {3, 4, 5}, 11),
+          two("broadcast batch (2, 1, 3, 4) @ (1, 5, 4, 2)", {2, 1, 3, 4}, {1, 5, 4, 2}, 12),
+          two("(4) @ (2, 4, 5)", {4}, {2, 4, 5}, 13),
+          two("(2, 3, 4) @ (4)", {2, 3, 4}, {4}, 14),
+          two("K = 0 gives zeros: (3, 0) @ (0, 4)", {3, 0}, {0, 4}, 15),
+          two("K = 0 batched: (2, 3, 0) @ (0, 4)", {2, 3, 0}, {0, 4}, 16),
+          two("M = 0: (0, 4) @ (4, 5)", {0, 4}, {4, 5}, 17),
+          two("N = 0: (3, 4) @ (4, 0)", {3, 4}, {4, 0}, 18),
+          two("batch 0: (0, 3, 4) @ (4, 5)", {0, 3, 4}, {4, 5}, 19),
+          two("dot of empty vectors (0) @ (0)", {0}, {0}, 20),
+      };
+    };
+    specs.push_back(s);
+  }
+  // Transposed operands: the kernel reads them in place (unit stride in the other dim).
+  struct Variant {
+    const char* name;
+    bool ta, tb;
+  };
+  for (Variant v : {Variant{"matmul a^T @ b", true, false}, Variant{"matmul a @ b^T", false, true},
+                    Variant{"matmul a^T @ b^T", true, true}}) {
+    OpSpec s = matmul_spec(v.name);
+    const bool ta = v.ta, tb = v.tb;
+    auto apply = [ta, tb](const std::vector<Tensor>& in) {
+      return std::pair<Tensor, Tensor>{ta ? mT(in[0]) : in[0], tb ? mT(in[1]) : in[1]};
+    };
+    s.fn = [apply](const std::vector<Tensor>& in) {
+      auto [a, b] = apply(in);
+      return matmul(a, b);
+    };
+    s.reference = [apply](const std::vector<Tensor>& in) {
+      auto [a, b] = apply(in);
+      return matmul_reference(a, b);
+    };
+    // Stored shapes; the product sees (3, 4) @ (4, 5) and batched (2, 3, 4) @ (2, 4, 5).
+    const Shape a2 = ta ? Shape{4, 3} : Shape{3, 4}, b2 = tb ? Shape{5, 4} : Shape{4, 5};
+    const Shape a3 = ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, b3 = tb ? Shape{2, 5, 4} : Shape{2, 4, 5};
+    const Shape a_big = ta ? Shape{90, 40} : Shape{40, 90}, b_big = tb ? Shape{50, 90} : Shape{90, 50};
+    s.cases = [=] {
+      return std::vector<OpCase>{two("matrices", a2, b2, 21), two("batched", a3, b3, 22),
+                                 two("large enough to thread", a_big, b_big, 23)};
+    };
+    s.tol_half = 3e-2;  // BF16 inputs are off by up to 2^-9 each; over K = 90 terms that adds up
+    specs.push_back(s);
+  }
+  {
+    // Sizes past Eigen's cache blocks (K > kc) and past the threading threshold: one product
+    // split across threads, a batch shared out across threads, a batch folded into rows.
+    OpSpec s = matmul_spec("matmul (blocked, threaded)");
+    s.cases = [] {
+      return std::vector<OpCase>{
+          two("(70, 700) @ (700, 130)", {70, 700}, {700, 130}, 31),
+          two("batch shared out (6, 40, 300) @ (6, 300, 50)", {6, 40, 300}, {6, 300, 50}, 32),
+          two("batch of 3, each split (3, 100, 200) @ (3, 200, 120)", {3, 100, 200}, {3, 200, 120}, 33),
+          two("batch folded into rows (4, 50, 300) @ (300, 64)", {4, 50, 300}, {300, 64}, 34),
+          two("matrix @ vector (300, 700) @ (700)", {300, 700}, {700}, 35),
+      };
+    };
+    s.grad = false;  // gradcheck costs two products per input element; the small specs cover it
+    // Rounding the inputs (2^-9 relative in BF16, 2^-24 in F32) moves each output by about
+    // sqrt(K) * |a b| * that; the worst of ~10^4 outputs at K = 700 needs these.
+    s.tol_f32 = 3e-5;
+    s.tol_half = 8e-2;
+    specs.push_back(s);
+  }
+  {
+    OpSpec s = matmul_spec("matmul (integers)");
+    s.cases = [] {
+      return std::vector<OpCase>{
+          {"I64 (2, 3) @ (3, 4)", {ints({1, -2, 3, 4, 5, -6}, {2, 3}), ints({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4})}},
+          {"I64 broadcast (2, 1, 1, 2) @ (3, 2, 1)",
+           {ints({1, 2, 3, 4}, {2, 1, 1, 2}), ints({1, -1, 2, 0, 5, 7}, {3, 2, 1})}},
+          {"I64 dot (3) @ (3)", {ints({1, 2, 3}, {3}), ints({4, -5, 6}, {3})}},
+      };
+    };
+    s.dtypes = {};
+    s.grad = false;
+    specs.push_back(s);
+  }
+}
+
+REGISTER_SPECS(add_specs);
+
+}  // namespace
+}  // namespace brisk::test
+
+using namespace brisk;
+
+TEST_CASE("matmul: a shape mismatch names the op and both shapes") {
+  CHECK_THROWS_WITH_AS(matmul(ones({2, 3}), ones({4, 5})), "matmul: shape mismatch (2, 3) @ (4, 5)", Error);
+  CHECK_THROWS_WITH_AS(matmul(ones({3}), ones({4})), "matmul: shape mismatch (3) @ (4)", Error);
+  CHECK_THROWS_WITH_AS(matmul(ones({2, 3}), ones({4})), "matmul: shape mismatch (2, 3) @ (4)", Error);
+  CHECK_THROWS_WITH_AS(matmul(ones({2, 3, 4}), ones({3, 4, 5})),
+                       "matmul: batch dims do not broadcast (2, 3, 4) @ (3, 4, 5)", Error);
+  CHECK_THROWS_WITH_AS(matmul(ones({}), ones({3})), "matmul: both operands need at least 1 dim, got () @ (3)", Error);
+}
+
+TEST_CASE("matmul: operands of different dtypes are an error") {
+  CHECK_THROWS_AS(matmul(ones({2, 3}), ones({3, 2}, DType::F64)), Error);
+  CHECK_THROWS_AS(matmul(ones({2, 2}, DType::Bool), ones({2, 2}, DType::Bool)), Error);
+}
+
+TEST_CASE("matmul: autocast computes in the lower dtype, and backward reaches the F32 inputs") {
+  Tensor a = test::uniform_values({3, 4}, -1, 1, 1, DType::F32).requires_grad_();
+  Tensor b = test::uniform_values({4, 2}, -1, 1, 2, DType::F32).requires_grad_();
+  Tensor y;
+  {
+    AutocastGuard guard(DeviceType::CPU, DType::BF16);
+    y = matmul(a, b);
+  }
+  CHECK(y.dtype() == DType::BF16);
+  CHECK(allclose(cast(y, DType::F32), matmul(a, b), 3e-2, 3e-2));
+  y.backward(ones({3, 2}, DType::BF16));
+  REQUIRE(a.grad().defined());
+  CHECK(a.grad().dtype() == DType::F32);
+  CHECK(b.grad().sizes() == Shape{4, 2});
+}
+
+TEST_CASE("gemm: column-major output and accumulate match a plain loop") {
+  using kernels::cpu::MatrixRef;
+  const int64_t m = 37, n = 29, k = 53;
+  std::vector<double> a = test::uniform_values({m, k}, -1, 1, 1).to_vector<double>();
+  std::vector<double> b = test::uniform_values({k, n}, -1, 1, 2).to_vector<double>();
+  // a: (m, k) and b: (k, n) row-major; c: (m, n) column-major, starting at 1.
+  std::vector<double> c(size_t(m * n), 1.0);
+  kernels::cpu::gemm<double>(MatrixRef<const double>{a.data(), m, k, k, 1}, MatrixRef<const double>{b.data(), k, n, n, 1},
+                             MatrixRef<double>{c.data(), m, n, 1, m}, /*accumulate=*/true);
+  double worst = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 1.0;
+      for (int64_t p = 0; p < k; ++p) want += a[size_t(i * k + p)] * b[size_t(p * n + j)];
+      worst = std::max(worst, std::abs(c[size_t(i + j * m)] - want));
+    }
+  }
+  CHECK(worst < 1e-12);
+}
+
+TEST_CASE("matmul: a transposed operand is read in place, a strided one is copied") {
+  // Nothing but the output may come from the allocator when the operand has a unit stride.
+  Tensor a = test::uniform_values({64, 32}, -1, 1, 1, DType::F32);
+  Tensor b = test::uniform_values({64, 48}, -1, 1, 2, DType::F32);
+  Allocator& alloc = cpu_allocator();
+  auto extra_bytes = [&](const Tensor& x, const Tensor& y) {
+    matmul(x, y);  // warm this thread's workspace
+    alloc.reset_peak();
+    const size_t before = alloc.stats().allocated;
+    Tensor out = matmul(x, y);
+    return alloc.stats().peak - before - CachingAllocator::round_size(size_t(out.numel()) * out.element_size());
+  };
+  CHECK(extra_bytes(transpose(a, 0, 1), b) == 0);
+  CHECK(extra_bytes(transpose(a, 0, 1), test::noncontiguous(b)) > 0);
+}

@@ -1,0 +1,225 @@
+// tests/specs_norm.cpp: specs of the normalization ops (engine/ops/norm.cpp) through their
+// public forms layer_norm, batch_norm and group_norm (nn/functional.h): 1-D to 4-D inputs,
+// with and without affine, batch norm in training and eval, against plain F64 loops;
+// F32/F16/BF16 against F64, gradcheck in F64.
+// Not here: running statistics, eval after training, errors (tests/test_norm.cpp).
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include "nn/functional.h"
+#include "tests/op_spec.h"
+
+namespace brisk::test {
+namespace {
+
+namespace F = ::brisk::nn::functional;
+using V = std::vector<double>;
+
+constexpr double kEps = 1e-5;
+
+// Trailing `nd` sizes of `s`.
+Shape trailing(const Shape& s, int nd) {
+  Shape t;
+  for (int d = s.size() - nd; d < s.size(); ++d) t.push_back(s[d]);
+  return t;
+}
+
+// ---- plain references
+// Normalizes `groups` groups of `n` values of x, element i of group g at x[index(g, i)]: two
+// passes, the mean, then the biased variance.
+V normalize_groups(const V& x, int64_t groups, const std::function<int64_t(int64_t g, int64_t i)>& index, int64_t n,
+                   double eps) {
+  V y(x.size());
+  for (int64_t g = 0; g < groups; ++g) {
+    double m = 0;
+    for (int64_t i = 0; i < n; ++i) m += x[size_t(index(g, i))];
+    m /= double(n);
+    double v = 0;
+    for (int64_t i = 0; i < n; ++i) v += (x[size_t(index(g, i))] - m) * (x[size_t(index(g, i))] - m);
+    v /= double(n);
+    const double rs = 1 / std::sqrt(v + eps);
+    for (int64_t i = 0; i < n; ++i) y[size_t(index(g, i))] = (x[size_t(index(g, i))] - m) * rs;
+  }
+  return y;
+}
+
+// x (R, N): each row normalized, then * w[j] + b[j].
+Tensor layer_norm_ref(const Tensor& x, int nd, const Tensor& w, const Tensor& b) {
+  const int64_t n = trailing(x.sizes(), nd).numel();
+  const int64_t rows = n ? x.numel() / n : 0;
+  V y = normalize_groups(x.to_vector<double>(), rows, [n](int64_t g, int64_t i) { return g * n + i; }, n, kEps);
+  const V wv = w.defined() ? w.to_vector<double>() : V(size_t(n), 1.0);
+  const V bv = b.defined() ? b.to_vector<double>() : V(size_t(n), 0.0);
+  for (size_t k = 0; k < y.size(); ++k) y[k] = y[k] * wv[k % size_t(n)] + bv[k % size_t(n)];
+  return from_vector(y, x.sizes(), DType::F64);
+}
+
+// x (B, C, S): channel c normalized over (B, S) with the given statistics or its own.
+Tensor batch_norm_ref(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm, const Tensor& rv) {
+  const int64_t batch = x.sizes()[0], channels = x.sizes()[1];
+  int64_t spatial = 1;
+  for (int d = 2; d < x.dim(); ++d) spatial *= x.sizes()[d];
+  const V xv = x.to_vector<double>();
+  auto at = [=](int64_t c, int64_t i) { return ((i / spatial) * channels + c) * spatial + i % spatial; };
+  V y;
+  if (rm.defined()) {
+    const V m = rm.to_vector<double>(), v = rv.to_vector<double>();
+    y = xv;
+    for (size_t k = 0; k < y.size(); ++k) {
+      const size_t c = size_t((int64_t(k) / spatial) % channels);
+      y[k] = (xv[k] - m[c]) / std::sqrt(v[c] + kEps);
+    }
+  } else {
+    y = normalize_groups(xv, channels, at, batch * spatial, kEps);
+  }
+  const V wv = w.defined() ? w.to_vector<double>() : V(size_t(channels), 1.0);
+  const V bv = b.defined() ? b.to_vector<double>() : V(size_t(channels), 0.0);
+  for (size_t k = 0; k < y.size(); ++k) {
+    const size_t c = size_t((int64_t(k) / spatial) % channels);
+    y[k] = y[k] * wv[c] + bv[c];
+  }
+  return from_vector(y, x.sizes(), DType::F64);
+}
+
+// x (B, C, *) in G groups of C / G channels, per-channel affine.
+Tensor group_norm_ref(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b) {
+  const int64_t batch = x.sizes()[0], channels = x.sizes()[1];
+  const int64_t spatial = x.numel() / (batch * channels);
+  const int64_t n = channels / groups * spatial;
+  V y = normalize_groups(x.to_vector<double>(), batch * groups, [n](int64_t g, int64_t i) { return g * n + i; }, n,
+                         kEps);
+  const V wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  for (size_t k = 0; k < y.size(); ++k) {
+    const size_t c = size_t((int64_t(k) / spatial) % channels);
+    y[k] = y[k] * wv[c] + bv[c];
+  }
+  return from_vector(y, x.sizes(), DType::F64);
+}
+
+// Running statistics for the eval cases: fixed values made the same way by the op under test
+// and the reference (as inputs they would be gradchecked, but they take no gradient).
+Tensor eval_mean(int64_t c, DType t) { return cast(uniform_values({c}, -0.5, 0.5, 91), t); }
+Tensor eval_var(int64_t c, DType t) { return cast(uniform_values({c}, 0.5, 1.5, 92), t); }
+
+// ---- cases
+// x of `shape` (spread around a nonzero mean), with affine params of its trailing `nd` dims.
+OpCase ln_case(const Shape& shape, int nd, bool affine, uint64_t seed) {
+  OpCase c{"", {uniform_values(shape, -1, 2, seed)}};
+  std::ostringstream label;
+  label << shape << " over " << nd << (affine ? " dims, affine" : " dims");
+  c.label = label.str();
+  if (affine) {
+    c.inputs.push_back(uniform_values(trailing(shape, nd), 0.5, 1.5, seed + 1));
+    c.inputs.push_back(uniform_values(trailing(shape, nd), -0.5, 0.5, seed + 2));
+  }
+  return c;
+}
+
+OpCase bn_case(const Shape& shape, bool affine, uint64_t seed) {
+  OpCase c{"", {uniform_values(shape, -1, 2, seed)}};
+  std::ostringstream label;
+  label << shape << (affine ? ", affine" : "");
+  c.label = label.str();
+  if (affine) {
+    c.inputs.push_back(uniform_values({shape[1]}, 0.5, 1.5, seed + 1));
+    c.inputs.push_back(uniform_values({shape[1]}, -0.5, 0.5, seed + 2));
+  }
+  return c;
+}
+
+Tensor opt(const std::vector<Tensor>& in, size_t i) { return i < in.size() ? in[i] : Tensor(); }
+
+OpSpec norm_spec(const std::string& name, OpId id) {
+  OpSpec s;
+  s.name = name;
+  s.covers = {id};
+  s.dtypes = {DType::F32, DType::F16, DType::BF16};
+  return s;
+}
+
+void add_specs(std::vector<OpSpec>& specs) {
+  // layer_norm: the number of normalized dims is the spec's; inputs (x) or (x, w, b).
+  for (int nd : {1, 2}) {
+    OpSpec s = norm_spec("layer_norm over the last " + std::to_string(nd) + " dims", OpId::LayerNorm);
+    s.fn = [nd](const std::vector<Tensor>& in) {
+      return F::layer_norm(in[0], trailing(in[0].sizes(), nd), opt(in, 1), opt(in, 2), kEps);
+    };
+    s.reference = [nd](const std::vector<Tensor>& in) { return layer_norm_ref(in[0], nd, opt(in, 1), opt(in, 2)); };
+    s.cases = [nd] {
+      std::vector<OpCase> cases;
+      if (nd == 1) cases.push_back(ln_case({5}, 1, true, 1));
+      cases.push_back(ln_case({3, 4}, nd, true, 4));
+      cases.push_back(ln_case({3, 4}, nd, false, 7));
+      cases.push_back(ln_case({2, 3, 4}, nd, true, 10));
+      cases.push_back(ln_case({2, 2, 3, 3}, nd, true, 13));
+      cases.push_back(ln_case({2, 2, 3, 3}, nd, false, 16));
+      cases.push_back(ln_case({0, 3, 4}, nd, true, 19));
+      return cases;
+    };
+    specs.push_back(s);
+  }
+
+  // batch_norm in training, running statistics untracked: inputs (x) or (x, w, b).
+  {
+    OpSpec s = norm_spec("batch_norm training", OpId::BatchNorm);
+    s.fn = [](const std::vector<Tensor>& in) {
+      return F::batch_norm(in[0], {}, {}, opt(in, 1), opt(in, 2), true, 0.1, kEps);
+    };
+    s.reference = [](const std::vector<Tensor>& in) {
+      return batch_norm_ref(in[0], opt(in, 1), opt(in, 2), {}, {});
+    };
+    s.cases = [] {
+      return std::vector<OpCase>{bn_case({4, 3}, true, 1),       bn_case({4, 3}, false, 4),
+                                 bn_case({2, 3, 5}, true, 7),     bn_case({2, 3, 5}, false, 10),
+                                 bn_case({2, 3, 2, 3}, true, 13), bn_case({1, 2, 2, 2}, true, 16)};
+    };
+    specs.push_back(s);
+    // The same with tracked running statistics (fresh each call): y does not depend on them,
+    // but the update runs in every dtype.
+    s.name = "batch_norm training, tracked running statistics";
+    s.fn = [](const std::vector<Tensor>& in) {
+      const int64_t c = in[0].sizes()[1];
+      Tensor rm = zeros({c}, in[0].dtype()), rv = ones({c}, in[0].dtype());
+      return F::batch_norm(in[0], rm, rv, opt(in, 1), opt(in, 2), true, 0.1, kEps);
+    };
+    specs.push_back(s);
+  }
+
+  // batch_norm in eval: the fixed running statistics of eval_mean / eval_var.
+  {
+    OpSpec s = norm_spec("batch_norm eval", OpId::BatchNorm);
+    s.fn = [](const std::vector<Tensor>& in) {
+      const int64_t c = in[0].sizes()[1];
+      const DType t = in[0].dtype();
+      return F::batch_norm(in[0], eval_mean(c, t), eval_var(c, t), opt(in, 1), opt(in, 2), false, 0.1, kEps);
+    };
+    s.reference = [](const std::vector<Tensor>& in) {
+      const int64_t c = in[0].sizes()[1];
+      return batch_norm_ref(in[0], opt(in, 1), opt(in, 2), eval_mean(c, DType::F64), eval_var(c, DType::F64));
+    };
+    s.cases = [] {
+      return std::vector<OpCase>{bn_case({4, 3}, true, 21),       bn_case({1, 3}, true, 24),
+                                 bn_case({2, 3, 5}, false, 27),   bn_case({2, 3, 2, 3}, true, 30),
+                                 bn_case({0, 3, 2}, true, 33)};
+    };
+    specs.push_back(s);
+  }
+
+  // group_norm: a composite over the layer_norm op.
+  {
+    OpSpec s = norm_spec("group_norm", OpId::LayerNorm);
+    s.fn = [](const std::vector<Tensor>& in) { return F::group_norm(in[0], 2, in[1], in[2], kEps); };
+    s.reference = [](const std::vector<Tensor>& in) { return group_norm_ref(in[0], 2, in[1], in[2]); };
+    s.cases = [] {
+      return std::vector<OpCase>{bn_case({3, 4}, true, 41), bn_case({2, 4, 3}, true, 44),
+                                 bn_case({2, 6, 2, 2}, true, 47)};
+    };
+    specs.push_back(s);
+  }
+}
+
+REGISTER_SPECS(add_specs);
+
+}  // namespace
+}  // namespace brisk::test
