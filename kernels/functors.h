@@ -131,7 +131,10 @@ struct Where {
 };
 struct MaskedFill {
   double value;
-  template <class T> BRISK_HD T operator()(T x, bool m) const { return m ? T(value) : x; }
+  template <class T> BRISK_HD T operator()(T x, bool m) const {
+    const T v = T(value);
+    return m ? v : x;
+  }
 };
 
 }  // namespace brisk::functors

@@ -2,6 +2,7 @@
 // See Note [Fused steps match the reference].
 #include "optim/adagrad.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/functions.h"
@@ -45,21 +46,34 @@ void adagrad_reference(const AdagradOptions& o, const Tensor& param, const Tenso
 }
 
 #pragma GCC push_options
-#pragma GCC optimize("fp-contract=off", "no-math-errno")  // See Note [Fused steps match the reference]
+#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
 
-// One tensor's elements [begin, end): the reference's arithmetic, element by element.
+// One tensor's elements [begin, end): the reference's arithmetic, element by element, in
+// blocks of three loops (sums, square roots, update). See Note [Square roots in fused loops].
 template <class T>
 void adagrad_kernel(const AdagradOptions& o, double clr, T* p, const T* g, T* sum, int64_t begin, int64_t end) {
   const T wd = T(o.weight_decay);
   const T eps = T(o.eps);
   const T neg_clr = T(-clr);
-  for (int64_t i = begin; i < end; ++i) {
-    T grad = o.maximize ? -g[i] : g[i];
-    if (o.weight_decay != 0) grad = grad + p[i] * wd;
-    T s = sum[i] + grad * grad;
-    sum[i] = s;
-    T denom = std::sqrt(s) + eps;
-    p[i] = p[i] + grad / denom * neg_clr;
+  T root[detail::kBlock];
+  T grads[detail::kBlock];
+  for (int64_t b = begin; b < end; b += detail::kBlock) {
+    int64_t n = std::min(detail::kBlock, end - b);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = b + j;
+      T grad = o.maximize ? -g[i] : g[i];
+      if (o.weight_decay != 0) grad = grad + p[i] * wd;
+      grads[j] = grad;
+      T s = sum[i] + grad * grad;
+      sum[i] = s;
+      root[j] = s;
+    }
+    detail::sqrt_in_place(root, n);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = b + j;
+      T denom = root[j] + eps;
+      p[i] = p[i] + grads[j] / denom * neg_clr;
+    }
   }
 }
 

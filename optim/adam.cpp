@@ -3,6 +3,7 @@
 // See Note [Fused steps match the reference].
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/functions.h"
@@ -42,7 +43,7 @@ void check_adam_options(const char* name, const Options& o) {
 
 // Bias corrections of one parameter at its step count.
 struct AdamStepScalars {
-  double step_size;        // lr / (1 - beta1^t)
+  double step_size;              // lr / (1 - beta1^t)
   double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
 };
 
@@ -87,13 +88,14 @@ void adam_reference(const AdamHyper& h, const Tensor& param, const Tensor& grad,
 }
 
 #pragma GCC push_options
-#pragma GCC optimize("fp-contract=off", "no-math-errno")  // See Note [Fused steps match the reference]
+#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
 
-// One tensor's elements [begin, end): the reference's arithmetic, element by element.
+// One tensor's elements [begin, end): the reference's arithmetic, element by element, in
+// blocks of three loops (moments, square roots, update). See Note [Square roots in fused loops].
 // vmax is null without amsgrad.
-template <class T>
-void adam_kernel(const AdamHyper& h, const AdamStepScalars& s, T* p, const T* g, T* m, T* v, T* vmax,
-                 int64_t begin, int64_t end) {
+template <class T, bool kAmsgrad>
+void adam_kernel(const AdamHyper& h, const AdamStepScalars& s, T* p, const T* g, T* m, T* v, T* vmax, int64_t begin,
+                 int64_t end) {
   const T wd = T(h.weight_decay);
   const T decay = T(1 - h.lr * h.weight_decay);
   const T beta1 = T(h.beta1);
@@ -105,24 +107,31 @@ void adam_kernel(const AdamHyper& h, const AdamStepScalars& s, T* p, const T* g,
   const T neg_step_size = T(-s.step_size);
   const bool l2 = h.weight_decay != 0 && !h.decoupled;
   const bool decoupled = h.weight_decay != 0 && h.decoupled;
-  for (int64_t i = begin; i < end; ++i) {
-    T grad = h.maximize ? -g[i] : g[i];
-    T param = p[i];
-    if (l2) grad = grad + param * wd;
-    if (decoupled) param = param * decay;
-    T exp_avg = m[i] * beta1 + grad * one_minus_beta1;
-    T exp_avg_sq = v[i] * beta2 + grad * grad * one_minus_beta2;
-    m[i] = exp_avg;
-    v[i] = exp_avg_sq;
-    T second_moment = exp_avg_sq;
-    if (vmax) {
-      T old = vmax[i];
-      bool nan = old != old || exp_avg_sq != exp_avg_sq;
-      second_moment = nan ? old + exp_avg_sq : (old > exp_avg_sq ? old : exp_avg_sq);
-      vmax[i] = second_moment;
+  T root[detail::kBlock];
+  for (int64_t b = begin; b < end; b += detail::kBlock) {
+    int64_t n = std::min(detail::kBlock, end - b);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = b + j;
+      T grad = h.maximize ? -g[i] : g[i];
+      if (l2) grad = grad + p[i] * wd;
+      T exp_avg = m[i] * beta1 + grad * one_minus_beta1;
+      T exp_avg_sq = v[i] * beta2 + grad * grad * one_minus_beta2;
+      m[i] = exp_avg;
+      v[i] = exp_avg_sq;
+      T second_moment = exp_avg_sq;
+      if constexpr (kAmsgrad) {
+        second_moment = detail::maximum(vmax[i], exp_avg_sq);
+        vmax[i] = second_moment;
+      }
+      root[j] = second_moment;
     }
-    T denom = std::sqrt(second_moment) / bias_correction2_sqrt + eps;
-    p[i] = param + exp_avg / denom * neg_step_size;
+    detail::sqrt_in_place(root, n);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = b + j;
+      T param = decoupled ? p[i] * decay : p[i];
+      T denom = root[j] / bias_correction2_sqrt + eps;
+      p[i] = param + m[i] / denom * neg_step_size;
+    }
   }
 }
 
@@ -140,8 +149,15 @@ void adam_fused(const AdamHyper& h, const std::vector<Optimizer::Slot*>& slots) 
     Optimizer::Slot& s = *slots[i];
     auto& buffers = s.state->buffers;
     T* vmax = h.amsgrad ? buffers.at("max_exp_avg_sq").data<T>() : nullptr;
-    adam_kernel<T>(h, scalars[i], s.param.data<T>(), s.grad.data<T>(), buffers.at("exp_avg").data<T>(),
-                   buffers.at("exp_avg_sq").data<T>(), vmax, begin, end);
+    T* p = s.param.data<T>();
+    const T* g = s.grad.data<T>();
+    T* m = buffers.at("exp_avg").data<T>();
+    T* v = buffers.at("exp_avg_sq").data<T>();
+    if (vmax) {
+      adam_kernel<T, true>(h, scalars[i], p, g, m, v, vmax, begin, end);
+    } else {
+      adam_kernel<T, false>(h, scalars[i], p, g, m, v, vmax, begin, end);
+    }
   });
 }
 
@@ -193,8 +209,7 @@ AdamW::AdamW(NamedTensors params, const AdamWOptions& options) : OptimizerWith(o
   add_param_group(std::move(params), options);
 }
 
-AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
-    : AdamW(number_params(params), options) {}
+AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options) : AdamW(number_params(params), options) {}
 
 void AdamW::check_options(size_t g) const { check_adam_options("AdamW", options(g)); }
 

@@ -41,8 +41,7 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   return std::pow(total, 1.0 / norm_type);
 }
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
-                       bool error_if_nonfinite) {
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   double total = grad_norm(params, norm_type);
   BRISK_CHECK(!(error_if_nonfinite && !std::isfinite(total)), "clip_grad_norm_: the total norm of order ", norm_type,
               " of the gradients is ", total,

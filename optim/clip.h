@@ -1,13 +1,7 @@
 // optim/clip.h: gradient utilities: clip_grad_norm_ and clip_grad_value_ (PyTorch's
-// torch.nn.utils functions, same norms and clip coefficient), grad_norm (the norm alone), and
-// l1_penalty, a differentiable sum of |p| to add to a loss.
-// Gradient accumulation needs no helper; the pattern (tested in tests/test_optim.cpp):
-//   opt.zero_grad();
-//   for (int i = 0; i < N; ++i) (loss_fn(micro_batch[i]) / N).backward();  // grads add up
-//   clip_grad_norm_(params, max_norm);  // optional, on the accumulated gradient
-//   opt.step();
-// which gives the update of one batch N times larger (for a loss that is a mean over samples).
-// Not here: GradScaler's unscale (mixed precision) or the optimizers.
+// torch.nn.utils functions, same norms and clip coefficient), grad_norm (the norm alone),
+// l1_penalty (a differentiable sum of |p| to add to a loss), and the gradient accumulation
+// pattern (below). Not here: GradScaler's unscale (mixed precision) or the optimizers.
 #pragma once
 
 #include <limits>
@@ -16,6 +10,14 @@
 #include "engine/tensor.h"
 
 namespace brisk::optim {
+
+// Gradient accumulation needs no helper: gradients add up in .grad across backward calls.
+//   opt.zero_grad();
+//   for (int i = 0; i < N; ++i) (loss_fn(micro_batch[i]) / N).backward();
+//   clip_grad_norm_(params, max_norm);  // optional, on the accumulated gradient
+//   opt.step();
+// gives the update of one batch N times larger, for a loss that is a mean over samples
+// (tested in tests/test_optim.cpp). Divide by N, or the step sees N times the gradient.
 
 inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 

@@ -76,8 +76,8 @@ void EarlyStopping::load_state_dict(const Scalars& state) {
   num_bad_epochs_ = int64_t(get("num_bad_epochs"));
   epoch_ = int64_t(get("epoch"));
   // A resumed run finds its best weights in the file the first run wrote.
-  best_on_disk_ = best_epoch_ >= 0 && !options_.checkpoint_path.empty() &&
-                  std::filesystem::exists(options_.checkpoint_path);
+  best_on_disk_ =
+      best_epoch_ >= 0 && !options_.checkpoint_path.empty() && std::filesystem::exists(options_.checkpoint_path);
 }
 
 }  // namespace brisk::optim

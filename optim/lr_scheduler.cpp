@@ -184,8 +184,7 @@ std::vector<double> ConstantLR::closed_form_lr() {
 
 LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
     : LRScheduler(optimizer), start_factor_(start_factor), end_factor_(end_factor), total_iters_(total_iters) {
-  BRISK_CHECK(start_factor > 0 && start_factor <= 1, "LinearLR: start_factor must lie in (0, 1], got ",
-              start_factor);
+  BRISK_CHECK(start_factor > 0 && start_factor <= 1, "LinearLR: start_factor must lie in (0, 1], got ", start_factor);
   BRISK_CHECK(end_factor >= 0 && end_factor <= 1, "LinearLR: end_factor must lie in [0, 1], got ", end_factor);
   BRISK_CHECK(total_iters > 0, "LinearLR: total_iters must be positive, got ", total_iters);
   initial_step();
@@ -404,9 +403,12 @@ CyclicLR::CyclicLR(Optimizer& optimizer, const CyclicLROptions& options)
 double CyclicLR::scale(double x) const {
   if (options_.scale_fn) return options_.scale_fn(x);
   switch (options_.mode) {
-    case CyclicMode::Triangular: return 1.0;
-    case CyclicMode::Triangular2: return 1 / std::pow(2.0, x - 1);
-    case CyclicMode::ExpRange: return std::pow(options_.gamma, x);
+    case CyclicMode::Triangular:
+      return 1.0;
+    case CyclicMode::Triangular2:
+      return 1 / std::pow(2.0, x - 1);
+    case CyclicMode::ExpRange:
+      return std::pow(options_.gamma, x);
   }
   return 1.0;
 }
@@ -417,8 +419,8 @@ std::vector<double> CyclicLR::get_lr() {
   double x = 1. + t / total_size_ - cycle;
   double scale_factor = x <= step_ratio_ ? x / step_ratio_ : (x - 1) / (step_ratio_ - 1);
   // triangular modes scale per cycle, exp_range per iteration; a custom scale_fn as told.
-  bool per_iteration = options_.scale_fn ? options_.scale_mode == ScaleMode::Iterations
-                                         : options_.mode == CyclicMode::ExpRange;
+  bool per_iteration =
+      options_.scale_fn ? options_.scale_mode == ScaleMode::Iterations : options_.mode == CyclicMode::ExpRange;
   double s = scale(per_iteration ? t : cycle);
   std::vector<double> lrs;
   for (size_t g = 0; g < base_lrs_.size(); ++g) {

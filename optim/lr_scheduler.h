@@ -214,9 +214,9 @@ struct CyclicLROptions {
   double step_size_up = 2000;
   std::optional<double> step_size_down;  // default: step_size_up
   CyclicMode mode = CyclicMode::Triangular;
-  double gamma = 1.0;                        // ExpRange: scale = gamma^iteration
-  std::function<double(double)> scale_fn;    // overrides mode when set
-  ScaleMode scale_mode = ScaleMode::Cycle;   // what scale_fn is given (with a custom scale_fn)
+  double gamma = 1.0;                       // ExpRange: scale = gamma^iteration
+  std::function<double(double)> scale_fn;   // overrides mode when set
+  ScaleMode scale_mode = ScaleMode::Cycle;  // what scale_fn is given (with a custom scale_fn)
   bool cycle_momentum = true;
   std::vector<double> base_momentum = {0.8};
   std::vector<double> max_momentum = {0.9};
@@ -255,8 +255,8 @@ struct OneCycleLROptions {
   bool cycle_momentum = true;
   std::vector<double> base_momentum = {0.85};
   std::vector<double> max_momentum = {0.95};
-  double div_factor = 25;          // initial_lr = max_lr / div_factor
-  double final_div_factor = 1e4;   // min_lr = initial_lr / final_div_factor
+  double div_factor = 25;         // initial_lr = max_lr / div_factor
+  double final_div_factor = 1e4;  // min_lr = initial_lr / final_div_factor
   bool three_phase = false;
 };
 
@@ -330,13 +330,13 @@ enum class ThresholdMode { Rel, Abs };
 
 struct ReduceLROnPlateauOptions {
   PlateauMode mode = PlateauMode::Min;
-  double factor = 0.1;  // new lr = lr * factor
+  double factor = 0.1;    // new lr = lr * factor
   int64_t patience = 10;  // epochs without improvement tolerated
   double threshold = 1e-4;
   ThresholdMode threshold_mode = ThresholdMode::Rel;
-  int64_t cooldown = 0;  // epochs to wait after a reduction before counting again
+  int64_t cooldown = 0;              // epochs to wait after a reduction before counting again
   std::vector<double> min_lr = {0};  // one value for all groups or one per group
-  double eps = 1e-8;  // a reduction smaller than this is skipped
+  double eps = 1e-8;                 // a reduction smaller than this is skipped
 };
 
 // Multiplies the learning rates by factor when a metric has stopped improving for more than

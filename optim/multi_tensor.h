@@ -5,9 +5,8 @@
 // Not here: the update formulas (each optimizer's .cpp holds its loop beside its reference).
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -20,7 +19,29 @@ namespace brisk::optim::detail {
 // tensor op would round: scalars become the tensor's dtype as the ops convert them (T(beta1)),
 // and the loops are compiled with fp-contract=off so that no a * b + c turns into one fused
 // multiply-add (the reference rounds between the multiply and the add: they are two ops).
-// On the CPU the two paths then agree bit for bit; the tests allow 1e-7 relative.
+// On the CPU the two paths then agree bit for bit; the tests allow 1e-7 relative. (The
+// pragma is GCC's, the project's compiler; clang needs -ffp-contract=off for the same.)
+
+// Note [Square roots in fused loops]
+// std::sqrt may set errno (GCC's default -fmath-errno), which keeps the compiler from
+// vectorizing any loop that calls it, and no pragma turns that off for one function. So the
+// loops that need a square root run in blocks of kBlock elements: a vectorized loop computes
+// the arguments into a stack buffer, sqrt_in_place takes their roots (scalar sqrtss, as
+// correctly rounded as the vector instruction, so results do not change), and a second
+// vectorized loop finishes the update.
+inline constexpr int64_t kBlock = 256;
+
+template <class T>
+void sqrt_in_place(T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sqrt(x[i]);
+}
+
+// maximum(a, b) as the elementwise op computes it: NaN propagates.
+template <class T>
+T maximum(T a, T b) {
+  if (a != a || b != b) return a + b;
+  return a > b ? a : b;
+}
 
 // Elements per chunk: big enough to amortize the loop setup, small enough to balance threads.
 inline constexpr int64_t kChunk = 1 << 15;

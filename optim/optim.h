@@ -4,6 +4,7 @@
 
 #include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/checkpoint.h"
 #include "optim/clip.h"
 #include "optim/early_stopping.h"
 #include "optim/lr_scheduler.h"

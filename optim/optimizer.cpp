@@ -26,8 +26,7 @@ void Optimizer::add_group(NamedTensors params) {
                 "' contains white space");
     for (const ParamGroup& other : groups_) {
       for (size_t i = 0; i < other.params.size(); ++i) {
-        BRISK_CHECK(other.names[i] != param_name, name(), ": parameter name '", param_name,
-                    "' appears in two groups");
+        BRISK_CHECK(other.names[i] != param_name, name(), ": parameter name '", param_name, "' appears in two groups");
         BRISK_CHECK(other.params[i].impl() != t.impl(), name(), ": parameter '", param_name,
                     "' is already in a group (as '", other.names[i], "')");
       }
@@ -118,8 +117,8 @@ std::vector<Optimizer::Slot> Optimizer::active_slots(size_t g) {
     if (!p.requires_grad()) continue;  // frozen
     Tensor grad = p.grad();
     if (!grad.defined()) continue;
-    BRISK_CHECK(grad.sizes() == p.sizes() && grad.device() == p.device(), name(), ": gradient of '",
-                group.names[i], "' is ", grad.str(), " but the parameter is ", p.str());
+    BRISK_CHECK(grad.sizes() == p.sizes() && grad.device() == p.device(), name(), ": gradient of '", group.names[i],
+                "' is ", grad.str(), " but the parameter is ", p.str());
     if (grad.dtype() != p.dtype()) grad = cast(grad, p.dtype());
     slots.push_back({p, grad, &state_[group.names[i]]});
   }
@@ -159,9 +158,9 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
   std::unordered_map<std::string, const Tensor*> params;
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::string prefix = "group." + std::to_string(g) + ".";
-    BRISK_CHECK(size_t(scalar(prefix + "num_params")) == groups_[g].params.size(), name(),
-                ": load_state_dict: group ", g, " has ", scalar(prefix + "num_params"), " parameters in the state, ",
-                groups_[g].params.size(), " in the optimizer");
+    BRISK_CHECK(size_t(scalar(prefix + "num_params")) == groups_[g].params.size(), name(), ": load_state_dict: group ",
+                g, " has ", scalar(prefix + "num_params"), " parameters in the state, ", groups_[g].params.size(),
+                " in the optimizer");
     for (size_t i = 0; i < groups_[g].params.size(); ++i) params[groups_[g].names[i]] = &groups_[g].params[i];
   }
   // Everything is checked before anything changes: a bad state leaves the optimizer as it was.
@@ -187,8 +186,7 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
     BRISK_CHECK(dot != std::string::npos && key.substr(dot + 1) == "step", name(),
                 ": load_state_dict: unexpected scalar key '", key, "'");
     std::string param_name = key.substr(6, dot - 6);
-    BRISK_CHECK(params.count(param_name), name(), ": load_state_dict: state for unknown parameter '", param_name,
-                "'");
+    BRISK_CHECK(params.count(param_name), name(), ": load_state_dict: state for unknown parameter '", param_name, "'");
     loaded[param_name].step = int64_t(value);
   }
   for (size_t g = 0; g < groups_.size(); ++g) {

@@ -119,14 +119,20 @@ class OptimizerWith : public Optimizer {
 
   // Adds parameters as a new group with their own options (defaults when not given).
   void add_param_group(NamedTensors params, const Options& options) {
-    add_group(std::move(params));
     options_.push_back(options);
-    check_options(options_.size() - 1);
+    try {
+      check_options(options_.size() - 1);
+      add_group(std::move(params));
+    } catch (...) {
+      options_.pop_back();  // a refused group leaves the optimizer as it was
+      throw;
+    }
   }
   void add_param_group(NamedTensors params) { add_param_group(std::move(params), defaults_); }
   void add_param_group(const std::vector<Tensor>& params, const Options& options) {
     add_param_group(number_params(params, num_params()), options);
   }
+  void add_param_group(const std::vector<Tensor>& params) { add_param_group(params, defaults_); }
 
  protected:
   // The derived constructor adds the first group (virtual calls work only from there).

@@ -2,6 +2,7 @@
 // See Note [Fused steps match the reference].
 #include "optim/rmsprop.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/functions.h"
@@ -63,11 +64,12 @@ void rmsprop_reference(const RMSpropOptions& o, const Tensor& param, const Tenso
 }
 
 #pragma GCC push_options
-#pragma GCC optimize("fp-contract=off", "no-math-errno")  // See Note [Fused steps match the reference]
+#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
 
-// One tensor's elements [begin, end): the reference's arithmetic, element by element.
-// grad_avg is null unless centered, buf null without momentum.
-template <class T>
+// One tensor's elements [begin, end): the reference's arithmetic, element by element, in
+// blocks of three loops (averages, square roots, update). See Note [Square roots in fused
+// loops]. grad_avg is null unless centered, buf null without momentum.
+template <class T, bool kCentered, bool kMomentum>
 void rmsprop_kernel(const RMSpropOptions& o, T* p, const T* g, T* square_avg, T* grad_avg, T* buf, int64_t begin,
                     int64_t end) {
   const T wd = T(o.weight_decay);
@@ -76,25 +78,36 @@ void rmsprop_kernel(const RMSpropOptions& o, T* p, const T* g, T* square_avg, T*
   const T eps = T(o.eps);
   const T momentum = T(o.momentum);
   const T neg_lr = T(-o.lr);
-  for (int64_t i = begin; i < end; ++i) {
-    T grad = o.maximize ? -g[i] : g[i];
-    if (o.weight_decay != 0) grad = grad + p[i] * wd;
-    T sq = square_avg[i] * alpha + grad * grad * one_minus_alpha;
-    square_avg[i] = sq;
-    T avg;
-    if (grad_avg) {
-      T ga = grad_avg[i] * alpha + grad * one_minus_alpha;
-      grad_avg[i] = ga;
-      avg = std::sqrt(sq - ga * ga) + eps;
-    } else {
-      avg = std::sqrt(sq) + eps;
+  T root[detail::kBlock];
+  T grads[detail::kBlock];
+  for (int64_t b = begin; b < end; b += detail::kBlock) {
+    int64_t n = std::min(detail::kBlock, end - b);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = b + j;
+      T grad = o.maximize ? -g[i] : g[i];
+      if (o.weight_decay != 0) grad = grad + p[i] * wd;
+      grads[j] = grad;
+      T sq = square_avg[i] * alpha + grad * grad * one_minus_alpha;
+      square_avg[i] = sq;
+      if constexpr (kCentered) {
+        T ga = grad_avg[i] * alpha + grad * one_minus_alpha;
+        grad_avg[i] = ga;
+        root[j] = sq - ga * ga;
+      } else {
+        root[j] = sq;
+      }
     }
-    if (buf) {
-      T b = buf[i] * momentum + grad / avg;
-      buf[i] = b;
-      p[i] = p[i] + b * neg_lr;
-    } else {
-      p[i] = p[i] + grad / avg * neg_lr;
+    detail::sqrt_in_place(root, n);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = b + j;
+      T avg = root[j] + eps;
+      if constexpr (kMomentum) {
+        T bb = buf[i] * momentum + grads[j] / avg;
+        buf[i] = bb;
+        p[i] = p[i] + bb * neg_lr;
+      } else {
+        p[i] = p[i] + grads[j] / avg * neg_lr;
+      }
     }
   }
 }
@@ -110,8 +123,18 @@ void rmsprop_fused(const RMSpropOptions& o, const std::vector<Optimizer::Slot*>&
     auto& buffers = s.state->buffers;
     T* grad_avg = o.centered ? buffers.at("grad_avg").data<T>() : nullptr;
     T* buf = o.momentum > 0 ? buffers.at("momentum_buffer").data<T>() : nullptr;
-    rmsprop_kernel<T>(o, s.param.data<T>(), s.grad.data<T>(), buffers.at("square_avg").data<T>(), grad_avg, buf,
-                      begin, end);
+    T* p = s.param.data<T>();
+    const T* g = s.grad.data<T>();
+    T* sq = buffers.at("square_avg").data<T>();
+    if (grad_avg && buf) {
+      rmsprop_kernel<T, true, true>(o, p, g, sq, grad_avg, buf, begin, end);
+    } else if (grad_avg) {
+      rmsprop_kernel<T, true, false>(o, p, g, sq, grad_avg, buf, begin, end);
+    } else if (buf) {
+      rmsprop_kernel<T, false, true>(o, p, g, sq, grad_avg, buf, begin, end);
+    } else {
+      rmsprop_kernel<T, false, false>(o, p, g, sq, grad_avg, buf, begin, end);
+    }
   });
 }
 

@@ -42,7 +42,7 @@ void sgd_reference(const SGDOptions& o, const Tensor& param, const Tensor& grad,
 }
 
 #pragma GCC push_options
-#pragma GCC optimize("fp-contract=off", "no-math-errno")  // See Note [Fused steps match the reference]
+#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
 
 // One tensor's elements [begin, end): the reference's arithmetic, element by element.
 template <class T>
@@ -96,8 +96,7 @@ void SGD::step() {
       auto buf = s.state->buffers.find("momentum_buffer");
       DType dt = s.param.dtype();
       bool fusable = o.fused && (dt == DType::F32 || dt == DType::F64) && detail::fusable(s.param, dt) &&
-                     detail::fusable(s.grad, dt) &&
-                     (buf == s.state->buffers.end() || detail::fusable(buf->second, dt));
+                     detail::fusable(s.grad, dt) && (buf == s.state->buffers.end() || detail::fusable(buf->second, dt));
       if (!fusable) {
         sgd_reference(o, s.param, s.grad, *s.state);
       } else if (dt == DType::F32) {

@@ -2,8 +2,8 @@
 # tests/gpu.sh: THE command for a machine WITH an NVIDIA GPU (no apt, no internet needed).
 # Builds Release for sm_90 (ARCH=... to change), runs the CUDA tests, then bench_cuda, writes
 # the full log to $LOG (default build-gpu/gpu.log) and prints a short summary table last.
-# Header-only dependencies come from the system or from third_party/ (fill it with
-# tests/vendor_deps.sh on a machine that has them, and carry it along). On a machine without
+# Eigen, doctest, nlohmann-json and zlib come from the system or from third_party/ (fill it
+# with tests/vendor_deps.sh on a machine that has them, and carry it along). On a machine without
 # a GPU it stops at once with a clear message and exit code 1.
 #
 #   tests/gpu.sh            build + CUDA tests + benchmark (~5 minutes on 16 cores)

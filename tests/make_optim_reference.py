@@ -168,6 +168,8 @@ def sched(spec):
         sch = L.CyclicLR(opt, **a)
     elif s == "OneCycleLR":
         sch = L.OneCycleLR(opt, **a)
+    elif s == "PolynomialLR":
+        sch = L.PolynomialLR(opt, **a)
     elif s == "LinearLR":
         sch = L.LinearLR(opt, **a)
     elif s == "ConstantLR":
@@ -247,6 +249,7 @@ SCHEDULER_CASES = [
     {"name": "LinearLR", "args": {"start_factor": 0.25, "end_factor": 1.0, "total_iters": 8}},
     {"name": "LinearLR", "args": {"start_factor": 1.0, "end_factor": 0.1, "total_iters": 50}},
     {"name": "ConstantLR", "args": {"factor": 0.5, "total_iters": 10}},
+    {"name": "PolynomialLR", "args": {"total_iters": 40, "power": 2.0}},
     {"name": "LambdaLR", "args": {"lambdas": ["pow095", "inv"]}},
     {"name": "SequentialLR", "args": {"schedulers": [
         {"name": "LinearLR", "args": {"start_factor": 0.1, "end_factor": 1.0, "total_iters": 5}},

@@ -153,7 +153,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     OpSpec s = matmul_spec("matmul (integers)");
     s.cases = [] {
       return std::vector<OpCase>{
-          {"I64 (2, 3) @ (3, 4)", {ints({1, -2, 3, 4, 5, -6}, {2, 3}), ints({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4})}},
+          {"I64 (2, 3) @ (3, 4)",
+           {ints({1, -2, 3, 4, 5, -6}, {2, 3}), ints({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4})}},
           {"I64 broadcast (2, 1, 1, 2) @ (3, 2, 1)",
            {ints({1, 2, 3, 4}, {2, 1, 1, 2}), ints({1, -1, 2, 0, 5, 7}, {3, 2, 1})}},
           {"I64 dot (3) @ (3)", {ints({1, 2, 3}, {3}), ints({4, -5, 6}, {3})}},
@@ -209,8 +210,9 @@ TEST_CASE("gemm: column-major output and accumulate match a plain loop") {
   std::vector<double> b = test::uniform_values({k, n}, -1, 1, 2).to_vector<double>();
   // a: (m, k) and b: (k, n) row-major; c: (m, n) column-major, starting at 1.
   std::vector<double> c(size_t(m * n), 1.0);
-  kernels::cpu::gemm<double>(MatrixRef<const double>{a.data(), m, k, k, 1}, MatrixRef<const double>{b.data(), k, n, n, 1},
-                             MatrixRef<double>{c.data(), m, n, 1, m}, /*accumulate=*/true);
+  kernels::cpu::gemm<double>(MatrixRef<const double>{a.data(), m, k, k, 1},
+                             MatrixRef<const double>{b.data(), k, n, n, 1}, MatrixRef<double>{c.data(), m, n, 1, m},
+                             /*accumulate=*/true);
   double worst = 0;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {

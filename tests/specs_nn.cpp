@@ -119,9 +119,14 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
                             {{"batch 2", {vals({2, 2, 7, 6}, 11), vals({3, 2, 3, 2}, 12), vals({3}, 13)}}}));
   specs.push_back(conv_spec("conv2d (groups 2)", {.padding = {1, 1}, .groups = 2},
                             {{"batch 2", {vals({2, 4, 5, 5}, 14), vals({6, 2, 3, 3}, 15), vals({6}, 16)}}}));
-  specs.push_back(conv_spec("conv2d (depthwise, stride 2, padding 1)", {.stride = {2, 2}, .padding = {1, 1}, .groups = 3},
+  specs.push_back(conv_spec("conv2d (depthwise, stride 2, padding 1)",
+                            {.stride = {2, 2}, .padding = {1, 1}, .groups = 3},
                             {{"batch 2", {vals({2, 3, 6, 6}, 17), vals({3, 1, 3, 3}, 18), vals({3}, 19)}},
                              {"channel multiplier 2, batch 1", {vals({1, 3, 5, 5}, 20), vals({6, 1, 3, 3}, 21)}}}));
+  specs.push_back(conv_spec("conv2d (depthwise, padding (1, 2), dilation (1, 2): same size)",
+                            {.padding = {1, 2}, .dilation = {1, 2}, .groups = 3},
+                            {{"batch 2", {vals({2, 3, 5, 6}, 80), vals({3, 1, 3, 3}, 81), vals({3}, 82)}},
+                             {"channel multiplier 2, batch 1", {vals({1, 3, 4, 7}, 83), vals({6, 1, 3, 3}, 84)}}}));
   specs.push_back(conv_spec("conv2d (1x1)", {},
                             {{"batch 2", {vals({2, 4, 3, 3}, 22), vals({5, 4, 1, 1}, 23), vals({5}, 24)}}}));
   specs.push_back(conv_spec("conv2d (1x1, groups 2, stride 2)", {.stride = {2, 2}, .groups = 2},
@@ -178,7 +183,7 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
     // The backward ops as ops of their own: forward against the direct loops, and gradcheck,
     // which runs their backward formulas (double backward of conv2d).
     const ConvArgs a{.stride = {2, 2}, .padding = {1, 1}, .groups = 2};
-    const Shape x_sizes{2, 2, 6, 5}, w_sizes{4, 1, 3, 3};
+    const Shape x_sizes{2, 4, 6, 5}, w_sizes{4, 2, 3, 3};
     OpSpec s;
     s.name = "conv2d_backward_input (stride 2, padding 1, groups 2)";
     s.covers = {OpId::Conv2dBackwardInput, OpId::Conv2d, OpId::Conv2dBackwardWeight};
@@ -369,7 +374,8 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
                                  {"batch 1, odd sizes (floor)", {vals({1, 2, 5, 7}, 41)}}}));
   specs.push_back(max_pool_spec("max_pool2d (3x3, stride 2, padding 1, ceil_mode)",
                                 {.kernel = {3, 3}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true},
-                                {{"batch 2, 6x6", {vals({2, 2, 6, 6}, 42)}}, {"batch 1, 5x7", {vals({1, 2, 5, 7}, 43)}}}));
+                                {{"batch 2, 6x6", {vals({2, 2, 6, 6}, 42)}},
+                                 {"batch 1, 5x7", {vals({1, 2, 5, 7}, 43)}}}));
   specs.push_back(max_pool_spec("max_pool2d (2x2, stride 2, padding 1, ceil_mode: last window dropped)",
                                 {.padding = {1, 1}, .ceil_mode = true}, {{"batch 2, 5x5", {vals({2, 2, 5, 5}, 44)}}}));
   specs.push_back(max_pool_spec("max_pool2d (2x3 kernel, stride (1, 2), dilation (2, 1), padding (1, 1))",
@@ -526,21 +532,29 @@ TEST_CASE("max_pool2d: indices are flat positions within each plane, as PyTorch'
   CHECK(out[0].to_vector<double>() == std::vector<double>{5, 7, 13, 15, 21, 23, 29, 31});
 }
 
-TEST_CASE("conv2d: a large batch (threaded path) matches the direct loops") {
-  // Big enough for the per-sample OpenMP split; F64 so the comparison is tight.
-  const ConvArgs a{.stride = {1, 1}, .padding = {1, 1}};
-  const Tensor x = leaf(vals({8, 6, 12, 12}, 70)), w = leaf(vals({16, 6, 3, 3}, 71));
-  const Tensor y = F::conv2d(x, w, {}, a.stride, a.padding);
-  CHECK(allclose(y, conv_ref(x, w, {}, a), 1e-10, 1e-10));
-  const Tensor g = vals(y.sizes(), 72);
-  y.backward(g);
-  Grid G(g), X(x), W(w), GX(x.sizes()), GW(w.sizes());
-  conv_loops(x.sizes(), w.sizes(), a, [&](size_t xi, size_t wi, size_t yi) {
-    GX.v[xi] += G.v[yi] * W.v[wi];
-    GW.v[wi] += G.v[yi] * X.v[xi];
-  });
-  CHECK(allclose(x.grad(), GX.tensor(), 1e-10, 1e-10));
-  CHECK(allclose(w.grad(), GW.tensor(), 1e-10, 1e-10));
+TEST_CASE("conv2d: large batches (threaded paths) match the direct loops") {
+  // Big enough for the OpenMP splits; F64 so the comparison is tight.
+  auto check = [](const Shape& xs, const Shape& ws, const ConvArgs& a, uint64_t seed) {
+    const Tensor x = leaf(vals(xs, seed)), w = leaf(vals(ws, seed + 1));
+    const Tensor y = F::conv2d(x, w, {}, a.stride, a.padding, a.dilation, a.groups);
+    CHECK(allclose(y, conv_ref(x, w, {}, a), 1e-10, 1e-10));
+    const Tensor g = vals(y.sizes(), seed + 2);
+    y.backward(g);
+    Grid G(g), X(x), W(w), GX(x.sizes()), GW(w.sizes());
+    conv_loops(x.sizes(), w.sizes(), a, [&](size_t xi, size_t wi, size_t yi) {
+      GX.v[xi] += G.v[yi] * W.v[wi];
+      GW.v[wi] += G.v[yi] * X.v[xi];
+    });
+    CHECK(allclose(x.grad(), GX.tensor(), 1e-10, 1e-10));
+    CHECK(allclose(w.grad(), GW.tensor(), 1e-10, 1e-10));
+  };
+  SUBCASE("im2col + GEMM, 3x3, padding 1") { check({8, 6, 12, 12}, {16, 6, 3, 3}, {.padding = {1, 1}}, 70); }
+  SUBCASE("im2col + GEMM, batch 3 (GEMMs split across threads)") {
+    check({3, 8, 12, 12}, {16, 8, 3, 3}, {.padding = {1, 1}}, 73);
+  }
+  SUBCASE("depthwise, channel multiplier 2") {
+    check({8, 16, 24, 24}, {32, 1, 3, 3}, {.padding = {1, 1}, .groups = 16}, 76);
+  }
 }
 
 }  // namespace

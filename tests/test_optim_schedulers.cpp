@@ -41,7 +41,8 @@ struct Setup {
 
   explicit Setup(const std::string& kind) {
     if (kind == "SGD") {
-      auto sgd = std::make_unique<optim::SGD>(optim::NamedTensors{{"a", a}}, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      auto sgd =
+          std::make_unique<optim::SGD>(optim::NamedTensors{{"a", a}}, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
       sgd->add_param_group(optim::NamedTensors{{"b", b}}, {.lr = 0.05, .momentum = 0.9});
       opt = std::move(sgd);
     } else {
@@ -65,7 +66,9 @@ std::vector<std::shared_ptr<optim::LRScheduler>> make_children(const json& list,
 }
 
 // A vector from a number or a list (PyTorch accepts both).
-std::vector<double> one_or_many(const json& j) { return j.is_array() ? doubles(j) : std::vector<double>{j.get<double>()}; }
+std::vector<double> one_or_many(const json& j) {
+  return j.is_array() ? doubles(j) : std::vector<double>{j.get<double>()};
+}
 
 std::shared_ptr<optim::LRScheduler> make_scheduler(const json& spec, optim::Optimizer& opt) {
   std::string name = spec["name"];
@@ -89,6 +92,9 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const json& spec, optim::Opti
   if (name == "ConstantLR") {
     return std::make_shared<optim::ConstantLR>(opt, num("factor", 1.0 / 3), integer("total_iters", 5));
   }
+  if (name == "PolynomialLR") {
+    return std::make_shared<optim::PolynomialLR>(opt, integer("total_iters", 5), num("power", 1.0));
+  }
   if (name == "LambdaLR") {
     std::vector<optim::LambdaLR::Lambda> fns;
     for (const json& f : a["lambdas"]) {
@@ -104,7 +110,7 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const json& spec, optim::Opti
     o.step_size_up = num("step_size_up", 2000);
     if (a.contains("step_size_down")) o.step_size_down = a["step_size_down"].get<double>();
     std::string mode = a.contains("mode") ? a["mode"].get<std::string>() : "triangular";
-    o.mode = mode == "triangular" ? optim::CyclicMode::Triangular
+    o.mode = mode == "triangular"    ? optim::CyclicMode::Triangular
              : mode == "triangular2" ? optim::CyclicMode::Triangular2
                                      : optim::CyclicMode::ExpRange;
     o.gamma = num("gamma", 1.0);
@@ -120,7 +126,8 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const json& spec, optim::Opti
     o.epochs = integer("epochs", 0);
     o.steps_per_epoch = integer("steps_per_epoch", 0);
     o.pct_start = num("pct_start", 0.3);
-    if (a.contains("anneal_strategy") && a["anneal_strategy"] == "linear") o.anneal_strategy = optim::AnnealStrategy::Linear;
+    if (a.contains("anneal_strategy") && a["anneal_strategy"] == "linear")
+      o.anneal_strategy = optim::AnnealStrategy::Linear;
     if (a.contains("cycle_momentum")) o.cycle_momentum = a["cycle_momentum"].get<bool>();
     o.div_factor = num("div_factor", 25);
     o.final_div_factor = num("final_div_factor", 1e4);
@@ -205,7 +212,8 @@ double run_schedule(const json& spec, int resume_at = 0) {
 }
 
 std::string describe(const json& spec) {
-  return spec["name"].get<std::string>() + " " + spec["args"].dump() + (spec.contains("opt") ? " on " + spec["opt"].get<std::string>() : "");
+  return spec["name"].get<std::string>() + " " + spec["args"].dump() +
+         (spec.contains("opt") ? " on " + spec["opt"].get<std::string>() : "");
 }
 
 }  // namespace
@@ -245,7 +253,8 @@ TEST_CASE("lr_scheduler: CyclicLR and OneCycleLR cycle Adam's beta1 as they cycl
       s1 = std::make_shared<optim::OneCycleLR>(*sgd.opt, o);
       s2 = std::make_shared<optim::OneCycleLR>(*adam.opt, o);
     } else {
-      optim::CyclicLROptions o{.base_lr = {0.01}, .max_lr = {0.1}, .step_size_up = 7, .mode = optim::CyclicMode::Triangular2};
+      optim::CyclicLROptions o{
+          .base_lr = {0.01}, .max_lr = {0.1}, .step_size_up = 7, .mode = optim::CyclicMode::Triangular2};
       s1 = std::make_shared<optim::CyclicLR>(*sgd.opt, o);
       s2 = std::make_shared<optim::CyclicLR>(*adam.opt, o);
     }

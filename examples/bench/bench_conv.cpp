@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 

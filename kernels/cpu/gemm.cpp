@@ -380,7 +380,9 @@ void matmul_int(const Tensor& a, const Tensor& b, const Tensor& out) {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         uint64_t acc = 0;
-        for (int64_t p = 0; p < k; ++p) acc += wide(pa[off[0] + i * ars + p * acs]) * wide(pb[off[1] + p * brs + j * bcs]);
+        for (int64_t p = 0; p < k; ++p) {
+          acc += wide(pa[off[0] + i * ars + p * acs]) * wide(pb[off[1] + p * brs + j * bcs]);
+        }
         pc[off[2] + i * n + j] = static_cast<T>(acc);
       }
     }

@@ -8,6 +8,8 @@
 #include <omp.h>
 
 #include <array>
+#include <tuple>
+#include <type_traits>
 #include <cstdint>
 #include <utility>
 
@@ -80,6 +82,46 @@ template <class T>
 BRISK_INLINE compute_t<T> load(const T* p) {
   return static_cast<compute_t<T>>(*p);
 }
+// Bool is read as a byte compared with 0: GCC vectorizes selects on that, not on bool loads.
+template <>
+BRISK_INLINE bool load<bool>(const bool* p) {
+  return *reinterpret_cast<const uint8_t*>(p) != 0;
+}
+
+// Accessors for the innermost loop: a dense run, or one value broadcast along it (stride 0).
+// Picking the accessor per input outside the loop lets the compiler vectorize both cases
+// (a scalar operand, a bias broadcast over H*W) instead of falling back to the strided loop.
+template <class T>
+struct DenseRun {
+  const T* p;
+  BRISK_INLINE compute_t<T> operator[](int64_t i) const { return load(p + i); }
+};
+template <class T>
+struct Broadcast {
+  compute_t<T> v;
+  BRISK_INLINE compute_t<T> operator[](int64_t) const { return v; }
+};
+
+template <class Out, class F, class... Acc>
+void run_inner(Out* o, int64_t n, F& f, Acc... acc) {
+  for (int64_t i = 0; i < n; ++i) o[i] = Out(f(acc[i]...));
+}
+
+// Builds the accessor of input K from its innermost stride (0 or 1), then recurses.
+template <size_t K, class Out, class F, class Ptrs, class... Acc>
+void run_inner_dispatch(Out* o, int64_t n, F& f, const Ptrs& ptrs, const int64_t* strides, Acc... acc) {
+  if constexpr (K == std::tuple_size_v<Ptrs>) {
+    run_inner(o, n, f, acc...);
+  } else {
+    auto p = std::get<K>(ptrs);
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+    if (strides[K] == 0) {
+      run_inner_dispatch<K + 1>(o, n, f, ptrs, strides, acc..., Broadcast<T>{load(p)});
+    } else {
+      run_inner_dispatch<K + 1>(o, n, f, ptrs, strides, acc..., DenseRun<T>{p});
+    }
+  }
+}
 
 // Runs f over output indices [begin, end) of `it`, innermost dim as the tight loop.
 template <class Out, class... In, class F, size_t... I>
@@ -102,10 +144,11 @@ void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, std::tuple<co
     int64_t n = std::min(inner - idx[nd - 1], end - pos);
     const int64_t so = it.strides[0][nd - 1];
     Out* o = out + off[0];
-    bool dense = so == 1 && ((it.strides[1 + I][nd - 1] == 1) && ...);
+    const int64_t in_strides[sizeof...(In) + 1] = {it.strides[1 + I][nd - 1]..., 0};
+    bool dense = so == 1 && ((in_strides[I] == 0 || in_strides[I] == 1) && ...);
     if (dense) {
       auto ptrs = std::make_tuple((std::get<I>(ins) + off[1 + I])...);
-      for (int64_t i = 0; i < n; ++i) o[i] = Out(f(load(std::get<I>(ptrs) + i)...));
+      run_inner_dispatch<0>(o, n, f, ptrs, in_strides);
     } else {
       for (int64_t i = 0; i < n; ++i) {
         o[i * so] = Out(f(load(std::get<I>(ins) + off[1 + I] + i * it.strides[1 + I][nd - 1])...));

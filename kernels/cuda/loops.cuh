@@ -166,10 +166,11 @@ struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
+// Elements per thread in the contiguous kernel: 16 bytes of the widest operand (at most 8).
 template <class Out, class... In>
 constexpr int vec_size() {
   constexpr size_t widest = std::max({sizeof(Out), sizeof(In)...});
-  return int(16 / widest) < 1 ? 1 : (int(16 / widest) > 4 ? 4 : int(16 / widest));
+  return int(16 / widest) < 1 ? 1 : (int(16 / widest) > 8 ? 8 : int(16 / widest));
 }
 
 template <class T, int V>

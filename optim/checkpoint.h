@@ -1,0 +1,66 @@
+// optim/checkpoint.h: training checkpoints: everything a run needs to continue bit for bit
+// (model, optimizer, LR schedule, plateau/early-stopping counters, the default generator's seed
+// and offset, the data loader's position, epoch/step counters, user strings) in ONE safetensors
+// file, written atomically. The reader checks the whole file against the objects it restores
+// before changing any of them: a corrupt or incompatible checkpoint is a brisk::Error naming the
+// file and the first offending key. Not here: weights-only files (nn/serialize_module.h), the
+// training loop, or restoring the objects' construction (build the same model, optimizer and
+// schedulers first, then load).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "nn/module.h"
+#include "optim/early_stopping.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+
+namespace brisk::data {
+class DataLoader;
+}
+
+namespace brisk::optim {
+
+// Bumped when the layout below changes incompatibly; older/newer versions are refused.
+inline constexpr int64_t kCheckpointVersion = 1;
+// The safetensors "__metadata__" key holding the checkpoint's JSON description.
+inline constexpr const char* kCheckpointMetadataKey = "brisk.checkpoint";
+
+// What a checkpoint saves and restores. Every pointer but `model` may be null (not saved /
+// not restored). File layout:
+//   tensors  "model.<state_dict name>"       the model's parameters and persistent buffers
+//            "optimizer.<state_dict key>"    the optimizer's buffers (state.<param>.exp_avg, ...)
+//   metadata "brisk.checkpoint": JSON {format, version, epoch, step, optimizer {name, scalars},
+//            scheduler, plateau, early_stopping (scalars), rng {seed, offset},
+//            loader {epoch, batch}, user {string: string}, crc32 {tensor name: CRC-32 of
+//            its bytes}} (safetensors has no checksum: this catches flipped data bytes)
+// Scalars are JSON numbers (written so they read back bit-exactly; non-finite ones as the
+// strings "inf", "-inf", "nan"); 64-bit seeds and offsets are exact JSON integers.
+struct TrainingState {
+  nn::Module* model = nullptr;
+  Optimizer* optimizer = nullptr;
+  LRScheduler* scheduler = nullptr;
+  ReduceLROnPlateau* plateau = nullptr;
+  EarlyStopping* early_stopping = nullptr;
+  data::DataLoader* loader = nullptr;
+  bool rng = true;   // save / restore default_generator()'s seed and offset
+  int64_t epoch = 0;  // the caller's counters, restored as saved
+  int64_t step = 0;
+  std::map<std::string, std::string> user_metadata;
+};
+
+// Writes `state` to `path`, replacing any previous file atomically (temp file, fsync, rename):
+// a crash at any moment leaves either the old checkpoint or the new one, never a torn file.
+void save_checkpoint(const std::string& path, const TrainingState& state);
+
+// Restores every non-null object of `state` (and epoch, step, user_metadata, the generator)
+// from `path`. Validated first: the format and version; every tensor's CRC-32; every model key present with the
+// model's shape and no extra model keys; the optimizer of the same kind with the same groups,
+// parameter names and buffer shapes; the scheduler / plateau / early-stopping state with the
+// same keys as the objects given; a sane loader position. Any failure throws brisk::Error
+// ("load_checkpoint: <path>: ... '<key>' ...") and leaves every object as it was.
+void load_checkpoint(const std::string& path, TrainingState& state);
+
+}  // namespace brisk::optim
