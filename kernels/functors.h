@@ -69,8 +69,12 @@ struct Clamp {
   template <class T> BRISK_HD T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (x != x) return x;  // NaN passes through, as in PyTorch
+      return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+    } else {
+      // Compare in double so that infinite bounds (clamp_min/clamp_max) never convert to T.
+      double d = double(x);
+      return d < lo ? T(lo) : (d > hi ? T(hi) : x);
     }
-    return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
   }
 };
 struct PowScalar {

@@ -153,7 +153,7 @@ void add_specs(std::vector<OpSpec>& specs) {
     OpSpec s;
     s.name = "full / fill";
     s.covers = {OpId::Fill};
-    s.fn = [](const std::vector<Tensor>& in) { return in[0] + full(in[0].sizes(), 2.5, in[0].dtype()); };
+    s.fn = [](const std::vector<Tensor>& in) { return in[0] + full(in[0].sizes(), 2.5, in[0].dtype(), in[0].device()); };
     s.reference = [](const std::vector<Tensor>& in) {
       return map_reference(in, [](const V& a) { return a[0] + 2.5; });
     };
@@ -186,7 +186,9 @@ void add_specs(std::vector<OpSpec>& specs) {
     OpSpec s;
     s.name = "where";
     s.covers = {OpId::Where};
-    s.fn = [](const std::vector<Tensor>& in) { return where(gt(in[0], scalar_tensor(0, in[0].dtype())), in[1], in[2]); };
+    s.fn = [](const std::vector<Tensor>& in) {
+      return where(gt(in[0], scalar_tensor(0, in[0].dtype(), in[0].device())), in[1], in[2]);
+    };
     s.reference = [](const std::vector<Tensor>& in) {
       return map_reference(in, [](const V& a) { return a[0] > 0 ? a[1] : a[2]; });
     };
@@ -205,7 +207,7 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.name = "masked_fill";
     s.covers = {OpId::MaskedFill};
     s.fn = [](const std::vector<Tensor>& in) {
-      return masked_fill(in[0], gt(in[1], scalar_tensor(0, in[1].dtype())), -7.0);
+      return masked_fill(in[0], gt(in[1], scalar_tensor(0, in[1].dtype(), in[1].device())), -7.0);
     };
     s.reference = [](const std::vector<Tensor>& in) {
       return map_reference(in, [](const V& a) { return a[1] > 0 ? -7.0 : a[0]; });

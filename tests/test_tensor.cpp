@@ -204,3 +204,9 @@ TEST_CASE("tensors keep working when a tensor's memory is reused") {
     REQUIRE(b.to_vector<float>()[999] == float(i + 1));
   }
 }
+
+TEST_CASE("clamp_min / clamp_max on integer tensors (infinite bounds never convert)") {
+  Tensor x = from_vector({-3, 5, 7}, {3}, DType::I64);
+  CHECK(clamp_min(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 5, 7});
+  CHECK(clamp_max(x, 6).to_vector<int64_t>() == std::vector<int64_t>{-3, 5, 6});
+}

@@ -125,7 +125,7 @@ void run_inner_dispatch(Out* o, int64_t n, F& f, const Ptrs& ptrs, const int64_t
 
 // Runs f over output indices [begin, end) of `it`, innermost dim as the tight loop.
 template <class Out, class... In, class F, size_t... I>
-void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, std::tuple<const In*...> ins, F& f, int64_t begin,
+void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, [[maybe_unused]] std::tuple<const In*...> ins, F& f, int64_t begin,
                int64_t end, std::index_sequence<I...>) {
   constexpr int N = 1 + sizeof...(In);
   const int nd = it.ndim;
