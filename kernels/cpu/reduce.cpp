@@ -16,10 +16,16 @@
 #include "engine/op.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
+#include "kernels/reduce_plan.h"
 
 namespace brisk::kernels::cpu {
 
 namespace {
+
+using kernels::Group;
+using kernels::make_plan;
+using kernels::reduce_mask;
+using kernels::ReducePlan;
 
 constexpr int kLanes = 16;            // independent accumulators of a run (one zmm of floats)
 constexpr int64_t kLeaf = 1024;       // elements reduced directly before pairwise combining
@@ -47,15 +53,6 @@ BRISK_INLINE bool is_nan(A v) {
 template <class T>
 using sum_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, int64_t>;
 
-// Bit d set: dim d of an ndim-dim tensor is reduced; empty dims mean all (checked by inference).
-uint32_t reduce_mask(const Shape& dims, int ndim, const char* op) {
-  const uint32_t all = ndim == 0 ? 0u : (1u << ndim) - 1u;
-  if (dims.empty()) return all;
-  uint32_t mask = 0;
-  for (int64_t d : dims) mask |= 1u << wrap_dim(d, ndim, op);
-  return mask & all;
-}
-
 // Note [Reduction plan]
 // The input's dims split into two groups: kept (they index the output) and reduced. Each group
 // drops size-1 dims and merges neighbours that are one run of memory, so a contiguous input
@@ -68,43 +65,6 @@ uint32_t reduce_mask(const Shape& dims, int ndim, const char* op) {
 //          striding through memory per element.
 // Parallelism goes over outputs, or over fixed chunks of the reduced elements when there are
 // few outputs; chunk partials combine pairwise, so results do not depend on the thread count.
-struct Group {
-  int n = 0;
-  int64_t size[kMaxDims];
-  int64_t in[kMaxDims];   // input strides
-  int64_t out[kMaxDims];  // output strides (kept group only)
-
-  // Appends a dim (outer to inner), merging it into the previous one when they chain.
-  void add(int64_t s, int64_t in_stride, int64_t out_stride) {
-    if (s == 1) return;
-    if (n > 0 && in[n - 1] == in_stride * s && out[n - 1] == out_stride * s) {
-      size[n - 1] *= s;
-      in[n - 1] = in_stride;
-      out[n - 1] = out_stride;
-      return;
-    }
-    size[n] = s;
-    in[n] = in_stride;
-    out[n] = out_stride;
-    ++n;
-  }
-  // A group without dims holds one dim of size 1, so every loop has an innermost dim.
-  void finish() {
-    if (n > 0) return;
-    size[0] = 1;
-    in[0] = 0;
-    out[0] = 0;
-    n = 1;
-  }
-};
-
-struct ReducePlan {
-  Group kept;
-  Group red;
-  int64_t n_out = 1;  // number of outputs
-  int64_t n_red = 1;  // elements reduced into each output
-};
-
 // Input and output offsets of flat (row-major) index i over the first `n` dims of group g.
 BRISK_INLINE void offsets(const Group& g, int n, int64_t i, int64_t& in_off, int64_t& out_off) {
   in_off = 0;
@@ -124,29 +84,6 @@ BRISK_INLINE int64_t in_offset(const Group& g, int64_t i) {
     i /= g.size[d];
   }
   return off;
-}
-
-// x's dims split by `mask`. y is the output: with x's rank (keepdim, softmax) or the kept dims.
-ReducePlan make_plan(const Tensor& x, const Tensor& y, uint32_t mask) {
-  ReducePlan p;
-  const bool same_rank = y.dim() == x.dim();
-  int yd = 0;
-  for (int d = 0; d < x.dim(); ++d) {
-    const int64_t s = x.sizes()[d];
-    const bool reduced = (mask >> d) & 1u;
-    if (reduced) {
-      p.red.add(s, x.strides()[d], 0);
-      p.n_red *= s;
-      if (same_rank) ++yd;
-    } else {
-      p.kept.add(s, x.strides()[d], y.strides()[yd]);
-      p.n_out *= s;
-      ++yd;
-    }
-  }
-  p.kept.finish();
-  p.red.finish();
-  return p;
 }
 
 // ---- reduction arithmetic: identity, step(acc, value, flat output index), combine

@@ -10,77 +10,18 @@
 #include "engine/op.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
+#include "kernels/reduce_plan.h"
 
 namespace brisk::kernels::cuda {
 
 namespace {
 
-// ---- the plan (host), as the CPU's Note [Reduction plan]
-struct Group {
-  int n = 0;
-  int64_t size[kMaxDims];
-  int64_t in[kMaxDims];   // input strides
-  int64_t out[kMaxDims];  // output strides (kept group only)
+using kernels::Group;
+using kernels::make_plan;
+using kernels::reduce_mask;
+using kernels::ReducePlan;
 
-  // Appends a dim (outer to inner), merging it into the previous one when they chain.
-  void add(int64_t s, int64_t in_stride, int64_t out_stride) {
-    if (s == 1) return;
-    if (n > 0 && in[n - 1] == in_stride * s && out[n - 1] == out_stride * s) {
-      size[n - 1] *= s;
-      in[n - 1] = in_stride;
-      out[n - 1] = out_stride;
-      return;
-    }
-    size[n] = s;
-    in[n] = in_stride;
-    out[n] = out_stride;
-    ++n;
-  }
-  void finish() {
-    if (n > 0) return;
-    size[0] = 1;
-    in[0] = 0;
-    out[0] = 0;
-    n = 1;
-  }
-};
-
-struct ReducePlan {
-  Group kept;
-  Group red;
-  int64_t n_out = 1;
-  int64_t n_red = 1;
-};
-
-uint32_t reduce_mask(const Shape& dims, int ndim, const char* op) {
-  const uint32_t all = ndim == 0 ? 0u : (1u << ndim) - 1u;
-  if (dims.empty()) return all;
-  uint32_t mask = 0;
-  for (int64_t d : dims) mask |= 1u << wrap_dim(d, ndim, op);
-  return mask & all;
-}
-
-// x's dims split by `mask`; y is the output, with x's rank (keepdim) or the kept dims only.
-ReducePlan make_plan(const Tensor& x, const Tensor& y, uint32_t mask) {
-  ReducePlan p;
-  const bool same_rank = y.dim() == x.dim();
-  int yd = 0;
-  for (int d = 0; d < x.dim(); ++d) {
-    const int64_t s = x.sizes()[d];
-    if ((mask >> d) & 1u) {
-      p.red.add(s, x.strides()[d], 0);
-      p.n_red *= s;
-      if (same_rank) ++yd;
-    } else {
-      p.kept.add(s, x.strides()[d], y.strides()[yd]);
-      p.n_out *= s;
-      ++yd;
-    }
-  }
-  p.kept.finish();
-  p.red.finish();
-  return p;
-}
+// The plan (kernels/reduce_plan.h) is made on the host and passed to kernels by value.
 
 __device__ __forceinline__ void kept_offsets(const Group& g, int64_t o, int64_t& in_off, int64_t& out_off) {
   in_off = 0;
