@@ -88,14 +88,14 @@ Batch DataLoader::make_batch(int64_t epoch, const std::vector<int64_t>& indices)
   return collate_batch(*dataset_, options_, epoch, indices);
 }
 
-Batch collate_batch(const Dataset& dataset, const LoaderOptions& options_, int64_t epoch,
+Batch collate_batch(const Dataset& dataset, const LoaderOptions& options, int64_t epoch,
                     const std::vector<int64_t>& indices) {
   NoGradGuard ng;
   std::vector<Example> samples;
   samples.reserve(indices.size());
   for (int64_t i : indices) samples.push_back(dataset.get(i));
-  if (options_.collate) {
-    Batch b = options_.collate(samples);
+  if (options.collate) {
+    Batch b = options.collate(samples);
     b.indices = indices;
     return b;
   }
@@ -103,15 +103,15 @@ Batch collate_batch(const Dataset& dataset, const LoaderOptions& options_, int64
   const Example& first = samples[0];
   Batch batch;
   batch.indices = indices;
-  bool fused = !options_.transform.empty();
-  Shape in_shape = fused ? options_.transform.output_shape(first.input.sizes()) : first.input.sizes();
+  bool fused = !options.transform.empty();
+  Shape in_shape = fused ? options.transform.output_shape(first.input.sizes()) : first.input.sizes();
   Shape batch_shape = in_shape;
   batch_shape.insert(0, n);
-  batch.input = make_empty(batch_shape, fused ? DType::F32 : first.input.dtype(), Device::cpu(), options_.pin_memory);
+  batch.input = make_empty(batch_shape, fused ? DType::F32 : first.input.dtype(), Device::cpu(), options.pin_memory);
   if (first.target.defined()) {
     Shape ts = first.target.sizes();
     ts.insert(0, n);
-    batch.target = make_empty(ts, first.target.dtype(), Device::cpu(), options_.pin_memory);
+    batch.target = make_empty(ts, first.target.dtype(), Device::cpu(), options.pin_memory);
   }
   const int64_t per_sample = in_shape.numel();
   for (int64_t k = 0; k < n; ++k) {
@@ -121,7 +121,7 @@ Batch collate_batch(const Dataset& dataset, const LoaderOptions& options_, int64
                 " has ", first.input.str(), " (use a collate function for ragged samples)");
     if (fused) {
       float* dst = static_cast<float*>(batch.input.data_ptr()) + k * per_sample;
-      options_.transform.apply(ex.input, dst, options_.seed, uint64_t(epoch), uint64_t(indices[size_t(k)]));
+      options.transform.apply(ex.input, dst, options.seed, uint64_t(epoch), uint64_t(indices[size_t(k)]));
     } else {
       batch.input.select(0, k).copy_(ex.input);
     }
