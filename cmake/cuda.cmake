@@ -1,7 +1,9 @@
 # cmake/cuda.cmake: the CUDA backend of target `brisk` (included when BRISK_CUDA is ON).
 # Adds kernels/cuda/*.cu and *.cpp, links the CUDA runtime, cuBLAS and cuBLASLt, defines
-# BRISK_WITH_CUDA (PUBLIC, so tests and examples see it), and locates cuDNN and NCCL for the
-# issues that will use them (found = BRISK_CUDNN_* / BRISK_NCCL_* variables; not linked yet).
+# BRISK_WITH_CUDA (PUBLIC, so tests and examples see it), links cuDNN when found (and defines
+# BRISK_WITH_CUDNN: conv2d and batch_norm kernels on CUDA; without it those two op families have
+# no CUDA kernel and using them there is the dispatcher's "no kernel for device cuda" error),
+# and locates NCCL for the issue that will use it (BRISK_NCCL_* variables; not linked yet).
 # Hints: CUDNN_ROOT / NCCL_ROOT (cache or environment variables), the toolkit folder, and the
 # Python wheels nvidia-cudnn-cu13 / nvidia-nccl-cu13 (site-packages/nvidia/{cudnn,nccl}).
 # Not here: architectures (CMAKE_CUDA_ARCHITECTURES is set in the top-level CMakeLists.txt).
@@ -35,7 +37,7 @@ target_compile_options(brisk PRIVATE
 
 message(STATUS "brisk: CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
 
-# ---- cuDNN and NCCL: located now, linked by the issues that use them.
+# ---- cuDNN (linked here) and NCCL (located now, linked by the issue that uses it).
 set(_brisk_py_nvidia "")
 find_program(_brisk_python3 NAMES python3)
 if(_brisk_python3)
@@ -76,3 +78,19 @@ endfunction()
 
 brisk_find_cuda_lib(CUDNN cudnn.h cudnn libcudnn.so.9)
 brisk_find_cuda_lib(NCCL nccl.h nccl libnccl.so.2)
+
+# cuDNN: the full path of the library goes into the link interface (brisk is a static library),
+# so a find_package(brisk) consumer links it too; cmake/briskConfig.cmake.in checks that the
+# path (BRISK_CUDNN_LINKED) still exists, for a clear error instead of a link failure.
+set(BRISK_CUDNN_LINKED "")
+if(BRISK_CUDNN_FOUND)
+  target_include_directories(brisk PRIVATE ${BRISK_CUDNN_INCLUDE_DIR})
+  target_link_libraries(brisk PRIVATE ${BRISK_CUDNN_LIBRARY})
+  target_compile_definitions(brisk PUBLIC BRISK_WITH_CUDNN)
+  set(BRISK_WITH_CUDNN ON)
+  set(BRISK_CUDNN_LINKED ${BRISK_CUDNN_LIBRARY})
+  message(STATUS "brisk: conv2d and batch_norm on CUDA through cuDNN")
+else()
+  set(BRISK_WITH_CUDNN OFF)
+  message(STATUS "brisk: no cuDNN: conv2d and batch_norm have no CUDA kernel in this build")
+endif()

@@ -1,8 +1,10 @@
 // optim/adagrad.h: Adagrad with learning-rate decay, L2 weight decay, initial accumulator value,
 // eps and maximize, exactly as PyTorch's torch.optim.Adagrad (foreach=False):
 //   clr = lr / (1 + (t - 1) lr_decay);  sum += g^2;  p -= clr g / (sqrt(sum) + eps)
-// Two paths give the same numbers: a reference written with tensor ops, and a fused loop over
-// raw F32/F64 memory for dense CPU parameters (options.fused, the default).
+// Two paths give the same numbers: a reference written with tensor ops, and (options.fused, the
+// default) one fused pass per group and dtype over dense F32/F64 parameters: a loop over raw
+// memory on the CPU, a multi-tensor kernel on CUDA (kernels/cuda/optim.cu). F16/BF16
+// parameters take the reference.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -16,7 +18,7 @@ struct AdagradOptions {
   double initial_accumulator_value = 0;
   double eps = 1e-10;
   bool maximize = false;
-  bool fused = true;  // one multi-tensor loop per group and dtype (dense F32/F64 CPU parameters)
+  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {

@@ -1,5 +1,6 @@
-// optim/adam.cpp: Adam's and AdamW's reference step (tensor ops) and fused loop (raw F32/F64
-// memory). The two optimizers share everything but where weight decay enters.
+// optim/adam.cpp: Adam's and AdamW's reference step (tensor ops), fused loop (raw F32/F64 CPU
+// memory) and the hand-over of CUDA parameters to the backend's fused step
+// (kernels/optim_step.h). The two optimizers share everything but where weight decay enters.
 // See Note [Fused steps match the reference].
 #include "optim/adam.h"
 
@@ -14,22 +15,12 @@ namespace brisk::optim {
 
 namespace {
 
-// The hyperparameters of one group, Adam's or AdamW's.
-struct AdamHyper {
-  double lr;
-  double beta1;
-  double beta2;
-  double eps;
-  double weight_decay;
-  bool amsgrad;
-  bool maximize;
-  bool fused;
-  bool decoupled;  // AdamW
-};
+// The hyperparameters of one group, Adam's or AdamW's, as every path takes them.
+using kernels::AdamHyper;
 
 template <class Options>
 AdamHyper hyper_of(const Options& o, bool decoupled) {
-  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize, o.fused, decoupled};
+  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize, decoupled};
 }
 
 template <class Options>
@@ -161,30 +152,41 @@ void adam_fused(const AdamHyper& h, const std::vector<Optimizer::Slot*>& slots) 
   });
 }
 
-// One group's step: fused loops for what they can take, the reference for the rest.
-void adam_group_step(const AdamHyper& h, std::vector<Optimizer::Slot>& slots) {
+// One group's step: fused loops and kernels for what they can take, the reference for the rest.
+void adam_group_step(const AdamHyper& h, bool fused, std::vector<Optimizer::Slot>& slots) {
   std::vector<Optimizer::Slot*> f32;
   std::vector<Optimizer::Slot*> f64;
+  detail::DeviceGroups on_device(h.decoupled ? "AdamW" : "Adam", kernels::num_buffers(h));
   for (Optimizer::Slot& s : slots) {
     s.state->step += 1;
     init_state(h, s.param, *s.state);
     if (h.amsgrad && !s.state->buffers.count("max_exp_avg_sq")) {  // amsgrad switched on later
       s.state->buffers["max_exp_avg_sq"] = zeros(s.param.sizes(), s.param.dtype(), s.param.device());
     }
-    DType dt = s.param.dtype();
-    bool fusable = h.fused && (dt == DType::F32 || dt == DType::F64) && detail::fusable(s.param, dt) &&
-                   detail::fusable(s.grad, dt);
-    for (const auto& [key, buffer] : s.state->buffers) fusable = fusable && detail::fusable(buffer, dt);
-    if (!fusable) {
-      adam_reference(h, s.param, s.grad, *s.state);
-    } else if (dt == DType::F32) {
-      f32.push_back(&s);
-    } else {
-      f64.push_back(&s);
+    switch (detail::step_path(fused, s, kernels::has_fused_step(s.param.device().type, h))) {
+      case detail::StepPath::Reference:
+        adam_reference(h, s.param, s.grad, *s.state);
+        break;
+      case detail::StepPath::CpuLoop:
+        (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s);
+        break;
+      case detail::StepPath::DeviceKernel: {
+        auto& b = s.state->buffers;
+        AdamStepScalars k = step_scalars(h, s.state->step);
+        kernels::FusedGroup& group = on_device.of(s.param);
+        if (h.amsgrad) {
+          group.add(s.param, s.grad, {b.at("exp_avg"), b.at("exp_avg_sq"), b.at("max_exp_avg_sq")}, k.step_size,
+                    k.bias_correction2_sqrt);
+        } else {
+          group.add(s.param, s.grad, {b.at("exp_avg"), b.at("exp_avg_sq")}, k.step_size, k.bias_correction2_sqrt);
+        }
+        break;
+      }
     }
   }
   if (!f32.empty()) adam_fused<float>(h, f32);
   if (!f64.empty()) adam_fused<double>(h, f64);
+  on_device.run(h);
 }
 
 }  // namespace
@@ -201,7 +203,7 @@ void Adam::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_groups(); ++g) {
     std::vector<Slot> slots = active_slots(g);
-    adam_group_step(hyper_of(options(g), /*decoupled=*/false), slots);
+    adam_group_step(hyper_of(options(g), /*decoupled=*/false), options(g).fused, slots);
   }
 }
 
@@ -217,7 +219,7 @@ void AdamW::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_groups(); ++g) {
     std::vector<Slot> slots = active_slots(g);
-    adam_group_step(hyper_of(options(g), /*decoupled=*/true), slots);
+    adam_group_step(hyper_of(options(g), /*decoupled=*/true), options(g).fused, slots);
   }
 }
 

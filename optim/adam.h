@@ -3,8 +3,10 @@
 // torch.optim.Adam / AdamW (foreach=False):
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  (amsgrad: vmax = max(vmax, v))
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// Two paths give the same numbers: a reference written with tensor ops, and a fused loop over
-// raw F32/F64 memory for dense CPU parameters (options.fused, the default).
+// Two paths give the same numbers: a reference written with tensor ops, and (options.fused, the
+// default) one fused pass per group and dtype over dense F32/F64 parameters: a loop over raw
+// memory on the CPU, a multi-tensor kernel on CUDA (kernels/cuda/optim.cu). F16/BF16
+// parameters take the reference.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -19,7 +21,7 @@ struct AdamOptions {
   double weight_decay = 0;  // Adam: L2 added to the gradient; AdamW: decoupled
   bool amsgrad = false;
   bool maximize = false;
-  bool fused = true;  // one multi-tensor loop per group and dtype (dense F32/F64 CPU parameters)
+  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {

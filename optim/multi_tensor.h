@@ -1,8 +1,10 @@
-// optim/multi_tensor.h: the machinery shared by the fused optimizer steps: which tensors a
-// fused loop may take (dense CPU tensors of one floating dtype), and one parallel walk over
-// all elements of many tensors in fixed-size chunks (a single OpenMP loop per group and
-// dtype, however many parameters the group holds).
-// Not here: the update formulas (each optimizer's .cpp holds its loop beside its reference).
+// optim/multi_tensor.h: the machinery shared by the fused optimizer steps: which path each
+// parameter takes (reference, CPU fused loop, or a backend's fused kernel: dense tensors of
+// one F32/F64 dtype on one device), one parallel walk over all elements of many CPU tensors
+// in fixed-size chunks (a single OpenMP loop per group and dtype, however many parameters the
+// group holds), and the per-(device, dtype) lists handed to the backends' fused steps.
+// Not here: the update formulas (each optimizer's .cpp holds its loop beside its reference;
+// the CUDA kernels are in kernels/cuda/optim.cu, behind kernels/optim_step.h).
 #pragma once
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "kernels/optim_step.h"
+#include "optim/optimizer.h"
 
 namespace brisk::optim::detail {
 
@@ -21,6 +25,8 @@ namespace brisk::optim::detail {
 // multiply-add (the reference rounds between the multiply and the add: they are two ops).
 // On the CPU the two paths then agree bit for bit; the tests allow 1e-7 relative. (The
 // pragma is GCC's, the project's compiler; clang needs -ffp-contract=off for the same.)
+// The CUDA kernels do the same with round-to-nearest intrinsics (Note [Fused CUDA steps round
+// like the reference] in kernels/cuda/optim.cu), per-parameter step scalars included.
 
 // Note [Square roots in fused loops]
 // std::sqrt may set errno (GCC's default -fmath-errno), which keeps the compiler from
@@ -48,10 +54,53 @@ inline constexpr int64_t kChunk = 1 << 15;
 // Below this many elements in all, one thread runs (threads cost more than they save).
 inline constexpr int64_t kParallelMin = 1 << 16;
 
-// A fused loop reads and writes raw memory: dense, on the CPU, of the given dtype.
-inline bool fusable(const Tensor& t, DType dtype) {
-  return t.defined() && t.device().is_cpu() && t.dtype() == dtype && t.is_contiguous();
+// A fused loop or kernel reads and writes raw memory: dense, of the given dtype and device.
+inline bool fusable(const Tensor& t, DType dtype, Device device) {
+  return t.defined() && t.device() == device && t.dtype() == dtype && t.is_contiguous();
 }
+
+enum class StepPath { Reference, CpuLoop, DeviceKernel };
+
+// Where one parameter's update runs. Fused paths take F32/F64 parameters whose gradient and
+// state buffers (created before this call) are dense, of the parameter's dtype and device;
+// on a device, only when its backend registered a fused step (`device_kernel`). Everything
+// else, F16/BF16 included (see Note [Fused optimizer steps on devices] in
+// kernels/optim_step.h), takes the reference step.
+inline StepPath step_path(bool fused, const Optimizer::Slot& s, bool device_kernel) {
+  const DType dt = s.param.dtype();
+  const Device device = s.param.device();
+  if (!fused || (dt != DType::F32 && dt != DType::F64)) return StepPath::Reference;
+  if (!device.is_cpu() && !device_kernel) return StepPath::Reference;
+  bool ok = fusable(s.param, dt, device) && fusable(s.grad, dt, device);
+  for (const auto& [key, buffer] : s.state->buffers) ok = ok && fusable(buffer, dt, device);
+  if (!ok) return StepPath::Reference;
+  return device.is_cpu() ? StepPath::CpuLoop : StepPath::DeviceKernel;
+}
+
+// The parameters of one optimizer group that take a backend's fused step, as one
+// kernels::FusedGroup per (device, dtype); run() hands each to its backend.
+class DeviceGroups {
+ public:
+  DeviceGroups(const char* op, int num_buffers) : op_(op), num_buffers_(num_buffers) {}
+
+  // The list for the parameter's device and dtype (made on first use).
+  kernels::FusedGroup& of(const Tensor& param) {
+    for (kernels::FusedGroup& g : groups_) {
+      if (g.device() == param.device() && g.dtype() == param.dtype()) return g;
+    }
+    return groups_.emplace_back(op_, param.dtype(), param.device(), num_buffers_);
+  }
+
+  template <class Hyper>
+  void run(const Hyper& h) const {
+    for (const kernels::FusedGroup& g : groups_) kernels::fused_step(h, g);
+  }
+
+ private:
+  const char* op_;
+  int num_buffers_;
+  std::vector<kernels::FusedGroup> groups_;
+};
 
 // Calls f(tensor_index, begin, end) for every chunk of every tensor; chunks run in parallel
 // when the total is large. numels[i] is the element count of tensor i.

@@ -2,8 +2,10 @@
 // centered variant and maximize, exactly as PyTorch's torch.optim.RMSprop (foreach=False):
 //   v = alpha v + (1 - alpha) g^2;  (centered: m = alpha m + (1 - alpha) g, v - m^2 below)
 //   avg = sqrt(v) + eps;  momentum: buf = momentum buf + g / avg, p -= lr buf;  else p -= lr g / avg
-// Two paths give the same numbers: a reference written with tensor ops, and a fused loop over
-// raw F32/F64 memory for dense CPU parameters (options.fused, the default).
+// Two paths give the same numbers: a reference written with tensor ops, and (options.fused, the
+// default) one fused pass per group and dtype over dense F32/F64 parameters: a loop over raw
+// memory on the CPU, a multi-tensor kernel on CUDA (kernels/cuda/optim.cu). F16/BF16
+// parameters take the reference.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -18,7 +20,7 @@ struct RMSpropOptions {
   double momentum = 0;
   bool centered = false;
   bool maximize = false;
-  bool fused = true;  // one multi-tensor loop per group and dtype (dense F32/F64 CPU parameters)
+  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {

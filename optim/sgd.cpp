@@ -1,4 +1,5 @@
-// optim/sgd.cpp: SGD's reference step (tensor ops) and its fused loop (raw F32/F64 memory).
+// optim/sgd.cpp: SGD's reference step (tensor ops), its fused loop (raw F32/F64 CPU memory),
+// and the hand-over of CUDA parameters to the backend's fused step (kernels/optim_step.h).
 // See Note [Fused steps match the reference].
 #include "optim/sgd.h"
 
@@ -88,25 +89,34 @@ void SGD::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_groups(); ++g) {
     const SGDOptions& o = options(g);
+    const kernels::SgdHyper h{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize};
     std::vector<Slot> slots = active_slots(g);
     std::vector<Slot*> f32;
     std::vector<Slot*> f64;
+    detail::DeviceGroups on_device("SGD", kernels::num_buffers(h));
     for (Slot& s : slots) {
       s.state->step += 1;
-      auto buf = s.state->buffers.find("momentum_buffer");
-      DType dt = s.param.dtype();
-      bool fusable = o.fused && (dt == DType::F32 || dt == DType::F64) && detail::fusable(s.param, dt) &&
-                     detail::fusable(s.grad, dt) && (buf == s.state->buffers.end() || detail::fusable(buf->second, dt));
-      if (!fusable) {
-        sgd_reference(o, s.param, s.grad, *s.state);
-      } else if (dt == DType::F32) {
-        f32.push_back(&s);
-      } else {
-        f64.push_back(&s);
+      switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
+        case detail::StepPath::Reference:
+          sgd_reference(o, s.param, s.grad, *s.state);
+          break;
+        case detail::StepPath::CpuLoop:
+          (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s);
+          break;
+        case detail::StepPath::DeviceKernel:
+          if (o.momentum == 0) {
+            on_device.of(s.param).add(s.param, s.grad, {});
+          } else {
+            bool fresh = !s.state->buffers.count("momentum_buffer");
+            if (fresh) s.state->buffers["momentum_buffer"] = empty_like(s.param);
+            on_device.of(s.param).add(s.param, s.grad, {s.state->buffers["momentum_buffer"]}, fresh ? 1 : 0);
+          }
+          break;
       }
     }
     if (!f32.empty()) sgd_fused<float>(o, f32);
     if (!f64.empty()) sgd_fused<double>(o, f64);
+    on_device.run(h);
   }
 }
 

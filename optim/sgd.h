@@ -2,8 +2,10 @@
 // L2 weight decay and maximize, exactly as PyTorch's torch.optim.SGD (foreach=False):
 //   d = grad (+ wd * p);  buf = momentum * buf + (1 - dampening) * d  (buf = d at first)
 //   d = nesterov ? d + momentum * buf : buf;  p -= lr * d
-// Two paths give the same numbers: a reference written with tensor ops, and a fused loop over
-// raw F32/F64 memory for dense CPU parameters (options.fused, the default).
+// Two paths give the same numbers: a reference written with tensor ops, and (options.fused, the
+// default) one fused pass per group and dtype over dense F32/F64 parameters: a loop over raw
+// memory on the CPU, a multi-tensor kernel on CUDA (kernels/cuda/optim.cu). F16/BF16
+// parameters take the reference.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -17,7 +19,7 @@ struct SGDOptions {
   double weight_decay = 0;
   bool nesterov = false;
   bool maximize = false;
-  bool fused = true;  // one multi-tensor loop per group and dtype (dense F32/F64 CPU parameters)
+  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {

@@ -68,7 +68,9 @@ cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${PREFIX[@]}" >"$BUILD/configure.log" 2>&1 ||
   { cat "$BUILD/configure.log"; fail "configure (see $BUILD/configure.log)"; }
 grep "brisk:" "$BUILD/configure.log"
-TARGETS=(brisk_tests bench_cuda)
+grep -q "through cuDNN" "$BUILD/configure.log" ||
+  summary+=("WARNING: no cuDNN (set CUDNN_ROOT): conv2d and batch_norm are not tested on CUDA")
+TARGETS=(brisk_tests bench_cuda bench_optim)
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" || fail "build"
 summary+=("build: Release, sm_$ARCH, $(( $(date +%s) - T0 )) s")
 
@@ -77,7 +79,7 @@ summary+=("build: Release, sm_$ARCH, $(( $(date +%s) - T0 )) s")
 
 # ---- 5. tests
 T0=$(date +%s)
-FILTER=(-tc="cuda:*")
+FILTER=(-tc="cuda:*,cuda fused optim:*")
 [ "$ALL" = 1 ] && FILTER=()
 "$BUILD/tests/brisk_tests" --no-intro=true "${FILTER[@]}" 2>&1 | tee "$BUILD/tests.log"
 TEST_RC=${PIPESTATUS[0]}
@@ -93,6 +95,9 @@ fi
 BENCH_RC=${PIPESTATUS[0]}
 BENCH_TABLE=$(sed -n '/^bench_cuda (device/,$p' "$BUILD/bench.log")
 [ "$BENCH_RC" = 0 ] || summary+=("bench_cuda: exit $BENCH_RC")
+# The fused optimizer steps against their reference step (its CUDA section).
+"$BUILD/examples/bench/bench_optim" 2>&1 | tee "$BUILD/bench_optim.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { summary+=("bench_optim: failed"); BENCH_RC=1; }
 
 [ "$TEST_RC" = 0 ] && [ "$BENCH_RC" = 0 ] && finish 0
 finish 1

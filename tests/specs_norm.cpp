@@ -99,8 +99,12 @@ Tensor group_norm_ref(const Tensor& x, int64_t groups, const Tensor& w, const Te
 
 // Running statistics for the eval cases: fixed values made the same way by the op under test
 // and the reference (as inputs they would be gradchecked, but they take no gradient).
-Tensor eval_mean(int64_t c, DType t) { return cast(uniform_values({c}, -0.5, 0.5, 91), t); }
-Tensor eval_var(int64_t c, DType t) { return cast(uniform_values({c}, 0.5, 1.5, 92), t); }
+Tensor eval_mean(int64_t c, DType t, Device d = Device::cpu()) {
+  return cast(uniform_values({c}, -0.5, 0.5, 91), t).to(d);
+}
+Tensor eval_var(int64_t c, DType t, Device d = Device::cpu()) {
+  return cast(uniform_values({c}, 0.5, 1.5, 92), t).to(d);
+}
 
 // ---- cases
 // x of `shape` (spread around a nonzero mean), with affine params of its trailing `nd` dims.
@@ -180,7 +184,7 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.name = "batch_norm training, tracked running statistics";
     s.fn = [](const std::vector<Tensor>& in) {
       const int64_t c = in[0].sizes()[1];
-      Tensor rm = zeros({c}, in[0].dtype()), rv = ones({c}, in[0].dtype());
+      Tensor rm = zeros({c}, in[0].dtype(), in[0].device()), rv = ones({c}, in[0].dtype(), in[0].device());
       return F::batch_norm(in[0], rm, rv, opt(in, 1), opt(in, 2), true, 0.1, kEps);
     };
     specs.push_back(s);
@@ -192,7 +196,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.fn = [](const std::vector<Tensor>& in) {
       const int64_t c = in[0].sizes()[1];
       const DType t = in[0].dtype();
-      return F::batch_norm(in[0], eval_mean(c, t), eval_var(c, t), opt(in, 1), opt(in, 2), false, 0.1, kEps);
+      const Device d = in[0].device();
+      return F::batch_norm(in[0], eval_mean(c, t, d), eval_var(c, t, d), opt(in, 1), opt(in, 2), false, 0.1, kEps);
     };
     s.reference = [](const std::vector<Tensor>& in) {
       const int64_t c = in[0].sizes()[1];

@@ -3,18 +3,25 @@
 // of a machine without a GPU. With a GPU: the whole op conformance table (tests/op_spec.h) on
 // CUDA against the CPU, forward and backward, on contiguous, strided and transposed inputs;
 // large inputs that take the multi-block paths; pinned memory; random streams; device errors;
-// allocator statistics; streams and events. GPU tests return early (with a message) when
+// allocator statistics; streams and events; the nn kernels (cuDNN conv in F64/F32/F16/BF16 and
+// with TF32, a ResNet block trained on both devices, batch norm running statistics, layer
+// norm, pooling with ties and NaN). GPU tests return early (with a message) when
 // cuda::device_count() is 0. Speed is measured in examples/bench/bench_cuda.cpp, not here.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "engine/allocator.h"
+#include "nn/functional.h"
+#include "nn/layers.h"
 #include "tests/op_spec.h"
 #ifdef BRISK_WITH_CUDA
 #include "kernels/cuda/cuda.h"
@@ -227,10 +234,16 @@ TEST_CASE("cuda: every op in ops.def has a CUDA kernel") {
   }
   std::string list;
   for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
-  // Convolution, pooling and normalization come with the cuDNN issue; report, do not fail.
   if (!missing.empty()) MESSAGE("ops without a CUDA kernel yet: " << list);
-  for (const char* core : {"add", "matmul", "sum", "softmax", "cross_entropy", "index_select", "dropout", "cast"}) {
-    CHECK_MESSAGE(std::find(missing.begin(), missing.end(), core) == missing.end(), core, " has no CUDA kernel");
+  std::vector<const char*> core = {"add", "matmul", "sum", "softmax", "cross_entropy", "index_select", "dropout",
+                                   "cast", "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+                                   "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "layer_norm"};
+#ifdef BRISK_WITH_CUDNN
+  // Built with cuDNN: convolution and batch norm run there (without it they are missing by design).
+  for (const char* op : {"conv2d", "conv2d_backward_input", "conv2d_backward_weight", "batch_norm"}) core.push_back(op);
+#endif
+  for (const char* op : core) {
+    CHECK_MESSAGE(std::find(missing.begin(), missing.end(), op) == missing.end(), std::string(op), " has no CUDA kernel");
   }
 }
 
@@ -602,6 +615,354 @@ TEST_CASE("cuda: streams and events order work") {
   CHECK(y.item<double>() == 3.0 * (1 << 20));
   s.synchronize();
   CHECK(s.query());
+}
+
+// ---- nn ops: cuDNN conv and batch norm, hand-written pooling and layer norm
+namespace {
+
+namespace F = brisk::nn::functional;
+
+// max |got - want| <= rel * max(1, max |want|): a tolerance relative to the tensor's scale, for
+// results whose size grows with the problem (conv sums, gradients).
+void check_scaled(const Tensor& got, const Tensor& want, double rel, const std::string& what) {
+  INFO(what);
+  REQUIRE_MESSAGE(got.sizes() == want.sizes(), what, ": sizes ", got.sizes(), " vs ", want.sizes());
+  const std::vector<double> g = got.detach().to(Device::cpu()).to_vector<double>();
+  const std::vector<double> w = want.detach().to(Device::cpu()).to_vector<double>();
+  double scale = 1, err = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    scale = std::max(scale, std::abs(w[i]));
+    err = std::max(err, std::abs(g[i] - w[i]));  // NaN makes err NaN: the check fails
+  }
+  CHECK_MESSAGE(err <= rel * scale, what, ": max error ", err, " against scale ", scale, " (allowed ", rel * scale,
+                ")");
+}
+
+struct ConvCase {
+  const char* name;
+  Shape x, w;
+  F::Pair stride, padding, dilation;
+  int64_t groups;
+};
+
+// y = conv2d(x, w) and the gradients of x and w for the cotangent v.
+std::vector<Tensor> conv_with_grads(const Tensor& x, const Tensor& w, const Tensor& v, const ConvCase& c) {
+  Tensor xl = x.detach().clone().requires_grad_(), wl = w.detach().clone().requires_grad_();
+  Tensor y = F::conv2d(xl, wl, {}, c.stride, c.padding, c.dilation, c.groups);
+  y.backward(v);
+  return {y.detach(), xl.grad(), wl.grad()};
+}
+
+const std::vector<ConvCase>& conv_cases() {
+  static const std::vector<ConvCase> cases = {
+      {"3x3, 64 -> 64 channels, padding 1", {8, 64, 14, 14}, {64, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"groups 4, stride 2, dilation 2, padding 2", {4, 16, 20, 18}, {32, 4, 3, 3}, {2, 2}, {2, 2}, {2, 2}, 4},
+      {"depthwise 3x3, stride (2, 1), padding 1", {4, 32, 15, 16}, {32, 1, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 32},
+      {"1x1, stride 2", {8, 48, 9, 9}, {24, 48, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1},
+      {"5x3 kernel, dilation (1, 3), padding (2, 3)", {2, 6, 17, 19}, {10, 6, 5, 3}, {1, 1}, {2, 3}, {1, 3}, 1},
+      {"7x7, stride 2, padding 3 (a ResNet stem)", {2, 3, 32, 32}, {16, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1},
+  };
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: conv2d forward and gradients in F64, F32, F16 and BF16 match the CPU in F64") {
+  BRISK_REQUIRE_GPU();
+  CHECK_FALSE(cuda::allow_tf32());
+  uint64_t seed = 300;
+  for (const ConvCase& c : conv_cases()) {
+    const Tensor x = u(c.x, -1, 1, ++seed, DType::F64), w = u(c.w, -1, 1, ++seed, DType::F64);
+    Shape ys;
+    {
+      NoGradGuard ng;
+      ys = F::conv2d(x, w, {}, c.stride, c.padding, c.dilation, c.groups).sizes();
+    }
+    const Tensor v = u(ys, -1, 1, ++seed, DType::F64);
+    // F64 on both sides: the same sums in another order.
+    {
+      const std::vector<Tensor> want = conv_with_grads(x, w, v, c);
+      const std::vector<Tensor> got = conv_with_grads(x.to(kGpu), w.to(kGpu), v.to(kGpu), c);
+      const char* part[3] = {"y", "grad x", "grad w"};
+      for (int i = 0; i < 3; ++i) check_scaled(got[size_t(i)], want[size_t(i)], 1e-12, std::string(c.name) + " F64 " + part[i]);
+    }
+    // F32 and F16 against F64 of the same (rounded) values: only the arithmetic differs.
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+      const Tensor xt = cast(x, t), wt = cast(w, t), vt = cast(v, t);
+      const std::vector<Tensor> want = conv_with_grads(cast(xt, DType::F64), cast(wt, DType::F64), cast(vt, DType::F64), c);
+      const std::vector<Tensor> got = conv_with_grads(xt.to(kGpu), wt.to(kGpu), vt.to(kGpu), c);
+      // F32: summation order (and Winograd/FFT transforms); 16-bit: the output's rounding.
+      const double rel = t == DType::F32 ? 2e-5 : t == DType::F16 ? 4e-3 : 1.5e-2;
+      const char* part[3] = {"y", "grad x", "grad w"};
+      for (int i = 0; i < 3; ++i) {
+        CHECK(got[size_t(i)].dtype() == t);
+        check_scaled(got[size_t(i)], want[size_t(i)], rel, std::string(c.name) + " " + dtype_name(t) + " " + part[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: conv2d honours the TF32 switch and reads strided inputs") {
+  BRISK_REQUIRE_GPU();
+  const ConvCase& c = conv_cases()[0];
+  const Tensor x = u(c.x, -1, 1, 401, DType::F64), w = u(c.w, -1, 1, 402, DType::F64);
+  NoGradGuard ng;
+  const Tensor want = F::conv2d(cast(cast(x, DType::F32), DType::F64), cast(cast(w, DType::F32), DType::F64), {},
+                                c.stride, c.padding);
+  const Tensor xg = cast(x, DType::F32).to(kGpu), wg = cast(w, DType::F32).to(kGpu);
+  // TF32 rounds the operands to 10 mantissa bits: errors ~1e-3 relative. With TF32 off (the
+  // default, checked above at 2e-5) the same geometry's plan must not use it.
+  cuda::set_allow_tf32(true);
+  const Tensor fast = F::conv2d(xg, wg, {}, c.stride, c.padding);
+  cuda::set_allow_tf32(false);
+  check_scaled(fast, want, 5e-3, "TF32 conv");
+  check_scaled(F::conv2d(xg, wg, {}, c.stride, c.padding), want, 2e-5, "F32 conv after TF32 was switched off");
+  // A channels-last view and a sliced weight: copied to dense before cuDNN.
+  const Tensor x_cl = permute(contiguous(permute(xg, {0, 2, 3, 1})), {0, 3, 1, 2});
+  CHECK_FALSE(x_cl.is_contiguous());
+  check_scaled(F::conv2d(x_cl, wg, {}, c.stride, c.padding), want, 2e-5, "channels-last input");
+  const Tensor wide = cat({wg, wg}, 1);
+  const Tensor w_view = slice(wide, 1, 0, c.w[1]);
+  CHECK_FALSE(w_view.is_contiguous());
+  check_scaled(F::conv2d(xg, w_view, {}, c.stride, c.padding), want, 2e-5, "sliced weight");
+}
+
+TEST_CASE("cuda: a ResNet basic block trains the same on CUDA and on the CPU") {
+  BRISK_REQUIRE_GPU();
+  // x -> conv3x3/2 -> bn -> relu -> conv3x3 -> bn, + conv1x1/2 shortcut -> relu -> global
+  // average pool -> linear -> cross-entropy; then backward. Every parameter's gradient and the
+  // batch norms' running statistics are compared.
+  for (DType t : {DType::F64, DType::F32}) {
+    INFO(dtype_name(t));
+    const double rel = t == DType::F64 ? 1e-10 : 1e-4;
+    auto param = [t](const Shape& s, double lo, double hi, uint64_t seed) { return u(s, lo, hi, seed, t); };
+    const std::vector<Tensor> params = {param({16, 8, 3, 3}, -0.3, 0.3, 501), param({16}, 0.5, 1.5, 502),
+                                        param({16}, -0.2, 0.2, 503),         param({16, 16, 3, 3}, -0.2, 0.2, 504),
+                                        param({16}, 0.5, 1.5, 505),          param({16}, -0.2, 0.2, 506),
+                                        param({16, 8, 1, 1}, -0.5, 0.5, 507), param({10, 16}, -0.5, 0.5, 508)};
+    const Tensor x = u({6, 8, 12, 12}, -1, 2, 509, t);
+    const Tensor target = cast(test::uniform_values({6}, 0, 10, 510), DType::I64);
+    struct Result {
+      Tensor loss;
+      std::vector<Tensor> grads, stats;
+    };
+    auto run = [&](Device d) {
+      std::vector<Tensor> p;
+      for (const Tensor& q : params) p.push_back(q.to(d).detach().requires_grad_());
+      std::vector<Tensor> stats = {zeros({16}, t, d), ones({16}, t, d), zeros({16}, t, d), ones({16}, t, d)};
+      Tensor xi = x.to(d).detach().requires_grad_();
+      Tensor h = F::conv2d(xi, p[0], {}, {2, 2}, {1, 1});
+      h = relu(F::batch_norm(h, stats[0], stats[1], p[1], p[2], true));
+      h = F::conv2d(h, p[3], {}, {1, 1}, {1, 1});
+      h = F::batch_norm(h, stats[2], stats[3], p[4], p[5], true);
+      h = relu(h + F::conv2d(xi, p[6], {}, {2, 2}));
+      h = reshape(F::adaptive_avg_pool2d(h, {1, 1}), {6, 16});
+      Tensor loss = F::cross_entropy(F::linear(h, p[7]), target.to(d));
+      loss.backward();
+      Result r{loss.detach(), {xi.grad()}, stats};
+      for (const Tensor& q : p) r.grads.push_back(q.grad());
+      return r;
+    };
+    const Result want = run(Device::cpu());
+    const Result got = run(kGpu);
+    check_scaled(got.loss, want.loss, rel, "loss");
+    for (size_t i = 0; i < want.grads.size(); ++i) {
+      REQUIRE(got.grads[i].defined());
+      check_scaled(got.grads[i], want.grads[i], rel, i == 0 ? std::string("grad of x") : "grad of parameter " + std::to_string(i - 1));
+    }
+    for (size_t i = 0; i < want.stats.size(); ++i) {
+      check_scaled(got.stats[i], want.stats[i], rel, "running statistic " + std::to_string(i));
+    }
+  }
+}
+
+TEST_CASE("cuda: batch norm layers keep the CPU's running statistics over training steps") {
+  BRISK_REQUIRE_GPU();
+  struct Layer {
+    std::shared_ptr<nn::BatchNorm> cpu, gpu;
+    Shape x;
+  };
+  std::vector<Layer> layers = {
+      {std::make_shared<nn::BatchNorm2d>(12, 1e-5, 0.1), std::make_shared<nn::BatchNorm2d>(12, 1e-5, 0.1), {16, 12, 9, 7}},
+      {std::make_shared<nn::BatchNorm1d>(20, 1e-3, 0.3), std::make_shared<nn::BatchNorm1d>(20, 1e-3, 0.3), {64, 20}},
+      {std::make_shared<nn::BatchNorm1d>(5, 1e-5, 0.1), std::make_shared<nn::BatchNorm1d>(5, 1e-5, 0.1), {3, 5, 33}},
+  };
+  uint64_t seed = 600;
+  for (Layer& l : layers) {
+    INFO("input ", l.x);
+    l.gpu->to(kGpu);
+    for (int step = 0; step < 4; ++step) {
+      // Each step a different mean and spread, so the running statistics move.
+      const Tensor x = u(l.x, -1.0 + step, 1.0 + 3 * step, ++seed);
+      const Tensor want = l.cpu->forward(x);
+      const Tensor got = l.gpu->forward(x.to(kGpu));
+      check_scaled(got, want, 1e-5, "training step " + std::to_string(step));
+    }
+    check_scaled(l.gpu->buffer("running_mean"), l.cpu->buffer("running_mean"), 1e-5, "running_mean");
+    check_scaled(l.gpu->buffer("running_var"), l.cpu->buffer("running_var"), 1e-5, "running_var");
+    l.cpu->eval();
+    l.gpu->eval();
+    const Tensor x = u(l.x, -2, 5, ++seed);
+    check_scaled(l.gpu->forward(x.to(kGpu)), l.cpu->forward(x), 1e-5, "eval");
+  }
+}
+
+TEST_CASE("cuda: batch_norm and layer_norm outputs and statistics match the CPU in every dtype") {
+  BRISK_REQUIRE_GPU();
+  auto outputs = [](OpId id, const std::vector<Tensor>& in, const Attrs& attrs) {
+    std::vector<Tensor> out(3);
+    call(id, in, attrs, out);
+    return out;
+  };
+  for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(t));
+    const double rel = t == DType::F64 ? 1e-12 : t == DType::F32 ? 1e-5 : t == DType::F16 ? 2e-3 : 1.5e-2;
+    // batch_norm: (B, C, H, W), (B, C), (B, C, L), in training and eval; an empty batch in eval.
+    for (const Shape& s : {Shape{32, 24, 14, 14}, Shape{256, 40}, Shape{4, 7, 301}, Shape{0, 3, 4}}) {
+      const int64_t c = s[1];
+      for (bool training : {true, false}) {
+        if (training && s[0] == 0) continue;
+        INFO("batch_norm ", s, training ? " training" : " eval");
+        const std::vector<Tensor> in = {u(s, -1, 3, 701, t), u({c}, 0.5, 1.5, 702, t), u({c}, -0.5, 0.5, 703, t),
+                                        u({c}, -0.5, 0.5, 704, t), u({c}, 0.5, 2, 705, t)};
+        Attrs attrs;
+        attrs.flag = training;
+        attrs.b = 1e-5;
+        std::vector<Tensor> gin;
+        for (const Tensor& x : in) gin.push_back(x.to(kGpu));
+        const std::vector<Tensor> want = outputs(OpId::BatchNorm, in, attrs);
+        const std::vector<Tensor> got = outputs(OpId::BatchNorm, gin, attrs);
+        for (int i = 0; i < 3; ++i) {
+          CHECK(got[size_t(i)].dtype() == want[size_t(i)].dtype());
+          // The statistics are F32 (F64): tight whatever x's dtype.
+          check_scaled(got[size_t(i)], want[size_t(i)], i == 0 ? rel : (t == DType::F64 ? 1e-12 : 1e-5),
+                       "output " + std::to_string(i));
+        }
+      }
+    }
+    // layer_norm: short rows (a warp per row), long rows (a loop per thread), several dims.
+    for (const auto& [s, nd] : std::vector<std::pair<Shape, int>>{
+             {{10000, 7}, 1}, {{64, 4096}, 1}, {{3, 70001}, 1}, {{2, 3, 5, 7}, 2}, {{4, 0}, 1}, {{0, 5}, 1}}) {
+      INFO("layer_norm ", s, " over ", nd, " dims");
+      Shape norm;
+      for (int d = s.size() - nd; d < s.size(); ++d) norm.push_back(s[d]);
+      const std::vector<Tensor> in = {u(s, -1, 3, 711, t), u(norm, 0.5, 1.5, 712, t), u(norm, -0.5, 0.5, 713, t)};
+      Attrs attrs;
+      attrs.dim = nd;
+      attrs.a = 1e-5;
+      std::vector<Tensor> gin;
+      for (const Tensor& x : in) gin.push_back(x.to(kGpu));
+      const std::vector<Tensor> want = outputs(OpId::LayerNorm, in, attrs);
+      const std::vector<Tensor> got = outputs(OpId::LayerNorm, gin, attrs);
+      for (int i = 0; i < 3; ++i) {
+        CHECK(got[size_t(i)].dtype() == want[size_t(i)].dtype());
+        check_scaled(got[size_t(i)], want[size_t(i)], i == 0 ? rel : (t == DType::F64 ? 1e-12 : 1e-5),
+                     "output " + std::to_string(i));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: max_pool2d picks the CPU's index among ties and routes the same gradient") {
+  BRISK_REQUIRE_GPU();
+  struct PoolCase {
+    const char* name;
+    F::Pair kernel, stride, padding, dilation;
+    bool ceil_mode;
+  };
+  const std::vector<PoolCase> cases = {
+      {"3x3, stride 1, padding 1 (every element in 9 windows)", {3, 3}, {1, 1}, {1, 1}, {1, 1}, false},
+      {"3x3, stride 2, padding 1, ceil_mode", {3, 3}, {2, 2}, {1, 1}, {1, 1}, true},
+      {"2x2, stride 2", {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
+      {"2x3, stride (1, 2), padding 1, dilation (2, 1)", {2, 3}, {1, 2}, {1, 1}, {2, 1}, false},
+  };
+  for (DType t : {DType::F64, DType::F32, DType::F16}) {
+    for (const PoolCase& c : cases) {
+      INFO(c.name, " ", dtype_name(t));
+      // Values in {0, 1, 2}: most windows hold ties. Small integers are exact in every dtype.
+      Tensor x = cast(cast(test::uniform_values({3, 4, 13, 11}, 0, 3, 800), DType::I64), t);
+      auto run = [&](const Tensor& in) {
+        Tensor xl = in.detach().clone().requires_grad_();
+        Tensor y = F::max_pool2d(xl, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode);
+        Tensor v = cast(test::uniform_values(y.sizes(), -1, 1, 801), t).to(in.device());
+        y.backward(v);
+        return std::pair{y.detach(), xl.grad()};
+      };
+      const auto [want_y, want_g] = run(x);
+      const auto [got_y, got_g] = run(x.to(kGpu));
+      CHECK(equal(got_y.to(Device::cpu()), want_y));
+      // Same sum order as the CPU (output order): exact for F32/F64; F16 rounds each CPU step.
+      check_scaled(got_g, want_g, t == DType::F16 ? 2e-3 : 0.0, "gradient");
+      // The indices themselves, through the op.
+      Attrs attrs;
+      attrs.geometry = {c.stride[0], c.stride[1], c.padding[0], c.padding[1], c.dilation[0], c.dilation[1],
+                        c.kernel[0], c.kernel[1]};
+      attrs.flag = c.ceil_mode;
+      std::vector<Tensor> want(2), got(2);
+      call(OpId::MaxPool2d, std::vector<Tensor>{x}, attrs, want);
+      call(OpId::MaxPool2d, std::vector<Tensor>{x.to(kGpu)}, attrs, got);
+      CHECK(equal(got[1].to(Device::cpu()), want[1]));
+    }
+  }
+  // NaN wins its window, as on the CPU.
+  Tensor x = test::uniform_values({2, 3, 8, 8}, -1, 1, 802, DType::F32);
+  {
+    NoGradGuard ng;
+    Tensor mask = lt(test::uniform_values({2, 3, 8, 8}, 0, 1, 803, DType::F32), full({}, 0.05, DType::F32));
+    x = where(mask, full({}, std::nan(""), DType::F32), x);
+  }
+  Attrs attrs;
+  attrs.geometry = {2, 2, 1, 1, 1, 1, 3, 3};
+  std::vector<Tensor> want(2), got(2);
+  call(OpId::MaxPool2d, std::vector<Tensor>{x}, attrs, want);
+  call(OpId::MaxPool2d, std::vector<Tensor>{x.to(kGpu)}, attrs, got);
+  CHECK(equal(got[1].to(Device::cpu()), want[1]));
+  const Tensor got_y = got[0].to(Device::cpu());
+  CHECK(equal(ne(got_y, got_y), ne(want[0], want[0])));  // NaN where the CPU has NaN
+}
+
+TEST_CASE("cuda: average and adaptive pooling on large inputs match the CPU") {
+  BRISK_REQUIRE_GPU();
+  using V = std::vector<Tensor>;
+  auto with_grad = [](std::function<Tensor(const Tensor&)> f) {
+    return [f](const V& v) {
+      Tensor x = v[0].detach().clone().requires_grad_();
+      Tensor y = f(x);
+      y.backward(cast(test::uniform_values(y.sizes(), -1, 1, 901), y.dtype()).to(y.device()));
+      return cat({y.detach().flatten(), x.grad().flatten()});
+    };
+  };
+  const Tensor x = u({8, 32, 29, 31}, -1, 1, 902);
+  check_large("avg_pool2d 3x3 stride 2 padding 1 ceil_mode, count_include_pad", {x},
+              with_grad([](const Tensor& t) { return F::avg_pool2d(t, {3, 3}, F::Pair{2, 2}, {1, 1}, true, true); }),
+              1e-5);
+  check_large("avg_pool2d 3x2 stride (2, 1) padding (1, 1) ceil_mode, count_include_pad false", {x},
+              with_grad([](const Tensor& t) { return F::avg_pool2d(t, {3, 2}, F::Pair{2, 1}, {1, 1}, true, false); }),
+              1e-5);
+  check_large("avg_pool2d 2x2 in BF16", {x}, with_grad([](const Tensor& t) {
+                return F::avg_pool2d(cast(t, DType::BF16), {2, 2});
+              }),
+              1e-2);
+  check_large("adaptive_avg_pool2d to (1, 1)", {x},
+              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(t, {1, 1}); }), 1e-5);
+  check_large("adaptive_avg_pool2d to (7, 5) (overlapping windows)", {x},
+              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(t, {7, 5}); }), 1e-5);
+  check_large("adaptive_avg_pool2d to (40, 45) (upsampling)", {x},
+              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(t, {40, 45}); }), 1e-5);
+  check_large("adaptive_avg_pool2d in F16", {x},
+              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(cast(t, DType::F16), {6, 6}); }), 1e-2);
+}
+
+TEST_CASE("cuda: max_pool2d_backward reports an index outside its plane") {
+  BRISK_REQUIRE_GPU();
+  Attrs attrs;
+  attrs.geometry = {2, 2, 0, 0, 1, 1, 2, 2};
+  attrs.shape = {1, 1, 4, 4};
+  const Tensor g = ones({1, 1, 2, 2}, DType::F32, kGpu);
+  const Tensor bad = from_vector({0, 3, 99, 15}, {1, 1, 2, 2}, DType::I64, kGpu);
+  Tensor gx = call1(OpId::MaxPool2dBackward, {g, bad}, attrs);
+  CHECK_THROWS_WITH_AS(gx.to_vector<float>(), doctest::Contains("max_pool2d_backward: index 99 is out of range"), Error);
+  CHECK_NOTHROW(cuda::synchronize());
 }
 
 #endif  // BRISK_WITH_CUDA

@@ -20,6 +20,7 @@
 #include "data/readers.h"
 #include "data/transforms.h"
 #include "examples/fashion_mnist/checkpoint.h"
+#include "examples/fashion_mnist/evaluate.h"
 #include "examples/fashion_mnist/progress.h"
 #include "examples/fashion_mnist/report.h"
 #include "nn/models/simple.h"
@@ -154,25 +155,6 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const Args& a, optim::Optimize
   }
   if (a.schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, a.epochs * steps_per_epoch);
   return nullptr;
-}
-
-struct EvalResult {
-  double loss = 0, acc = 0;
-};
-
-EvalResult evaluate(nn::Module& model, data::DataLoader& loader) {
-  NoGradGuard no_grad;
-  model.eval();
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0;
-  while (auto batch = loader.next()) {
-    Tensor logits = model(batch->input);
-    loss_sum += cross_entropy(logits, batch->target, Reduction::Sum).item<double>();
-    correct += sum(eq(argmax(logits, 1), batch->target)).item<int64_t>();
-    seen += batch->target.size(0);
-  }
-  model.train();
-  return {loss_sum / double(seen), double(correct) / double(seen)};
 }
 
 std::string short_number(double v) {

@@ -29,6 +29,7 @@
 #include "data/dataloader.h"
 #include "data/readers.h"
 #include "data/transforms.h"
+#include "examples/fashion_mnist/evaluate.h"
 #include "examples/fashion_mnist/progress.h"
 #include "examples/fashion_mnist/report.h"
 #include "examples/training_strategies/lr_plot.h"
@@ -38,6 +39,8 @@
 
 using namespace brisk;
 using namespace training_strategies;
+using fashion_mnist::EvalResult;
+using fashion_mnist::evaluate;
 
 namespace {
 
@@ -169,25 +172,6 @@ Args parse_args(int argc, char** argv) {
 std::shared_ptr<nn::Module> make_model(const std::string& name) {
   if (name == "cnn") return std::make_shared<nn::models::SmallCNN>();
   return std::make_shared<nn::models::MLP>(std::vector<int64_t>{784, 256, 128, 10});
-}
-
-struct EvalResult {
-  double loss = 0, acc = 0;
-};
-
-EvalResult evaluate(nn::Module& model, data::DataLoader& loader) {
-  NoGradGuard no_grad;
-  model.eval();
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0;
-  while (auto batch = loader.next()) {
-    Tensor logits = model(batch->input);
-    loss_sum += cross_entropy(logits, batch->target, Reduction::Sum).item<double>();
-    correct += sum(eq(argmax(logits, 1), batch->target)).item<int64_t>();
-    seen += batch->target.size(0);
-  }
-  model.train();
-  return {loss_sum / double(seen), double(correct) / double(seen)};
 }
 
 double now_s() {

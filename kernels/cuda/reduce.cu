@@ -427,16 +427,6 @@ __global__ void softmax_cols_kernel(const T* x, T* y, int64_t outer, int64_t n, 
   }
 }
 
-// The output written densely: `out` itself when dense, else a temporary copied back by finish().
-struct DenseOut {
-  Tensor target, dense;
-  explicit DenseOut(const Tensor& out)
-      : target(out), dense(out.is_contiguous() ? out : make_empty(out.sizes(), out.dtype(), out.device())) {}
-  void finish() {
-    if (dense.impl() != target.impl()) copy_into(target, dense);
-  }
-};
-
 template <bool Log>
 void softmax_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const char* name = Log ? "log_softmax" : "softmax";

@@ -12,6 +12,10 @@ void register_reduce();       // kernels/cuda/reduce.cu (reductions, softmax, cr
 void register_linalg();       // kernels/cuda/matmul.cpp
 void register_index();        // kernels/cuda/index.cu (cat, slice_backward, index ops)
 void register_random();       // kernels/cuda/random.cu (arange, rand, randn, dropout)
+void register_nn();           // kernels/cuda/conv.cu (cuDNN conv); calls the two below
+void register_pool();         // kernels/cuda/pool.cu (max/avg/adaptive pooling, hand-written)
+void register_norm();         // kernels/cuda/norm.cu (layer norm; batch norm through cuDNN)
+void register_optim();        // kernels/cuda/optim.cu (fused multi-tensor optimizer steps)
 
 inline void register_all() {
   register_backend();
@@ -21,6 +25,8 @@ inline void register_all() {
   register_linalg();
   register_index();
   register_random();
+  register_nn();
+  register_optim();
 }
 
 }  // namespace brisk::kernels::cuda

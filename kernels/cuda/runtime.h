@@ -76,4 +76,15 @@ Tensor dense(const Tensor& t);
 // Sets every element of `t` (any strides) to zero.
 void zero_(const Tensor& t);
 
+// An output a kernel writes densely: `out` itself when dense, else a scratch tensor that
+// finish() copies back into it.
+struct DenseOut {
+  Tensor target, dense;
+  explicit DenseOut(const Tensor& out)
+      : target(out), dense(out.is_contiguous() ? out : make_empty(out.sizes(), out.dtype(), out.device())) {}
+  void finish() {
+    if (dense.impl() != target.impl()) copy_into(target, dense);
+  }
+};
+
 }  // namespace brisk::kernels::cuda

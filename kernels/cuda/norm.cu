@@ -1,0 +1,252 @@
+// kernels/cuda/norm.cu: the CUDA kernels of layer_norm (hand-written: a group of threads per
+// row, two passes for the moments, F32 accumulation, F64 for F64) and batch_norm (cuDNN's
+// spatial batch normalization, training and inference; F32, F16 and F64 natively, BF16 through
+// F32). Outputs as the CPU kernels (kernels/cpu/norm.cpp) define them: y, and the statistics
+// mean and rstd = 1 / sqrt(biased variance + eps) in F32 (F64 for F64 inputs).
+// Without cuDNN (no BRISK_WITH_CUDNN) batch_norm gets no CUDA kernel.
+// Not here: inference, checks and backward formulas (engine/ops/norm.cpp; the backward is
+// written with ordinary ops, so it needs no kernel here); the running-statistics update
+// (nn/functional_norm.cpp).
+#include <cmath>
+
+#include "engine/op.h"
+#include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/register.h"
+#ifdef BRISK_WITH_CUDNN
+#include "kernels/cuda/cudnn_handle.h"
+#endif
+
+namespace brisk::kernels::cuda {
+
+namespace {
+
+int pow2_at_least(int64_t n, int cap) {
+  int p = 1;
+  while (p < n && p < cap) p *= 2;
+  return p;
+}
+
+// ---- layer norm
+// Sum of v over the blockDim.x threads of each row group (threadIdx.y picks the row): shuffles
+// within a warp, then shared memory across the group's warps. blockDim.x is a power of two
+// >= 32; every thread of the block must call it (rows past the end with 0).
+template <class A>
+__device__ A row_sum(A v) {
+  __shared__ A smem[kBlock / 32];
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (blockDim.x == 32) return v;
+  const int warps = blockDim.x / 32;
+  A* s = smem + threadIdx.y * warps;
+  __syncthreads();  // the previous call's readers are done
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
+  __syncthreads();
+  A r = s[0];
+  for (int w = 1; w < warps; ++w) r += s[w];
+  return r;
+}
+
+// x (rows, n), w/b (n) -> y (rows, n), mean/rstd (rows); all dense. blockDim.x threads per row,
+// blockDim.y rows per block. Two passes (mean, then the mean of squared deviations) keep the
+// variance free of the cancellation of E[x^2] - E[x]^2; the row is re-read from cache.
+template <class T>
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean, compute_t<T>* rstd,
+                                  int64_t rows, int64_t n, double eps) {
+  using A = compute_t<T>;
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < rows; base += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t row = base + threadIdx.y;
+    const bool valid = row < rows;
+    const T* xr = x + (valid ? row : 0) * n;
+    A s = 0;
+    if (valid) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += A(load_value(xr + j));
+    }
+    const A total = row_sum(s);
+    const A mu = n > 0 ? total / A(n) : A(0);
+    A q = 0;
+    if (valid) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const A d = A(load_value(xr + j)) - mu;
+        q += d * d;
+      }
+    }
+    q = row_sum(q);
+    if (!valid) continue;
+    const A var = n > 0 ? q / A(n) : A(0);
+    const A rs = A(1.0 / sqrt(double(var) + eps));
+    if (threadIdx.x == 0) {
+      mean[row] = mu;
+      rstd[row] = rs;
+    }
+    T* yr = y + row * n;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      yr[j] = Store<T>::to((A(load_value(xr + j)) - mu) * rs * A(load_value(w + j)) + A(load_value(b + j)));
+    }
+  }
+}
+
+// in: (x, weight, bias); attrs.dim trailing dims normalized, attrs.a = eps
+void layer_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor x = dense(in[0]), w = dense(in[1]), b = dense(in[2]);
+  DenseOut y(out[0]), mean(out[1]), rstd(out[2]);
+  const int64_t n = w.numel();
+  const int64_t rows = n == 0 ? mean.dense.numel() : x.numel() / n;
+  if (rows > 0) {
+    const int device = x.device().index;
+    DeviceGuard guard(device);
+    cudaStream_t stream = stream_handle(device);
+    dim3 block;
+    block.x = std::max(32, pow2_at_least(n, kBlock));
+    block.y = kBlock / block.x;
+    const unsigned grid = grid_for(rows, int(block.y));
+    dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
+      using T = decltype(tag);
+      using S = compute_t<T>;
+      layer_norm_kernel<T><<<grid, block, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+          static_cast<const T*>(b.data_ptr()), static_cast<T*>(y.dense.data_ptr()),
+          static_cast<S*>(mean.dense.data_ptr()), static_cast<S*>(rstd.dense.data_ptr()), rows, n, attrs.a);
+      BRISK_CUDA_CHECK_LAUNCH();
+    });
+  }
+  y.finish();
+  mean.finish();
+  rstd.finish();
+}
+
+#ifdef BRISK_WITH_CUDNN
+
+// ---- batch norm through cuDNN
+// Note [Batch norm on cuDNN]
+// cudnnBatchNormalizationForwardTraining in CUDNN_BATCHNORM_SPATIAL mode, with x viewed as
+// (B, C, S, 1) (S the product of the spatial dims, so (B, C) and (B, C, L) inputs work too),
+// normalizes with the biased batch variance and returns, in resultSaveMean and
+// resultSaveInvVariance, the batch mean and 1 / sqrt(biased variance + eps): exactly the op's
+// outputs mean and rstd (PyTorch's cuDNN path hands the same two buffers to the backward as
+// save_mean / save_invstd). Its own running-statistics update is switched off (null running
+// buffers, which cuDNN allows when both are null): nn/functional_norm.cpp updates the running
+// statistics itself from these outputs on every device (Note [Running statistics]). In eval
+// mode cudnnBatchNormalizationForwardInference uses the given running statistics, and mean /
+// rstd are filled here from them as the CPU kernel does. cuDNN wants the per-channel tensors
+// (weight, bias, running statistics) in F32 for F16 data and F64 for F64 data: they are
+// converted (C values). BF16 data, which the legacy batch-norm calls do not promise to take,
+// is normalized in F32 and rounded once, as the CPU computes it; autocast runs batch_norm in
+// F32 anyway (CastPolicy::Fp32).
+
+// `t` as a dense tensor of `dtype` (t itself when it already is one).
+Tensor dense_as(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype && t.is_contiguous()) return t;
+  Tensor d = make_empty(t.sizes(), dtype, t.device());
+  copy_into(d, t);
+  return d;
+}
+
+// rstd[c] = 1 / sqrt(var[c] + eps) in double, as the CPU computes it; var == nullptr: 0.
+template <class S>
+__global__ void bn_rstd_kernel(const S* var, S* rstd, int64_t channels, double eps) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < channels; c += int64_t(gridDim.x) * blockDim.x) {
+    rstd[c] = S(1.0 / sqrt((var ? double(var[c]) : 0.0) + eps));
+  }
+}
+
+// Owns the cuDNN descriptors of one call.
+struct BnDescriptors {
+  cudnnTensorDescriptor_t x = nullptr, param = nullptr;
+  BnDescriptors() {
+    BRISK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    BRISK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&param));
+  }
+  ~BnDescriptors() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(param);
+  }
+  BnDescriptors(const BnDescriptors&) = delete;
+  BnDescriptors& operator=(const BnDescriptors&) = delete;
+};
+
+// in: (x (B, C, *), weight, bias, running_mean, running_var); attrs.flag = training, b = eps
+void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const char* op = "batch_norm";
+  const Tensor& x_in = in[0];
+  const bool training = attrs.flag;
+  const double eps = attrs.b;
+  const int64_t batch = x_in.sizes()[0], channels = x_in.sizes()[1];
+  const int64_t spatial = batch * channels == 0 ? 0 : x_in.numel() / (batch * channels);
+  if (channels == 0) return;  // every output is empty
+  const DType stat = out[1].dtype();  // F32, or F64 for F64 inputs
+  DenseOut y(out[0]), mean(out[1]), rstd(out[2]);
+  const int device = x_in.device().index;
+  DeviceGuard guard(device);
+  cudaStream_t stream = stream_handle(device);
+
+  Tensor run_mean, run_var;
+  if (!training) {
+    run_mean = dense_as(in[3], stat);
+    run_var = dense_as(in[4], stat);
+    copy_into(mean.dense, run_mean);
+  } else if (x_in.numel() == 0) {
+    zero_(mean.dense);  // statistics of no values: mean 0, variance 0, as on the CPU
+  }
+  if (!training || x_in.numel() == 0) {
+    dispatch_float(stat, op, [&](auto tag) {
+      using S = decltype(tag);
+      if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
+        bn_rstd_kernel<S><<<grid_for(channels), kBlock, 0, stream>>>(
+            training ? nullptr : static_cast<const S*>(run_var.data_ptr()), static_cast<S*>(rstd.dense.data_ptr()),
+            channels, eps);
+        BRISK_CUDA_CHECK_LAUNCH();
+      }
+    });
+  }
+
+  if (x_in.numel() > 0) {
+    BRISK_CHECK(batch <= INT32_MAX && channels <= INT32_MAX && spatial <= INT32_MAX && x_in.numel() <= INT32_MAX, op,
+                ": input ", x_in.sizes(), " exceeds cuDNN's 32-bit limit");
+    // BF16 runs in F32 (see Note [Batch norm on cuDNN]).
+    const DType work = x_in.dtype() == DType::BF16 ? DType::F32 : x_in.dtype();
+    const Tensor x = dense_as(x_in, work);
+    const Tensor yw = work == y.dense.dtype() ? y.dense : make_empty(y.dense.sizes(), work, y.dense.device());
+    const Tensor w = dense_as(in[1], stat), b = dense_as(in[2], stat);
+    BnDescriptors d;
+    BRISK_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, cudnn_type(work, op), int(batch),
+                                                 int(channels), int(spatial), 1));
+    BRISK_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(d.param, d.x, CUDNN_BATCHNORM_SPATIAL));
+    const float one_f = 1, zero_f = 0;
+    const double one_d = 1, zero_d = 0;
+    const void* alpha = work == DType::F64 ? static_cast<const void*>(&one_d) : &one_f;
+    const void* beta = work == DType::F64 ? static_cast<const void*>(&zero_d) : &zero_f;
+    cudnnHandle_t h = cudnn_handle(device, op);
+    cudnnStatus_t st;
+    if (training) {
+      st = cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, alpha, beta, d.x, x.data_ptr(), d.x,
+                                                  yw.data_ptr(), d.param, w.data_ptr(), b.data_ptr(),
+                                                  /*exponentialAverageFactor=*/0.0, /*resultRunningMean=*/nullptr,
+                                                  /*resultRunningVariance=*/nullptr, eps, mean.dense.data_ptr(),
+                                                  rstd.dense.data_ptr());
+    } else {
+      st = cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, alpha, beta, d.x, x.data_ptr(), d.x,
+                                                   yw.data_ptr(), d.param, w.data_ptr(), b.data_ptr(),
+                                                   run_mean.data_ptr(), run_var.data_ptr(), eps);
+    }
+    BRISK_CHECK(st == CUDNN_STATUS_SUCCESS, op, ": cuDNN failed with ", cudnnGetErrorString(st), " (", int(st),
+                ") for input ", x_in.str(), (training ? " in training" : " in eval"), ", eps ", eps);
+    if (yw.impl() != y.dense.impl()) copy_into(y.dense, yw);
+  }
+  y.finish();
+  mean.finish();
+  rstd.finish();
+}
+
+#endif  // BRISK_WITH_CUDNN
+
+}  // namespace
+
+void register_norm() {
+  constexpr DeviceType gpu = DeviceType::CUDA;
+  register_kernel(OpId::LayerNorm, gpu, layer_norm_cuda);
+#ifdef BRISK_WITH_CUDNN
+  register_kernel(OpId::BatchNorm, gpu, batch_norm_cuda);
+#endif
+}
+
+}  // namespace brisk::kernels::cuda

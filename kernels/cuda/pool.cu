@@ -1,0 +1,355 @@
+// kernels/cuda/pool.cu: CUDA kernels of the pooling ops and their backward ops: max_pool2d
+// (values and flat argmax per plane), max_pool2d_backward, avg_pool2d (ceil_mode,
+// count_include_pad) and its backward, adaptive_avg_pool2d and its backward. All hand-written
+// (Note [CUDA pooling]): one thread per output element forward, one thread per input element
+// backward (a gather, so no atomics and the same summation order on every run). 16-bit floats
+// compute in float and round once; F64 in double. Same window rules and tie/NaN rules as the
+// CPU kernels (kernels/cpu/conv.cpp), which are the reference.
+// Not here: shapes, checks and backward formulas (engine/ops/nn.cpp); convolution (conv.cu).
+#include <limits>
+
+#include "engine/op.h"
+#include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/register.h"
+
+namespace brisk::kernels::cuda {
+
+// Note [CUDA pooling]
+// cuDNN's pooling has no argmax output (max_pool2d must return indices, and PyTorch writes its
+// own kernel for the same reason), no ceil_mode (it would need padding tricks that change the
+// divisor of count_include_pad), and no adaptive windows; the kernels are memory-bound loops
+// that a direct kernel runs at bandwidth anyway. So every pooling op is hand-written here.
+// Backward ops are gathers: each input element finds the outputs whose windows can contain it
+// (for max pooling the outputs whose index points at it, as PyTorch's max_pool_backward_nchw)
+// and sums their gradients in output order. No atomics: results are deterministic, and the
+// sum order is the CPU's (which scatters in output order), so F32/F64 results agree exactly.
+// An index outside its own window (possible only for indices not made by max_pool2d) is
+// ignored by the gather, as in PyTorch; one outside its plane is reported through the device
+// error slot (Note [Device errors]), as the CPU reports it.
+
+namespace {
+
+// One pooling problem over dense planes: x (planes, H, W), y (planes, Ho, Wo).
+struct PoolGeom {
+  int64_t planes, H, W, Ho, Wo;
+  int64_t sh, sw, ph, pw, dh, dw, kh, kw;
+};
+
+PoolGeom pool_geom(const Shape& x, const Shape& y, const Attrs& a) {
+  const Shape& g = a.geometry;
+  return {x[0] * x[1], x[2], x[3], y[2], y[3], g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]};
+}
+
+// ---- max pooling
+// x (planes, H, W) -> y, idx (planes, Ho, Wo): the max of each window (padding never wins);
+// NaN wins, and the first of equal maxima (in window order), as on the CPU.
+template <class T>
+__global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolGeom p) {
+  using A = compute_t<T>;
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = o % p.Wo;
+    const int64_t oh = (o / p.Wo) % p.Ho;
+    const T* xp = x + (o / (p.Ho * p.Wo)) * p.H * p.W;
+    const int64_t hs = oh * p.sh - p.ph, ws = ow * p.sw - p.pw;
+    A best = -std::numeric_limits<A>::infinity();
+    int64_t arg = -1;
+    for (int64_t i = 0; i < p.kh; ++i) {
+      const int64_t ih = hs + i * p.dh;
+      if (ih < 0) continue;
+      if (ih >= p.H) break;
+      for (int64_t j = 0; j < p.kw; ++j) {
+        const int64_t iw = ws + j * p.dw;
+        if (iw < 0) continue;
+        if (iw >= p.W) break;
+        const A v = A(load_value(xp + ih * p.W + iw));
+        if (arg < 0 || v > best || v != v) {
+          best = v;
+          arg = ih * p.W + iw;
+        }
+      }
+    }
+    y[o] = Store<T>::to(best);
+    idx[o] = arg < 0 ? 0 : arg;
+  }
+}
+
+// First output (along one axis) whose window of `extent` input positions, starting at
+// o * stride - pad, can reach input position i; outputs up to (i + pad) / stride start at or
+// before i.
+__device__ __forceinline__ int64_t first_window(int64_t i, int64_t pad, int64_t extent, int64_t stride) {
+  return i + pad < extent ? 0 : (i + pad - extent) / stride + 1;
+}
+__device__ __forceinline__ int64_t end_window(int64_t i, int64_t pad, int64_t stride, int64_t n_out) {
+  const int64_t e = (i + pad) / stride + 1;
+  return e < n_out ? e : n_out;
+}
+
+// g, idx (planes, Ho, Wo) -> gx (planes, H, W): each input element sums the gradients of the
+// outputs whose index names it (see Note [CUDA pooling]).
+template <class T>
+__global__ void max_pool_backward_kernel(const T* g, const int64_t* idx, T* gx, PoolGeom p) {
+  using A = compute_t<T>;
+  const int64_t n = p.planes * p.H * p.W;
+  const int64_t ext_h = (p.kh - 1) * p.dh + 1, ext_w = (p.kw - 1) * p.dw + 1;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t iw = e % p.W;
+    const int64_t ih = (e / p.W) % p.H;
+    const int64_t base = (e / (p.H * p.W)) * p.Ho * p.Wo;
+    const int64_t here = ih * p.W + iw;
+    const int64_t oh1 = end_window(ih, p.ph, p.sh, p.Ho), ow1 = end_window(iw, p.pw, p.sw, p.Wo);
+    const int64_t ow0 = first_window(iw, p.pw, ext_w, p.sw);
+    A acc = 0;
+    for (int64_t oh = first_window(ih, p.ph, ext_h, p.sh); oh < oh1; ++oh) {
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t o = base + oh * p.Wo + ow;
+        if (idx[o] == here) acc += A(load_value(g + o));
+      }
+    }
+    gx[e] = Store<T>::to(acc);
+  }
+}
+
+// Reports the first index outside its plane of `hw` elements (Note [Device errors]).
+__global__ void check_indices_kernel(const int64_t* idx, int64_t n, int64_t hw, DeviceErrorSlot* slot, int op) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = idx[o];
+    if (static_cast<uint64_t>(k) >= static_cast<uint64_t>(hw)) report_index_error(slot, op, k, hw);
+  }
+}
+
+// ---- average pooling
+// The window of output (oh, ow), clipped to the input, and its divisor (PyTorch's rule: the
+// window is first clipped to input + padding; count_include_pad counts that clipped size).
+struct AvgWindow {
+  int64_t hs, he, ws, we, divisor;
+};
+
+__device__ __forceinline__ AvgWindow avg_window(const PoolGeom& p, int64_t oh, int64_t ow, bool count_include_pad) {
+  int64_t hs = oh * p.sh - p.ph, ws = ow * p.sw - p.pw;
+  int64_t he = min(hs + p.kh, p.H + p.ph), we = min(ws + p.kw, p.W + p.pw);
+  const int64_t padded = (he - hs) * (we - ws);
+  hs = max(hs, int64_t(0));
+  ws = max(ws, int64_t(0));
+  he = min(he, p.H);
+  we = min(we, p.W);
+  return {hs, he, ws, we, count_include_pad ? padded : (he - hs) * (we - ws)};
+}
+
+// x (planes, H, W) -> y (planes, Ho, Wo)
+template <class T>
+__global__ void avg_pool_kernel(const T* x, T* y, PoolGeom p, bool count_include_pad) {
+  using A = compute_t<T>;
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = o % p.Wo;
+    const int64_t oh = (o / p.Wo) % p.Ho;
+    const T* xp = x + (o / (p.Ho * p.Wo)) * p.H * p.W;
+    const AvgWindow win = avg_window(p, oh, ow, count_include_pad);
+    A sum = 0;
+    for (int64_t ih = win.hs; ih < win.he; ++ih) {
+      for (int64_t iw = win.ws; iw < win.we; ++iw) sum += A(load_value(xp + ih * p.W + iw));
+    }
+    const bool empty = win.he <= win.hs || win.we <= win.ws;
+    y[o] = Store<T>::to(empty ? A(0) : sum / A(win.divisor));
+  }
+}
+
+// g (planes, Ho, Wo) -> gx (planes, H, W): each input element sums g / divisor over the
+// windows that contain it.
+template <class T>
+__global__ void avg_pool_backward_kernel(const T* g, T* gx, PoolGeom p, bool count_include_pad) {
+  using A = compute_t<T>;
+  const int64_t n = p.planes * p.H * p.W;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t iw = e % p.W;
+    const int64_t ih = (e / p.W) % p.H;
+    const T* gp = g + (e / (p.H * p.W)) * p.Ho * p.Wo;
+    const int64_t oh1 = end_window(ih, p.ph, p.sh, p.Ho), ow1 = end_window(iw, p.pw, p.sw, p.Wo);
+    const int64_t ow0 = first_window(iw, p.pw, p.kw, p.sw);
+    A acc = 0;
+    for (int64_t oh = first_window(ih, p.ph, p.kh, p.sh); oh < oh1; ++oh) {
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const AvgWindow win = avg_window(p, oh, ow, count_include_pad);
+        if (ih < win.hs || ih >= win.he || iw < win.ws || iw >= win.we) continue;
+        acc += A(load_value(gp + oh * p.Wo + ow)) / A(win.divisor);
+      }
+    }
+    gx[e] = Store<T>::to(acc);
+  }
+}
+
+// ---- adaptive average pooling: PyTorch's windows [floor(i * in / out), ceil((i + 1) * in / out)).
+__device__ __forceinline__ int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return i * in / out; }
+__device__ __forceinline__ int64_t adaptive_end(int64_t i, int64_t in, int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+// x (planes, H, W) -> y (planes, Ho, Wo)
+template <class T>
+__global__ void adaptive_avg_pool_kernel(const T* x, T* y, PoolGeom p) {
+  using A = compute_t<T>;
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = o % p.Wo;
+    const int64_t oh = (o / p.Wo) % p.Ho;
+    const T* xp = x + (o / (p.Ho * p.Wo)) * p.H * p.W;
+    const int64_t hs = adaptive_start(oh, p.H, p.Ho), he = adaptive_end(oh, p.H, p.Ho);
+    const int64_t ws = adaptive_start(ow, p.W, p.Wo), we = adaptive_end(ow, p.W, p.Wo);
+    A sum = 0;
+    for (int64_t ih = hs; ih < he; ++ih) {
+      for (int64_t iw = ws; iw < we; ++iw) sum += A(load_value(xp + ih * p.W + iw));
+    }
+    y[o] = Store<T>::to(sum / A((he - hs) * (we - ws)));
+  }
+}
+
+// g (planes, Ho, Wo) -> gx (planes, H, W). Input row ih lies in the windows of outputs
+// [floor(ih * Ho / H), ceil((ih + 1) * Ho / H)) (the same formula with in and out swapped);
+// membership is checked again against each window.
+template <class T>
+__global__ void adaptive_avg_pool_backward_kernel(const T* g, T* gx, PoolGeom p) {
+  using A = compute_t<T>;
+  const int64_t n = p.planes * p.H * p.W;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t iw = e % p.W;
+    const int64_t ih = (e / p.W) % p.H;
+    const T* gp = g + (e / (p.H * p.W)) * p.Ho * p.Wo;
+    const int64_t oh1 = min(adaptive_end(ih, p.Ho, p.H), p.Ho), ow1 = min(adaptive_end(iw, p.Wo, p.W), p.Wo);
+    A acc = 0;
+    for (int64_t oh = adaptive_start(ih, p.Ho, p.H); oh < oh1; ++oh) {
+      const int64_t hs = adaptive_start(oh, p.H, p.Ho), he = adaptive_end(oh, p.H, p.Ho);
+      if (ih < hs || ih >= he) continue;
+      for (int64_t ow = adaptive_start(iw, p.Wo, p.W); ow < ow1; ++ow) {
+        const int64_t ws = adaptive_start(ow, p.W, p.Wo), we = adaptive_end(ow, p.W, p.Wo);
+        if (iw < ws || iw >= we) continue;
+        acc += A(load_value(gp + oh * p.Wo + ow)) / A((he - hs) * (we - ws));
+      }
+    }
+    gx[e] = Store<T>::to(acc);
+  }
+}
+
+// ---- host side
+template <class T>
+const T* cdata(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+template <class T>
+T* mdata(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// Launches `launch(T{}, stream)` for x's floating dtype on `device` when there is work.
+template <class F>
+void run_pool(const Tensor& any, int64_t work, const char* op, F&& launch) {
+  if (work == 0) return;
+  const int device = any.device().index;
+  DeviceGuard guard(device);
+  cudaStream_t stream = stream_handle(device);
+  dispatch_float(any.dtype(), op, [&](auto tag) {
+    launch(tag, stream);
+    BRISK_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// x -> (y, indices)
+void max_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor x = dense(in[0]);
+  DenseOut y(out[0]), idx(out[1]);
+  const PoolGeom p = pool_geom(x.sizes(), y.dense.sizes(), attrs);
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  run_pool(x, n, "max_pool2d", [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    max_pool_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense),
+                                                           mdata<int64_t>(idx.dense), p);
+  });
+  y.finish();
+  idx.finish();
+}
+
+// (grad, indices) -> gx
+void max_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor g = dense(in[0]), idx = dense(in[1]);
+  DenseOut gx(out[0]);
+  const PoolGeom p = pool_geom(gx.dense.sizes(), g.sizes(), attrs);
+  const int64_t n = p.planes * p.H * p.W, n_out = g.numel();
+  run_pool(g, n, "max_pool2d_backward", [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    if (n_out > 0) {
+      check_indices_kernel<<<grid_for(n_out), kBlock, 0, stream>>>(cdata<int64_t>(idx), n_out, p.H * p.W,
+                                                                   device_error_slot(g.device().index),
+                                                                   int(OpId::MaxPool2dBackward));
+      BRISK_CUDA_CHECK_LAUNCH();
+    }
+    max_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), cdata<int64_t>(idx),
+                                                                    mdata<T>(gx.dense), p);
+  });
+  gx.finish();
+}
+
+void avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor x = dense(in[0]);
+  DenseOut y(out[0]);
+  const PoolGeom p = pool_geom(x.sizes(), y.dense.sizes(), attrs);
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  run_pool(x, n, "avg_pool2d", [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    avg_pool_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense), p, attrs.flag2);
+  });
+  y.finish();
+}
+
+void avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor g = dense(in[0]);
+  DenseOut gx(out[0]);
+  const PoolGeom p = pool_geom(gx.dense.sizes(), g.sizes(), attrs);
+  const int64_t n = p.planes * p.H * p.W;
+  run_pool(g, n, "avg_pool2d_backward", [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    avg_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), mdata<T>(gx.dense), p,
+                                                                    attrs.flag2);
+  });
+  gx.finish();
+}
+
+// Adaptive pooling reads no geometry attrs: only the sizes.
+PoolGeom adaptive_geom(const Shape& x, const Shape& y) { return {x[0] * x[1], x[2], x[3], y[2], y[3]}; }
+
+void adaptive_avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor x = dense(in[0]);
+  DenseOut y(out[0]);
+  const PoolGeom p = adaptive_geom(x.sizes(), y.dense.sizes());
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  run_pool(x, n, "adaptive_avg_pool2d", [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    adaptive_avg_pool_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense), p);
+  });
+  y.finish();
+}
+
+void adaptive_avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor g = dense(in[0]);
+  DenseOut gx(out[0]);
+  const PoolGeom p = adaptive_geom(gx.dense.sizes(), g.sizes());
+  const int64_t n = p.planes * p.H * p.W;
+  run_pool(g, n, "adaptive_avg_pool2d_backward", [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    adaptive_avg_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), mdata<T>(gx.dense), p);
+  });
+  gx.finish();
+}
+
+}  // namespace
+
+void register_pool() {
+  constexpr DeviceType gpu = DeviceType::CUDA;
+  register_kernel(OpId::MaxPool2d, gpu, max_pool2d_kernel);
+  register_kernel(OpId::MaxPool2dBackward, gpu, max_pool2d_backward_kernel);
+  register_kernel(OpId::AvgPool2d, gpu, avg_pool2d_kernel);
+  register_kernel(OpId::AvgPool2dBackward, gpu, avg_pool2d_backward_kernel);
+  register_kernel(OpId::AdaptiveAvgPool2d, gpu, adaptive_avg_pool2d_kernel);
+  register_kernel(OpId::AdaptiveAvgPool2dBackward, gpu, adaptive_avg_pool2d_backward_kernel);
+}
+
+}  // namespace brisk::kernels::cuda
