@@ -146,12 +146,14 @@ class FusedGroup {
  private:
   // `what`: "gradient", "state buffer" or null for the parameter itself.
   void check_tensor(const Tensor& t, const Tensor& param, const char* what, size_t index) const {
+    const bool ok = t.defined() && t.dtype() == dtype_ && t.device() == device_ && t.is_contiguous() &&
+                    t.sizes() == param.sizes();
+    if (ok) return;  // the message below is built only on failure (this runs per tensor and step)
     const std::string name = what ? std::string("the ") + what + " of parameter " + std::to_string(index)
                                   : "parameter " + std::to_string(index);
     BRISK_CHECK(t.defined(), op_, ": fused step: ", name, " is undefined");
-    BRISK_CHECK(t.dtype() == dtype_ && t.device() == device_ && t.is_contiguous() && t.sizes() == param.sizes(), op_,
-                ": fused step: ", name, " is ", t.str(), t.is_contiguous() ? "" : " (not dense)",
-                " but the group takes dense ", dtype_, " tensors on ", device_, " of sizes ", param.sizes());
+    BRISK_FAIL(op_, ": fused step: ", name, " is ", t.str(), t.is_contiguous() ? "" : " (not dense)",
+               " but the group takes dense ", dtype_, " tensors on ", device_, " of sizes ", param.sizes());
   }
 
   const char* op_;

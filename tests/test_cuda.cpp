@@ -667,6 +667,9 @@ const std::vector<ConvCase>& conv_cases() {
 
 }  // namespace
 
+// conv2d and batch_norm have CUDA kernels only in builds with cuDNN (cmake/cuda.cmake).
+#ifdef BRISK_WITH_CUDNN
+
 TEST_CASE("cuda: conv2d forward and gradients in F64, F32, F16 and BF16 match the CPU in F64") {
   BRISK_REQUIRE_GPU();
   CHECK_FALSE(cuda::allow_tf32());
@@ -807,6 +810,8 @@ TEST_CASE("cuda: batch norm layers keep the CPU's running statistics over traini
   }
 }
 
+#endif  // BRISK_WITH_CUDNN
+
 TEST_CASE("cuda: batch_norm and layer_norm outputs and statistics match the CPU in every dtype") {
   BRISK_REQUIRE_GPU();
   auto outputs = [](OpId id, const std::vector<Tensor>& in, const Attrs& attrs) {
@@ -817,6 +822,7 @@ TEST_CASE("cuda: batch_norm and layer_norm outputs and statistics match the CPU 
   for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
     INFO(dtype_name(t));
     const double rel = t == DType::F64 ? 1e-12 : t == DType::F32 ? 1e-5 : t == DType::F16 ? 2e-3 : 1.5e-2;
+#ifdef BRISK_WITH_CUDNN
     // batch_norm: (B, C, H, W), (B, C), (B, C, L), in training and eval; an empty batch in eval.
     for (const Shape& s : {Shape{32, 24, 14, 14}, Shape{256, 40}, Shape{4, 7, 301}, Shape{0, 3, 4}}) {
       const int64_t c = s[1];
@@ -840,6 +846,7 @@ TEST_CASE("cuda: batch_norm and layer_norm outputs and statistics match the CPU 
         }
       }
     }
+#endif  // BRISK_WITH_CUDNN
     // layer_norm: short rows (a warp per row), long rows (a loop per thread), several dims.
     for (const auto& [s, nd] : std::vector<std::pair<Shape, int>>{
              {{10000, 7}, 1}, {{64, 4096}, 1}, {{3, 70001}, 1}, {{2, 3, 5, 7}, 2}, {{4, 0}, 1}, {{0, 5}, 1}}) {
@@ -951,6 +958,39 @@ TEST_CASE("cuda: average and adaptive pooling on large inputs match the CPU") {
               with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(t, {40, 45}); }), 1e-5);
   check_large("adaptive_avg_pool2d in F16", {x},
               with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(cast(t, DType::F16), {6, 6}); }), 1e-2);
+}
+
+TEST_CASE("cuda: layer_norm keeps F32 accuracy when the mean is large against the spread") {
+  BRISK_REQUIRE_GPU();
+  // Rows around 1e4 with a spread of 1: a plain F32 mean carries ~1e-3 of rounding into y;
+  // the shifted moments (as on the CPU) do not.
+  const Tensor x = u({64, 1000}, 1e4 - 1, 1e4 + 1, 720, DType::F32);
+  const Tensor w = ones({1000}, DType::F32), b = zeros({1000}, DType::F32);
+  Attrs attrs;
+  attrs.dim = 1;
+  attrs.a = 1e-5;
+  std::vector<Tensor> want(3), got(3);
+  call(OpId::LayerNorm, std::vector<Tensor>{x, w, b}, attrs, want);
+  call(OpId::LayerNorm, std::vector<Tensor>{x.to(kGpu), w.to(kGpu), b.to(kGpu)}, attrs, got);
+  check_scaled(got[0], want[0], 1e-5, "y");
+  check_scaled(got[1], want[1], 1e-7, "mean");
+}
+
+TEST_CASE("cuda: max_pool2d windows that hold no input send their gradient to element 0, as on the CPU") {
+  BRISK_REQUIRE_GPU();
+  // H = 1, kernel 2, padding 1, dilation 2: both taps of every row window fall outside the
+  // input, so every output names element 0 without covering it.
+  for (DType t : {DType::F64, DType::F32}) {
+    INFO(dtype_name(t));
+    const Tensor x = u({2, 3, 1, 6}, -1, 1, 810, t);
+    auto run = [&](const Tensor& in) {
+      Tensor xl = in.detach().clone().requires_grad_();
+      Tensor y = F::max_pool2d(xl, {2, 2}, F::Pair{1, 1}, {1, 1}, {2, 2}, false);
+      y.backward(cast(test::uniform_values(y.sizes(), -1, 1, 811), t).to(in.device()));
+      return xl.grad();
+    };
+    check_scaled(run(x.to(kGpu)), run(x), 0.0, "gradient");
+  }
 }
 
 TEST_CASE("cuda: max_pool2d_backward reports an index outside its plane") {

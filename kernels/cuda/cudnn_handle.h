@@ -7,6 +7,10 @@
 
 #include <cudnn.h>
 
+// The retry rules of conv.cu follow cuDNN 9's status numbering (and its
+// CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED); older headers would not compile there.
+static_assert(CUDNN_MAJOR >= 9, "brisk's CUDA kernels need cuDNN 9 or newer (set CUDNN_ROOT)");
+
 #include "engine/dtype.h"
 #include "engine/error.h"
 #include "kernels/cuda/runtime.h"

@@ -48,7 +48,10 @@ __device__ A row_sum(A v) {
 
 // x (rows, n), w/b (n) -> y (rows, n), mean/rstd (rows); all dense. blockDim.x threads per row,
 // blockDim.y rows per block. Two passes (mean, then the mean of squared deviations) keep the
-// variance free of the cancellation of E[x^2] - E[x]^2; the row is re-read from cache.
+// variance free of the cancellation of E[x^2] - E[x]^2; the row is re-read from cache. Both
+// passes and the output work on x - k, k the row's first value, as the CPU kernel does (Note
+// [One-pass moments] in kernels/cpu/norm.cpp): x - k is exact for values near k, so an F32
+// output does not carry the mean's rounding error (~1e-3 at a mean of 1e4).
 template <class T>
 __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean, compute_t<T>* rstd,
                                   int64_t rows, int64_t n, double eps) {
@@ -57,16 +60,17 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, comp
     const int64_t row = base + threadIdx.y;
     const bool valid = row < rows;
     const T* xr = x + (valid ? row : 0) * n;
+    const A k = valid && n > 0 ? A(load_value(xr)) : A(0);
     A s = 0;
     if (valid) {
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += A(load_value(xr + j));
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += A(load_value(xr + j)) - k;
     }
     const A total = row_sum(s);
-    const A mu = n > 0 ? total / A(n) : A(0);
+    const A dm = n > 0 ? total / A(n) : A(0);  // mean - k
     A q = 0;
     if (valid) {
       for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const A d = A(load_value(xr + j)) - mu;
+        const A d = (A(load_value(xr + j)) - k) - dm;
         q += d * d;
       }
     }
@@ -75,12 +79,12 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, comp
     const A var = n > 0 ? q / A(n) : A(0);
     const A rs = A(1.0 / sqrt(double(var) + eps));
     if (threadIdx.x == 0) {
-      mean[row] = mu;
+      mean[row] = A(double(k) + double(dm));
       rstd[row] = rs;
     }
     T* yr = y + row * n;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      yr[j] = Store<T>::to((A(load_value(xr + j)) - mu) * rs * A(load_value(w + j)) + A(load_value(b + j)));
+      yr[j] = Store<T>::to(((A(load_value(xr + j)) - k) - dm) * rs * A(load_value(w + j)) + A(load_value(b + j)));
     }
   }
 }
@@ -154,7 +158,9 @@ struct BnDescriptors {
   cudnnTensorDescriptor_t x = nullptr, param = nullptr;
   BnDescriptors() {
     BRISK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    BRISK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&param));
+    const cudnnStatus_t st = cudnnCreateTensorDescriptor(&param);
+    if (st != CUDNN_STATUS_SUCCESS) cudnnDestroyTensorDescriptor(x);  // the destructor will not run
+    BRISK_CUDNN_CHECK(st);
   }
   ~BnDescriptors() {
     cudnnDestroyTensorDescriptor(x);

@@ -86,9 +86,12 @@ __device__ __forceinline__ int64_t end_window(int64_t i, int64_t pad, int64_t st
 }
 
 // g, idx (planes, Ho, Wo) -> gx (planes, H, W): each input element sums the gradients of the
-// outputs whose index names it (see Note [CUDA pooling]).
+// outputs whose index names it (see Note [CUDA pooling]). A window that holds no input element
+// (possible with dilation) names element 0 without covering it; when the geometry has such
+// windows (`empty_windows`), element 0 of each plane scans every output of its plane instead,
+// in output order as the CPU sums.
 template <class T>
-__global__ void max_pool_backward_kernel(const T* g, const int64_t* idx, T* gx, PoolGeom p) {
+__global__ void max_pool_backward_kernel(const T* g, const int64_t* idx, T* gx, PoolGeom p, bool empty_windows) {
   using A = compute_t<T>;
   const int64_t n = p.planes * p.H * p.W;
   const int64_t ext_h = (p.kh - 1) * p.dh + 1, ext_w = (p.kw - 1) * p.dw + 1;
@@ -97,9 +100,16 @@ __global__ void max_pool_backward_kernel(const T* g, const int64_t* idx, T* gx, 
     const int64_t ih = (e / p.W) % p.H;
     const int64_t base = (e / (p.H * p.W)) * p.Ho * p.Wo;
     const int64_t here = ih * p.W + iw;
+    A acc = 0;
+    if (empty_windows && here == 0) {
+      for (int64_t o = base; o < base + p.Ho * p.Wo; ++o) {
+        if (idx[o] == 0) acc += A(load_value(g + o));
+      }
+      gx[e] = Store<T>::to(acc);
+      continue;
+    }
     const int64_t oh1 = end_window(ih, p.ph, p.sh, p.Ho), ow1 = end_window(iw, p.pw, p.sw, p.Wo);
     const int64_t ow0 = first_window(iw, p.pw, ext_w, p.sw);
-    A acc = 0;
     for (int64_t oh = first_window(ih, p.ph, ext_h, p.sh); oh < oh1; ++oh) {
       for (int64_t ow = ow0; ow < ow1; ++ow) {
         const int64_t o = base + oh * p.Wo + ow;
@@ -268,22 +278,39 @@ void max_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
   idx.finish();
 }
 
+// Whether some output's window along one axis (n_out windows of k taps, stride s, padding pad,
+// dilation d over n inputs) holds no input position.
+bool has_empty_window(int64_t n, int64_t n_out, int64_t k, int64_t s, int64_t pad, int64_t d) {
+  for (int64_t o = 0; o < n_out; ++o) {
+    bool any = false;
+    for (int64_t j = 0; j < k && !any; ++j) {
+      const int64_t i = o * s - pad + j * d;
+      any = i >= 0 && i < n;
+    }
+    if (!any) return true;
+  }
+  return false;
+}
+
 // (grad, indices) -> gx
 void max_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor g = dense(in[0]), idx = dense(in[1]);
   DenseOut gx(out[0]);
   const PoolGeom p = pool_geom(gx.dense.sizes(), g.sizes(), attrs);
   const int64_t n = p.planes * p.H * p.W, n_out = g.numel();
+  if (n_out > 0) {  // also when the planes are empty: every index is then out of its plane
+    const int device = g.device().index;
+    DeviceGuard guard(device);
+    check_indices_kernel<<<grid_for(n_out), kBlock, 0, stream_handle(device)>>>(
+        cdata<int64_t>(idx), n_out, p.H * p.W, device_error_slot(device), int(OpId::MaxPool2dBackward));
+    BRISK_CUDA_CHECK_LAUNCH();
+  }
+  const bool empty_windows = has_empty_window(p.H, p.Ho, p.kh, p.sh, p.ph, p.dh) ||
+                             has_empty_window(p.W, p.Wo, p.kw, p.sw, p.pw, p.dw);
   run_pool(g, n, "max_pool2d_backward", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    if (n_out > 0) {
-      check_indices_kernel<<<grid_for(n_out), kBlock, 0, stream>>>(cdata<int64_t>(idx), n_out, p.H * p.W,
-                                                                   device_error_slot(g.device().index),
-                                                                   int(OpId::MaxPool2dBackward));
-      BRISK_CUDA_CHECK_LAUNCH();
-    }
     max_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), cdata<int64_t>(idx),
-                                                                    mdata<T>(gx.dense), p);
+                                                                    mdata<T>(gx.dense), p, empty_windows);
   });
   gx.finish();
 }
