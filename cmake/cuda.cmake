@@ -1,9 +1,12 @@
 # cmake/cuda.cmake: the CUDA backend of target `brisk` (included when BRISK_CUDA is ON).
-# Adds kernels/cuda/*.cu and *.cpp, links the CUDA runtime, cuBLAS and cuBLASLt, defines
-# BRISK_WITH_CUDA (PUBLIC, so tests and examples see it), links cuDNN when found (and defines
-# BRISK_WITH_CUDNN: conv2d and batch_norm kernels on CUDA; without it those two op families have
-# no CUDA kernel and using them there is the dispatcher's "no kernel for device cuda" error),
-# and locates NCCL for the issue that will use it (BRISK_NCCL_* variables; not linked yet).
+# Adds kernels/cuda/*.cu and *.cpp, links the CUDA runtime and the dynamic loader, defines
+# BRISK_WITH_CUDA (PUBLIC, so tests and examples see it), uses cuDNN's headers when cuDNN is
+# found (and defines BRISK_WITH_CUDNN: conv2d and batch_norm kernels on CUDA; without it those
+# two op families have no CUDA kernel and using them there is the dispatcher's "no kernel for
+# device cuda" error), and locates NCCL for the issue that will use it (BRISK_NCCL_* variables;
+# not linked yet). cuBLAS, cuBLASLt and cuDNN are not linked: kernels/cuda/dynload.cpp opens
+# them on first use (Note [Lazy CUDA libraries]); the files found here are passed to it as
+# BRISK_CUBLASLT_PATH / BRISK_CUBLAS_PATH / BRISK_CUDNN_PATH, the fallback after the soname.
 # Hints: CUDNN_ROOT / NCCL_ROOT (cache or environment variables), the toolkit folder, and the
 # Python wheels nvidia-cudnn-cu13 / nvidia-nccl-cu13 (site-packages/nvidia/{cudnn,nccl}).
 # Not here: architectures (CMAKE_CUDA_ARCHITECTURES is set in the top-level CMakeLists.txt).
@@ -28,7 +31,20 @@ file(GLOB BRISK_CUDA_SOURCES CONFIGURE_DEPENDS
 target_sources(brisk PRIVATE ${BRISK_CUDA_SOURCES})
 set_target_properties(brisk PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
 target_compile_definitions(brisk PUBLIC BRISK_WITH_CUDA)
-target_link_libraries(brisk PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt)
+# cuBLAS(Lt) are opened with dlopen on first use (kernels/cuda/dynload.cpp): linking them would
+# map ~150 MB into every process at start, GPU or not. Their headers come with the toolkit's
+# include folder, which CUDA::cudart carries.
+target_link_libraries(brisk PUBLIC CUDA::cudart ${CMAKE_DL_LIBS})
+set(_brisk_dynload ${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda/dynload.cpp)
+foreach(_lib cublasLt cublas)
+  string(TOUPPER ${_lib} _upper)
+  if(CUDA_${_lib}_LIBRARY)
+    set_property(SOURCE ${_brisk_dynload} APPEND PROPERTY COMPILE_DEFINITIONS
+      BRISK_${_upper}_PATH="${CUDA_${_lib}_LIBRARY}")
+  else()
+    message(STATUS "brisk: ${_lib} not found in the toolkit: matmul on CUDA will look for it at run time only")
+  endif()
+endforeach()
 # --expt-relaxed-constexpr: std::numeric_limits and friends in device code.
 # 20012: Eigen-style "__host__ __device__ annotation ignored" noise from system headers.
 target_compile_options(brisk PRIVATE
@@ -37,7 +53,8 @@ target_compile_options(brisk PRIVATE
 
 message(STATUS "brisk: CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
 
-# ---- cuDNN (linked here) and NCCL (located now, linked by the issue that uses it).
+# ---- cuDNN (headers here, the library opened on first use) and NCCL (located now, linked by
+# the issue that uses it).
 set(_brisk_py_nvidia "")
 find_program(_brisk_python3 NAMES python3)
 if(_brisk_python3)
@@ -79,17 +96,17 @@ endfunction()
 brisk_find_cuda_lib(CUDNN cudnn.h cudnn libcudnn.so.9)
 brisk_find_cuda_lib(NCCL nccl.h nccl libnccl.so.2)
 
-# cuDNN: the full path of the library goes into the link interface (brisk is a static library),
-# so a find_package(brisk) consumer links it too; cmake/briskConfig.cmake.in checks that the
-# path (BRISK_CUDNN_LINKED) still exists, for a clear error instead of a link failure.
-set(BRISK_CUDNN_LINKED "")
+# cuDNN: only the headers are used at build time (the include folder stays PRIVATE: cudnn.h is
+# seen by brisk's own sources only); the library is opened on first use, by its soname and
+# then by the file found here, so neither brisk's link interface nor a find_package(brisk)
+# consumer needs it.
 if(BRISK_CUDNN_FOUND)
   target_include_directories(brisk PRIVATE ${BRISK_CUDNN_INCLUDE_DIR})
-  target_link_libraries(brisk PRIVATE ${BRISK_CUDNN_LIBRARY})
+  set_property(SOURCE ${_brisk_dynload} APPEND PROPERTY COMPILE_DEFINITIONS
+    BRISK_CUDNN_PATH="${BRISK_CUDNN_LIBRARY}")
   target_compile_definitions(brisk PUBLIC BRISK_WITH_CUDNN)
   set(BRISK_WITH_CUDNN ON)
-  set(BRISK_CUDNN_LINKED ${BRISK_CUDNN_LIBRARY})
-  message(STATUS "brisk: conv2d and batch_norm on CUDA through cuDNN")
+  message(STATUS "brisk: conv2d and batch_norm on CUDA through cuDNN (opened on first use)")
 else()
   set(BRISK_WITH_CUDNN OFF)
   message(STATUS "brisk: no cuDNN: conv2d and batch_norm have no CUDA kernel in this build")

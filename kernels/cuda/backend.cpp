@@ -3,9 +3,8 @@
 // caching allocator over cudaMalloc, error slot), thread-local current streams, Stream /
 // Event / DeviceGuard, the pinned host allocator, copies, and the error-reporting helpers.
 // Host code only (no kernels), compiled by the C++ compiler.
-// Not here: kernels (kernels/cuda/*.cu) and cuBLAS handles (kernels/cuda/matmul.cpp).
-#include <cublas_v2.h>
-
+// Not here: kernels (kernels/cuda/*.cu), cuBLAS handles (kernels/cuda/matmul.cu), opening the
+// cuBLAS and cuDNN libraries (kernels/cuda/dynload.cpp).
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -13,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/op.h"
+#include "kernels/cuda/dynload.h"
 #include "kernels/cuda/register.h"
 #include "kernels/cuda/runtime.h"
 
@@ -28,9 +28,17 @@ void cuda_fail(cudaError_t err, const char* call, const char* file, int line) {
 }
 
 void cublas_fail(int status, const char* call, const char* file, int line) {
-  auto s = static_cast<cublasStatus_t>(status);
-  BRISK_FAIL("cuBLAS error: ", call, " failed with ", cublasGetStatusName(s), " (", status, "): ",
-             cublasGetStatusString(s), " [", file, ":", line, "]");
+  // cuBLAS and cuBLASLt share the status codes, and a status came from one of them, so
+  // cuBLASLt (which libcublas itself needs) is loadable; should it not be, the code stands alone.
+  const char* name = "unknown status";
+  const char* text = "";
+  try {
+    const CublasLtApi& lt = cublas_lt();
+    name = lt.cublasLtGetStatusName(static_cast<cublasStatus_t>(status));
+    text = lt.cublasLtGetStatusString(static_cast<cublasStatus_t>(status));
+  } catch (const Error&) {
+  }
+  BRISK_FAIL("cuBLAS error: ", call, " failed with ", name, " (", status, "): ", text, " [", file, ":", line, "]");
 }
 
 }  // namespace detail

@@ -90,10 +90,10 @@ struct ConvPlan {
 };
 
 void destroy(ConvPlan& p) {
-  cudnnDestroyTensorDescriptor(p.x);
-  cudnnDestroyTensorDescriptor(p.y);
-  cudnnDestroyFilterDescriptor(p.w);
-  cudnnDestroyConvolutionDescriptor(p.conv);
+  cudnn().cudnnDestroyTensorDescriptor(p.x);
+  cudnn().cudnnDestroyTensorDescriptor(p.y);
+  cudnn().cudnnDestroyFilterDescriptor(p.w);
+  cudnn().cudnnDestroyConvolutionDescriptor(p.conv);
 }
 
 int to_int(int64_t v, ConvKind kind, const ConvGeometry& g) {
@@ -135,21 +135,21 @@ void find_candidates(ConvPlan& p, ConvKind kind, DType t, bool tf32, cudnnHandle
   switch (kind) {
     case ConvKind::Forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      BRISK_CUDNN_CHECK(
-          cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+      BRISK_CUDNN_CHECK(cudnn().cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y,
+                                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
       add_candidates(p, perf, found, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, t, tf32);
       break;
     }
     case ConvKind::BackwardData: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      BRISK_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      BRISK_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardDataAlgorithm_v7(
           h, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf));
       add_candidates(p, perf, found, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, t, tf32);
       break;
     }
     case ConvKind::BackwardFilter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      BRISK_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      BRISK_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           h, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf));
       add_candidates(p, perf, found, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, t, tf32);
       break;
@@ -173,22 +173,22 @@ ConvPlan& conv_plan(ConvKind kind, DType t, int device, const ConvGeometry& g, c
   const cudnnDataType_t compute = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   ConvPlan p;
   try {
-    BRISK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
-    BRISK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
-    BRISK_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
-    BRISK_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p.conv));
+    BRISK_CUDNN_CHECK(cudnn().cudnnCreateTensorDescriptor(&p.x));
+    BRISK_CUDNN_CHECK(cudnn().cudnnCreateTensorDescriptor(&p.y));
+    BRISK_CUDNN_CHECK(cudnn().cudnnCreateFilterDescriptor(&p.w));
+    BRISK_CUDNN_CHECK(cudnn().cudnnCreateConvolutionDescriptor(&p.conv));
     auto i = [&](int64_t v) { return to_int(v, kind, g); };
     for (int64_t n : {g.x.numel(), g.w.numel(), g.y.numel()}) to_int(n, kind, g);  // cuDNN's strides are int
     BRISK_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(g.x[0]), i(g.x[1]), i(g.x[2]), i(g.x[3])));
+        cudnn().cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(g.x[0]), i(g.x[1]), i(g.x[2]), i(g.x[3])));
     BRISK_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i(g.y[0]), i(g.y[1]), i(g.y[2]), i(g.y[3])));
+        cudnn().cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i(g.y[0]), i(g.y[1]), i(g.y[2]), i(g.y[3])));
     BRISK_CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(g.w[0]), i(g.w[1]), i(g.w[2]), i(g.w[3])));
-    BRISK_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh), i(g.dw),
-                                                      CUDNN_CROSS_CORRELATION, compute));
-    BRISK_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, i(g.groups)));
-    BRISK_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, wanted_math(t, tf32)));
+        cudnn().cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(g.w[0]), i(g.w[1]), i(g.w[2]), i(g.w[3])));
+    BRISK_CUDNN_CHECK(cudnn().cudnnSetConvolution2dDescriptor(p.conv, i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh),
+                                                              i(g.dw), CUDNN_CROSS_CORRELATION, compute));
+    BRISK_CUDNN_CHECK(cudnn().cudnnSetConvolutionGroupCount(p.conv, i(g.groups)));
+    BRISK_CUDNN_CHECK(cudnn().cudnnSetConvolutionMathType(p.conv, wanted_math(t, tf32)));
     find_candidates(p, kind, t, tf32, h);
   } catch (...) {
     destroy(p);
@@ -199,18 +199,18 @@ ConvPlan& conv_plan(ConvKind kind, DType t, int device, const ConvGeometry& g, c
 
 // Sets the conv descriptor's math type for candidate `c` and asks its workspace size.
 cudnnStatus_t prepare(ConvKind kind, cudnnHandle_t h, const ConvPlan& p, const Candidate& c, size_t* bytes) {
-  cudnnStatus_t st = cudnnSetConvolutionMathType(p.conv, c.math);
+  cudnnStatus_t st = cudnn().cudnnSetConvolutionMathType(p.conv, c.math);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   switch (kind) {
     case ConvKind::Forward:
-      return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, cudnnConvolutionFwdAlgo_t(c.algo),
-                                                     bytes);
+      return cudnn().cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y,
+                                                             cudnnConvolutionFwdAlgo_t(c.algo), bytes);
     case ConvKind::BackwardData:
-      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x,
-                                                          cudnnConvolutionBwdDataAlgo_t(c.algo), bytes);
+      return cudnn().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x,
+                                                                  cudnnConvolutionBwdDataAlgo_t(c.algo), bytes);
     case ConvKind::BackwardFilter:
-      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w,
-                                                            cudnnConvolutionBwdFilterAlgo_t(c.algo), bytes);
+      return cudnn().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w,
+                                                                    cudnnConvolutionBwdFilterAlgo_t(c.algo), bytes);
   }
   return CUDNN_STATUS_BAD_PARAM;
 }
@@ -273,18 +273,19 @@ void run_conv(ConvKind kind, const Tensor& x_in, const Tensor& w_in, const Tenso
     }
     switch (kind) {
       case ConvKind::Forward:
-        st = cudnnConvolutionForward(h, alpha, p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
-                                     cudnnConvolutionFwdAlgo_t(c.algo), ws, p.workspace, beta, p.y, y.data_ptr());
+        st = cudnn().cudnnConvolutionForward(h, alpha, p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
+                                             cudnnConvolutionFwdAlgo_t(c.algo), ws, p.workspace, beta, p.y,
+                                             y.data_ptr());
         break;
       case ConvKind::BackwardData:
-        st = cudnnConvolutionBackwardData(h, alpha, p.w, w.data_ptr(), p.y, y.data_ptr(), p.conv,
-                                          cudnnConvolutionBwdDataAlgo_t(c.algo), ws, p.workspace, beta, p.x,
-                                          x.data_ptr());
+        st = cudnn().cudnnConvolutionBackwardData(h, alpha, p.w, w.data_ptr(), p.y, y.data_ptr(), p.conv,
+                                                  cudnnConvolutionBwdDataAlgo_t(c.algo), ws, p.workspace, beta, p.x,
+                                                  x.data_ptr());
         break;
       case ConvKind::BackwardFilter:
-        st = cudnnConvolutionBackwardFilter(h, alpha, p.x, x.data_ptr(), p.y, y.data_ptr(), p.conv,
-                                            cudnnConvolutionBwdFilterAlgo_t(c.algo), ws, p.workspace, beta, p.w,
-                                            w.data_ptr());
+        st = cudnn().cudnnConvolutionBackwardFilter(h, alpha, p.x, x.data_ptr(), p.y, y.data_ptr(), p.conv,
+                                                    cudnnConvolutionBwdFilterAlgo_t(c.algo), ws, p.workspace, beta, p.w,
+                                                    w.data_ptr());
         break;
     }
     // Freed right after queueing: the next user of the block runs later on the same stream.
@@ -292,9 +293,9 @@ void run_conv(ConvKind kind, const Tensor& x_in, const Tensor& w_in, const Tenso
     if (st == CUDNN_STATUS_SUCCESS || last || !try_next(st)) break;
   }
   if (st != CUDNN_STATUS_SUCCESS) {
-    BRISK_FAIL(kind_name(kind), ": cuDNN failed with ", cudnnGetErrorString(st), " (", int(st), ") for input ", g.x,
-               ", weight ", g.w, ", output ", g.y, ", stride (", g.sh, ", ", g.sw, "), padding (", g.ph, ", ", g.pw,
-               "), dilation (", g.dh, ", ", g.dw, "), groups ", g.groups, ", dtype ", t, " on cuda:", device);
+    BRISK_FAIL(kind_name(kind), ": cuDNN failed with ", cudnn().cudnnGetErrorString(st), " (", int(st), ") for input ",
+               g.x, ", weight ", g.w, ", output ", g.y, ", stride (", g.sh, ", ", g.sw, "), padding (", g.ph, ", ",
+               g.pw, "), dilation (", g.dh, ", ", g.dw, "), groups ", g.groups, ", dtype ", t, " on cuda:", device);
   }
   if (out.impl() != target.impl()) copy_into(target, out);
 }

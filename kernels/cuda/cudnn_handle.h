@@ -1,7 +1,9 @@
 // kernels/cuda/cudnn_handle.h: what the cuDNN kernels (kernels/cuda/conv.cu, norm.cu) share:
-// BRISK_CUDNN_CHECK (a failed cuDNN call becomes brisk::Error naming the call and cuDNN's
-// message), the handle per thread and device bound to brisk's current stream, and the
-// cuDNN data type of a brisk dtype. Only for builds with cuDNN (BRISK_WITH_CUDNN).
+// the table of the cuDNN functions brisk calls (CudnnApi, opened on first use by cudnn() in
+// kernels/cuda/dynload.cpp: see Note [Lazy CUDA libraries]), BRISK_CUDNN_CHECK (a failed cuDNN
+// call becomes brisk::Error naming the call and cuDNN's message), the handle per thread and
+// device bound to brisk's current stream, and the cuDNN data type of a brisk dtype. Only for
+// builds with cuDNN (BRISK_WITH_CUDNN); only brisk's own sources see cudnn.h.
 // Not here: algorithm choice and descriptors (conv.cu), the cuBLAS handles (matmul.cu).
 #pragma once
 
@@ -13,14 +15,50 @@ static_assert(CUDNN_MAJOR >= 9, "brisk's CUDA kernels need cuDNN 9 or newer (set
 
 #include "engine/dtype.h"
 #include "engine/error.h"
+#include "kernels/cuda/dynload.h"
 #include "kernels/cuda/runtime.h"
 
 namespace brisk::kernels::cuda {
 
+// The cuDNN functions brisk calls, one X(name) each (see Note [Lazy CUDA libraries]). All of
+// them are exported by libcudnn.so.9 itself, which loads its sub-libraries (ops, cnn, graph,
+// engines) as it needs them.
+#define BRISK_CUDNN_FUNCTIONS(X)                     \
+  X(cudnnGetErrorString)                             \
+  X(cudnnCreate)                                     \
+  X(cudnnSetStream)                                  \
+  X(cudnnCreateTensorDescriptor)                     \
+  X(cudnnDestroyTensorDescriptor)                    \
+  X(cudnnSetTensor4dDescriptor)                      \
+  X(cudnnCreateFilterDescriptor)                     \
+  X(cudnnDestroyFilterDescriptor)                    \
+  X(cudnnSetFilter4dDescriptor)                      \
+  X(cudnnCreateConvolutionDescriptor)                \
+  X(cudnnDestroyConvolutionDescriptor)               \
+  X(cudnnSetConvolution2dDescriptor)                 \
+  X(cudnnSetConvolutionGroupCount)                   \
+  X(cudnnSetConvolutionMathType)                     \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)          \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)     \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)   \
+  X(cudnnGetConvolutionForwardWorkspaceSize)         \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)    \
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize)  \
+  X(cudnnConvolutionForward)                         \
+  X(cudnnConvolutionBackwardData)                    \
+  X(cudnnConvolutionBackwardFilter)                  \
+  X(cudnnDeriveBNTensorDescriptor)                   \
+  X(cudnnBatchNormalizationForwardTraining)          \
+  X(cudnnBatchNormalizationForwardInference)
+
+struct CudnnApi {
+  BRISK_CUDNN_FUNCTIONS(BRISK_DYNLOAD_MEMBER)
+};
+
 namespace detail {
 [[noreturn]] inline void cudnn_fail(cudnnStatus_t status, const char* call, const char* file, int line) {
-  BRISK_FAIL("cuDNN error: ", call, " failed with ", cudnnGetErrorString(status), " (", int(status), ") [", file,
-             ":", line, "]");
+  BRISK_FAIL("cuDNN error: ", call, " failed with ", cudnn().cudnnGetErrorString(status), " (", int(status), ") [",
+             file, ":", line, "]");
 }
 }  // namespace detail
 
@@ -41,8 +79,8 @@ inline cudnnHandle_t cudnn_handle(int device, const char* op) {
   thread_local cudnnHandle_t handles[kMaxHandleDevices] = {};
   BRISK_CHECK(device >= 0 && device < kMaxHandleDevices, op, ": device index ", device, " is too large");
   cudnnHandle_t& h = handles[device];
-  if (!h) BRISK_CUDNN_CHECK(cudnnCreate(&h));
-  BRISK_CUDNN_CHECK(cudnnSetStream(h, stream_handle(device)));
+  if (!h) BRISK_CUDNN_CHECK(cudnn().cudnnCreate(&h));
+  BRISK_CUDNN_CHECK(cudnn().cudnnSetStream(h, stream_handle(device)));
   return h;
 }
 

@@ -4,15 +4,15 @@
 // cublasGemmStridedBatchedEx is the fallback (no algorithm from cuBLASLt's heuristic, or a
 // broadcast operand with batch stride 0).
 // Integer dtypes run a plain wrapping kernel (exact, slow, rarely used), as on the CPU.
+// cuBLASLt and cuBLAS are called through the tables of kernels/cuda/dynload.h, which opens them
+// at the first float matmul (Note [Lazy CUDA libraries]).
 // Not here: matmul's shape rules, 1-D operands and backward (engine/ops/linalg.cpp).
-#include <cublasLt.h>
-#include <cublas_v2.h>
-
 #include <array>
 #include <map>
 
 #include "engine/backend.h"
 #include "engine/op.h"
+#include "kernels/cuda/dynload.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
 
@@ -36,8 +36,8 @@ Handles& handles(int device) {
   Handles& h = t_handles[device];
   if (!h.lt) {
     DeviceGuard guard(device);
-    BRISK_CUBLAS_CHECK(cublasLtCreate(&h.lt));
-    BRISK_CUBLAS_CHECK(cublasCreate(&h.blas));
+    BRISK_CUBLAS_CHECK(cublas_lt().cublasLtCreate(&h.lt));
+    BRISK_CUBLAS_CHECK(cublas().cublasCreate(&h.blas));
   }
   return h;
 }
@@ -99,10 +99,11 @@ std::map<PlanKey, LtPlan>& plan_cache() {
 void set_layout_batch(cublasLtMatrixLayout_t layout, int64_t batch, int64_t stride) {
   if (batch <= 1) return;
   const int32_t count = int32_t(batch);
+  const CublasLtApi& lt = cublas_lt();
   BRISK_CUBLAS_CHECK(
-      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-  BRISK_CUBLAS_CHECK(
-      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                         sizeof(stride)));
 }
 
 const LtPlan& lt_plan(const Gemm& g, int device) {
@@ -117,43 +118,44 @@ const LtPlan& lt_plan(const Gemm& g, int device) {
   auto& cache = plan_cache();
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  const CublasLtApi& lt = cublas_lt();
   if (cache.size() > 4096) {  // a pathological stream of shapes: start over
     for (auto& [k, p] : cache) {
-      cublasLtMatmulDescDestroy(p.desc);
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.c);
+      lt.cublasLtMatmulDescDestroy(p.desc);
+      lt.cublasLtMatrixLayoutDestroy(p.a);
+      lt.cublasLtMatrixLayoutDestroy(p.b);
+      lt.cublasLtMatrixLayoutDestroy(p.c);
     }
     cache.clear();
   }
   LtPlan p;
   const cudaDataType_t type = data_type(g.dtype);
   const cudaDataType_t scale = g.dtype == DType::F64 ? CUDA_R_64F : CUDA_R_32F;
-  BRISK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute_type(g.dtype), scale));
-  BRISK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.op_a, sizeof(g.op_a)));
-  BRISK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &g.op_b, sizeof(g.op_b)));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatmulDescCreate(&p.desc, compute_type(g.dtype), scale));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.op_a, sizeof(g.op_a)));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &g.op_b, sizeof(g.op_b)));
   // Layouts describe the stored matrices (before op).
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
-  BRISK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda));
-  BRISK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb));
-  BRISK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, type, g.m, g.n, g.ldc));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatrixLayoutCreate(&p.a, type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatrixLayoutCreate(&p.b, type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatrixLayoutCreate(&p.c, type, g.m, g.n, g.ldc));
   set_layout_batch(p.a, g.batch, g.stride_a);
   set_layout_batch(p.b, g.batch, g.stride_b);
   set_layout_batch(p.c, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  BRISK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  BRISK_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+  lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+  lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+  lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+  lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handles(device).lt, p.desc, p.a, p.b, p.c, p.c, pref, 1,
-                                                            &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t st =
+      lt.cublasLtMatmulAlgoGetHeuristic(handles(device).lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  lt.cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     p.algo = result.algo;
     p.workspace = result.workspaceSize;
@@ -177,8 +179,8 @@ void run_gemm(const Gemm& g, int device, cudaStream_t stream) {
     const uint64_t key = reinterpret_cast<uint64_t>(stream);
     void* ws = p.workspace ? alloc.allocate(p.workspace, key) : nullptr;
     // Freed right after queueing: the next user of the block runs later on the same stream.
-    const cublasStatus_t st = cublasLtMatmul(handles(device).lt, p.desc, alpha, g.a, p.a, g.b, p.b, beta, g.c, p.c,
-                                             g.c, p.c, &p.algo, ws, p.workspace, stream);
+    const cublasStatus_t st = cublas_lt().cublasLtMatmul(handles(device).lt, p.desc, alpha, g.a, p.a, g.b, p.b, beta,
+                                                         g.c, p.c, g.c, p.c, &p.algo, ws, p.workspace, stream);
     if (ws) alloc.deallocate(ws, p.workspace, key);
     BRISK_CUBLAS_CHECK(st);
     return;
@@ -189,12 +191,11 @@ void run_gemm(const Gemm& g, int device, cudaStream_t stream) {
                   g.batch < kInt,
               "matmul: problem too large for cuBLAS (", g.m, " x ", g.n, " x ", g.k, ")");
   cublasHandle_t h = handles(device).blas;
-  BRISK_CUBLAS_CHECK(cublasSetStream(h, stream));
+  BRISK_CUBLAS_CHECK(cublas().cublasSetStream(h, stream));
   const cudaDataType_t type = data_type(g.dtype);
-  BRISK_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, g.op_a, g.op_b, int(g.m), int(g.n), int(g.k), alpha, g.a, type,
-                                                int(g.lda), g.stride_a, g.b, type, int(g.ldb), g.stride_b, beta, g.c,
-                                                type, int(g.ldc), g.stride_c, int(g.batch), compute_type(g.dtype),
-                                                CUBLAS_GEMM_DEFAULT));
+  BRISK_CUBLAS_CHECK(cublas().cublasGemmStridedBatchedEx(
+      h, g.op_a, g.op_b, int(g.m), int(g.n), int(g.k), alpha, g.a, type, int(g.lda), g.stride_a, g.b, type, int(g.ldb),
+      g.stride_b, beta, g.c, type, int(g.ldc), g.stride_c, int(g.batch), compute_type(g.dtype), CUBLAS_GEMM_DEFAULT));
 }
 
 // How cuBLAS reads X^T in column-major order, for a matrix X (rows, cols) with strides (rs, cs):

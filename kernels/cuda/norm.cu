@@ -157,14 +157,14 @@ __global__ void bn_rstd_kernel(const S* var, S* rstd, int64_t channels, double e
 struct BnDescriptors {
   cudnnTensorDescriptor_t x = nullptr, param = nullptr;
   BnDescriptors() {
-    BRISK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    const cudnnStatus_t st = cudnnCreateTensorDescriptor(&param);
-    if (st != CUDNN_STATUS_SUCCESS) cudnnDestroyTensorDescriptor(x);  // the destructor will not run
+    BRISK_CUDNN_CHECK(cudnn().cudnnCreateTensorDescriptor(&x));
+    const cudnnStatus_t st = cudnn().cudnnCreateTensorDescriptor(&param);
+    if (st != CUDNN_STATUS_SUCCESS) cudnn().cudnnDestroyTensorDescriptor(x);  // the destructor will not run
     BRISK_CUDNN_CHECK(st);
   }
   ~BnDescriptors() {
-    cudnnDestroyTensorDescriptor(x);
-    cudnnDestroyTensorDescriptor(param);
+    cudnn().cudnnDestroyTensorDescriptor(x);
+    cudnn().cudnnDestroyTensorDescriptor(param);
   }
   BnDescriptors(const BnDescriptors&) = delete;
   BnDescriptors& operator=(const BnDescriptors&) = delete;
@@ -214,9 +214,9 @@ void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
     const Tensor yw = work == y.dense.dtype() ? y.dense : make_empty(y.dense.sizes(), work, y.dense.device());
     const Tensor w = dense_as(in[1], stat), b = dense_as(in[2], stat);
     BnDescriptors d;
-    BRISK_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, cudnn_type(work, op), int(batch),
-                                                 int(channels), int(spatial), 1));
-    BRISK_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(d.param, d.x, CUDNN_BATCHNORM_SPATIAL));
+    BRISK_CUDNN_CHECK(cudnn().cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, cudnn_type(work, op), int(batch),
+                                                         int(channels), int(spatial), 1));
+    BRISK_CUDNN_CHECK(cudnn().cudnnDeriveBNTensorDescriptor(d.param, d.x, CUDNN_BATCHNORM_SPATIAL));
     const float one_f = 1, zero_f = 0;
     const double one_d = 1, zero_d = 0;
     const void* alpha = work == DType::F64 ? static_cast<const void*>(&one_d) : &one_f;
@@ -224,17 +224,16 @@ void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
     cudnnHandle_t h = cudnn_handle(device, op);
     cudnnStatus_t st;
     if (training) {
-      st = cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, alpha, beta, d.x, x.data_ptr(), d.x,
-                                                  yw.data_ptr(), d.param, w.data_ptr(), b.data_ptr(),
-                                                  /*exponentialAverageFactor=*/0.0, /*resultRunningMean=*/nullptr,
-                                                  /*resultRunningVariance=*/nullptr, eps, mean.dense.data_ptr(),
-                                                  rstd.dense.data_ptr());
+      st = cudnn().cudnnBatchNormalizationForwardTraining(
+          h, CUDNN_BATCHNORM_SPATIAL, alpha, beta, d.x, x.data_ptr(), d.x, yw.data_ptr(), d.param, w.data_ptr(),
+          b.data_ptr(), /*exponentialAverageFactor=*/0.0, /*resultRunningMean=*/nullptr,
+          /*resultRunningVariance=*/nullptr, eps, mean.dense.data_ptr(), rstd.dense.data_ptr());
     } else {
-      st = cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, alpha, beta, d.x, x.data_ptr(), d.x,
-                                                   yw.data_ptr(), d.param, w.data_ptr(), b.data_ptr(),
-                                                   run_mean.data_ptr(), run_var.data_ptr(), eps);
+      st = cudnn().cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, alpha, beta, d.x, x.data_ptr(),
+                                                           d.x, yw.data_ptr(), d.param, w.data_ptr(), b.data_ptr(),
+                                                           run_mean.data_ptr(), run_var.data_ptr(), eps);
     }
-    BRISK_CHECK(st == CUDNN_STATUS_SUCCESS, op, ": cuDNN failed with ", cudnnGetErrorString(st), " (", int(st),
+    BRISK_CHECK(st == CUDNN_STATUS_SUCCESS, op, ": cuDNN failed with ", cudnn().cudnnGetErrorString(st), " (", int(st),
                 ") for input ", x_in.str(), (training ? " in training" : " in eval"), ", eps ", eps);
     if (yw.impl() != y.dense.impl()) copy_into(y.dense, yw);
   }
