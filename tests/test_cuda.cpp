@@ -25,6 +25,7 @@
 #include "tests/op_spec.h"
 #ifdef BRISK_WITH_CUDA
 #include "kernels/cuda/cuda.h"
+#include "tests/cuda_test.h"
 #endif
 
 using namespace brisk;
@@ -141,17 +142,7 @@ TEST_CASE("cuda: the caching allocator's destructor returns cached blocks") {
 
 namespace {
 
-bool has_gpu() { return cuda::device_count() > 0; }
-
-#define BRISK_REQUIRE_GPU()                          \
-  do {                                               \
-    if (!has_gpu()) {                                \
-      MESSAGE("skipped: no CUDA device available");  \
-      return;                                        \
-    }                                                \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
+using test::kGpu;
 
 // Same values as `t` (a CPU tensor) on `device`, in one of three layouts: 0 dense, 1 strided
 // (every other element of a wider buffer), 2 transposed storage (column-major matrices).

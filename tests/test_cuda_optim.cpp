@@ -24,6 +24,7 @@
 #include "optim/optim.h"
 #ifdef BRISK_WITH_CUDA
 #include "kernels/cuda/cuda.h"
+#include "tests/cuda_test.h"
 #endif
 
 using namespace brisk;
@@ -243,17 +244,7 @@ TEST_CASE("fused optim: F16 and BF16 parameters take the reference step even whe
 
 namespace {
 
-bool has_gpu() { return cuda::device_count() > 0; }
-
-#define BRISK_REQUIRE_GPU()                          \
-  do {                                               \
-    if (!has_gpu()) {                                \
-      MESSAGE("skipped: no CUDA device available");  \
-      return;                                        \
-    }                                                \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
+using test::kGpu;
 
 // Counts the calls into the CUDA fused steps while alive (wrapping the registered entries),
 // so a test knows the fused path ran instead of silently falling to the reference.
