@@ -17,7 +17,7 @@ namespace brisk::data {
 struct Transform {
   enum class Kind { ToTensor, Normalize, RandomCrop, CenterCrop, RandomHorizontalFlip, RandomErasing };
   Kind kind;
-  std::vector<double> mean, std;     // Normalize
+  std::vector<double> mean = {}, std = {};  // Normalize
   int64_t height = 0, width = 0;     // crops
   int64_t padding = 0;               // RandomCrop
   double p = 0.5;                    // flip / erasing probability

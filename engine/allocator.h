@@ -45,7 +45,12 @@ struct RawMemory {
 // per power of two, so at most 25% is wasted); a freed block goes to the free list of its
 // (class, stream) and the next request of that class and stream takes it back. Blocks are
 // never split or merged: simple, and a training loop asks for the same sizes every step.
-// When the raw allocator fails, the cache is emptied and the request retried once.
+// When the raw allocator fails, the cache is emptied and the request retried once (on CUDA,
+// cudaFree waits for the device, so no queued kernel still uses a freed block).
+// Not handled yet (known limit): a device block is reused by the next request on the stream
+// it was allocated on, with no record of other streams that used it. A tensor made on stream
+// A, used by a kernel queued on stream B and dropped before B ran must be kept alive (or the
+// streams synchronized) by the caller; PyTorch's record_stream is the missing piece.
 class CachingAllocator : public Allocator {
  public:
   explicit CachingAllocator(RawMemory raw) : raw_(raw) {}

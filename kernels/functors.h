@@ -48,6 +48,12 @@ struct Gelu {
     return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
   }
 };
+// relu's backward from its output: the gradient passes where y > 0 (and where y is NaN, as the
+// masked_fill(g, y <= 0, 0) it replaces: one pass instead of a compare and a select).
+struct ReluBackward {
+  template <class T> BRISK_HD T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
+};
+
 struct GeluBackward {
   bool tanh_form = false;
   template <class T> BRISK_HD T operator()(T g, T x) const {
@@ -101,7 +107,15 @@ struct Sub {
   double alpha = 1;
   template <class T> BRISK_HD T operator()(T a, T b) const { return alpha == 1 ? a - b : a - T(alpha) * b; }
 };
-struct Mul { template <class T> BRISK_HD T operator()(T a, T b) const { return a * b; } };
+struct Mul {
+  template <class T> BRISK_HD T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      return a && b;
+    } else {
+      return a * b;
+    }
+  }
+};
 struct Div { template <class T> BRISK_HD T operator()(T a, T b) const { return a / b; } };
 struct Pow { template <class T> BRISK_HD T operator()(T a, T b) const { return T(std::pow(a, b)); } };
 struct Maximum {

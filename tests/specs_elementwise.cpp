@@ -92,7 +92,11 @@ void add_specs(std::vector<OpSpec>& specs) {
   specs.push_back(unary("sqrt", OpId::Sqrt, sqrt, [](double x) { return std::sqrt(x); }, 0.5, 3));
   specs.push_back(unary("rsqrt", OpId::Rsqrt, rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.5, 3));
   specs.push_back(unary("abs", OpId::Abs, abs, [](double x) { return std::fabs(x); }, -2, 2));
-  specs.push_back(unary("relu", OpId::Relu, relu, [](double x) { return x > 0 ? x : 0; }, -2, 2));
+  {
+    OpSpec s = unary("relu", OpId::Relu, relu, [](double x) { return x > 0 ? x : 0; }, -2, 2);
+    s.covers = {OpId::Relu, OpId::ReluBackward};
+    specs.push_back(s);
+  }
   specs.push_back(unary("sigmoid", OpId::Sigmoid, sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -3, 3));
   specs.push_back(unary("tanh", OpId::Tanh, tanh, [](double x) { return std::tanh(x); }, -2, 2));
   specs.push_back(unary("silu", OpId::Silu, silu, [](double x) { return x / (1 + std::exp(-x)); }, -3, 3));

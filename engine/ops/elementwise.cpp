@@ -61,6 +61,9 @@ void fill_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorSpe
 void gelu_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
   binary_infer<OpId::GeluBackward>(in, attrs, out);
 }
+void relu_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  binary_infer<OpId::ReluBackward>(in, attrs, out);
+}
 
 // ---- helpers for backward formulas
 const Tensor& g0(const BackwardCtx& c) { return c.grads[0]; }
@@ -79,7 +82,11 @@ void rsqrt_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 }
 void abs_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = g0(c) * sign(c.inputs[0]); }
 void relu_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  gi[0] = masked_fill(g0(c), le(c.outputs[0], scalar_like(0, c.outputs[0])), 0.0);
+  gi[0] = call1(OpId::ReluBackward, {g0(c), c.outputs[0]});
+}
+// Linear in the incoming gradient; the derivative in y is zero wherever it exists.
+void relu_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  if (c.needs_grad(0)) gi[0] = call1(OpId::ReluBackward, {g0(c), c.inputs[1]});
 }
 void gelu_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   gi[0] = call1(OpId::GeluBackward, {g0(c), c.inputs[0]}, c.attrs);
@@ -185,6 +192,7 @@ void define_elementwise_ops() {
   unary(OpId::Silu, silu_bw, kIn0, 0, P::None);
   unary(OpId::Clamp, clamp_bw, kIn0, 0, P::None);
   unary(OpId::PowScalar, pow_scalar_bw, kIn0, 0, P::Fp32);
+  define(OpId::ReluBackward, {.infer = relu_backward_infer, .backward = relu_backward_bw, .save_inputs = kIn1});
   define(OpId::GeluBackward, {.infer = gelu_backward_infer, .backward = gelu_backward_bw, .save_inputs = kIn1});
   define(OpId::Cast, {.infer = cast_infer, .backward = cast_bw});
   define(OpId::Fill, {.infer = fill_infer});

@@ -100,6 +100,7 @@ void register_elementwise() {
   register_kernel(OpId::Sign, cpu, unary_numeric<OpId::Sign, F::Sign>);
   register_kernel(OpId::Relu, cpu, unary_numeric<OpId::Relu, F::Relu>);
   register_kernel(OpId::Gelu, cpu, unary_float<OpId::Gelu, F::Gelu>);
+  register_kernel(OpId::ReluBackward, cpu, binary_float<OpId::ReluBackward, F::ReluBackward>);
   register_kernel(OpId::GeluBackward, cpu, binary_float<OpId::GeluBackward, F::GeluBackward>);
   register_kernel(OpId::Sigmoid, cpu, unary_float<OpId::Sigmoid, F::Sigmoid>);
   register_kernel(OpId::Tanh, cpu, unary_float<OpId::Tanh, F::Tanh>);

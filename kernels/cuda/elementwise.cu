@@ -200,6 +200,7 @@ void register_elementwise() {
   register_kernel(OpId::Sign, gpu, unary_numeric<OpId::Sign, F::Sign>);
   register_kernel(OpId::Relu, gpu, unary_numeric<OpId::Relu, F::Relu>);
   register_kernel(OpId::Gelu, gpu, unary_float<OpId::Gelu, F::Gelu>);
+  register_kernel(OpId::ReluBackward, gpu, binary_float<OpId::ReluBackward, F::ReluBackward>);
   register_kernel(OpId::GeluBackward, gpu, binary_float<OpId::GeluBackward, F::GeluBackward>);
   register_kernel(OpId::Sigmoid, gpu, unary_float<OpId::Sigmoid, F::Sigmoid>);
   register_kernel(OpId::Tanh, gpu, unary_float<OpId::Tanh, F::Tanh>);

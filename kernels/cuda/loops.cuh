@@ -357,7 +357,10 @@ void launch_elementwise_int(const Tensor& out, std::array<const Tensor*, NIN> in
 // ---- device helpers for the other kernel files
 
 // Records an out-of-range index (see Note [Device errors]); the first error wins.
+// The slot lives in mapped host memory: a plain read first keeps a kernel with many bad
+// indices from sending one atomic per element over the bus once an error is recorded.
 __device__ __forceinline__ void report_index_error(DeviceErrorSlot* slot, int op, int64_t index, int64_t bound) {
+  if (*reinterpret_cast<volatile int*>(&slot->flag) != 0) return;
   if (atomicCAS(&slot->flag, 0, 1) == 0) {
     slot->op = op;
     slot->index = index;

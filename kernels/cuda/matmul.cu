@@ -98,6 +98,7 @@ std::map<PlanKey, LtPlan>& plan_cache() {
 
 void set_layout_batch(cublasLtMatrixLayout_t layout, int64_t batch, int64_t stride) {
   if (batch <= 1) return;
+  BRISK_CHECK(batch <= int64_t(INT32_MAX), "matmul: a batch of ", batch, " matrices exceeds cuBLASLt's 32-bit count");
   const int32_t count = int32_t(batch);
   const CublasLtApi& lt = cublas_lt();
   BRISK_CUBLAS_CHECK(

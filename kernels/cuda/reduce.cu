@@ -350,7 +350,9 @@ __device__ A group_reduce(A v, F f) {
 struct MaxF {
   template <class A>
   __device__ A operator()(A a, A b) const {
-    return a < b ? b : a;  // std::max: a NaN operand is skipped, as on the CPU
+    // std::max: a NaN operand may be skipped here (the CPU's row max lets NaN win), but a NaN
+    // in a row makes its sum of exponentials NaN, so softmax and cross-entropy are NaN on both.
+    return a < b ? b : a;
   }
 };
 struct SumF {
