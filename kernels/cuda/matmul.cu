@@ -107,7 +107,7 @@ void set_layout_batch(cublasLtMatrixLayout_t layout, int64_t batch, int64_t stri
                                                          sizeof(stride)));
 }
 
-const LtPlan& lt_plan(const Gemm& g, int device) {
+LtPlan& lt_plan(const Gemm& g, int device) {
   const int64_t esize = int64_t(dtype_size(g.dtype));
   const uint32_t al_a = alignment(g.a, g.stride_a * esize, g.batch);
   const uint32_t al_b = alignment(g.b, g.stride_b * esize, g.batch);
@@ -173,9 +173,9 @@ void run_gemm(const Gemm& g, int device, cudaStream_t stream) {
   // A batch stride of 0 (a broadcast operand) goes to the classic API, which reads matrix i at
   // A + i * stride_a whatever the stride; cuBLASLt does not document stride 0.
   const bool broadcast = g.batch > 1 && (g.stride_a == 0 || g.stride_b == 0);
-  const LtPlan* plan = broadcast ? nullptr : &lt_plan(g, device);
+  LtPlan* plan = broadcast ? nullptr : &lt_plan(g, device);
   if (plan && plan->ok) {
-    const LtPlan& p = *plan;
+    LtPlan& p = *plan;
     Allocator& alloc = brisk::backend(Device::cuda(device)).allocator(device);
     const uint64_t key = reinterpret_cast<uint64_t>(stream);
     void* ws = p.workspace ? alloc.allocate(p.workspace, key) : nullptr;
@@ -183,8 +183,13 @@ void run_gemm(const Gemm& g, int device, cudaStream_t stream) {
     const cublasStatus_t st = cublas_lt().cublasLtMatmul(handles(device).lt, p.desc, alpha, g.a, p.a, g.b, p.b, beta,
                                                          g.c, p.c, g.c, p.c, &p.algo, ws, p.workspace, stream);
     if (ws) alloc.deallocate(ws, p.workspace, key);
-    BRISK_CUBLAS_CHECK(st);
-    return;
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    // The heuristic's algorithm refused this problem at run time: the classic API below takes
+    // it from now on (the plan is cached per geometry). Any other failure is an error.
+    BRISK_CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_ARCH_MISMATCH, "matmul: cublasLtMatmul failed: ",
+                cublas_lt().cublasLtGetStatusName(st), " (", int(st), ") for ", g.m, " x ", g.n, " x ", g.k, " ",
+                g.dtype, ", batch ", g.batch);
+    p.ok = false;
   }
   // Fallback: the classic API (its own heuristics, int32 sizes).
   constexpr int64_t kInt = int64_t(1) << 31;
