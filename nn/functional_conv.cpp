@@ -46,9 +46,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
   const bool w4 = weight.dim() == 4;
   a.geometry = geometry(stride, padding, dilation, {w4 ? weight.size(2) : 0, w4 ? weight.size(3) : 0});
   a.dim = groups;
-  Tensor y = call1(OpId::Conv2d, {x, weight}, a);
-  if (bias.defined()) y = y + bias_for(bias, y, 1, "conv2d");
-  return y;
+  if (!bias.defined()) return call1(OpId::Conv2d, {x, weight}, a);
+  // The op starts each output channel at its bias (see conv2d_infer in engine/ops/nn.cpp).
+  return call1(OpId::Conv2d, {x, weight, bias.dtype() == x.dtype() ? bias : cast(bias, x.dtype())}, a);
 }
 
 // x (B, C, L), weight (O, C / groups, k) -> (B, O, Lo): conv2d over (B, C, 1, L).

@@ -63,11 +63,22 @@ Shape conv_output(const Shape& x, const Shape& w, const Attrs& attrs, const char
 }
 
 // x (B, C, H, W), w (O, C / groups, kh, kw) -> y (B, O, Ho, Wo).
+// The bias, when given, is the kernels' starting value of each output channel (they
+// accumulate the products onto it: no separate pass to zero and no broadcast add after).
 void conv2d_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  BRISK_CHECK(in.size() == 2 || in.size() == 3, "conv2d: expects (input, weight) or (input, weight, bias), got ",
+              in.size(), " inputs");
   const Tensor &x = in[0], &w = in[1];
   check_floating(x, "conv2d");
   BRISK_CHECK(x.dtype() == w.dtype(), "conv2d: dtypes differ (input ", x.str(), ", weight ", w.str(), ")");
-  out[0] = {conv_output(x.sizes(), w.sizes(), attrs, "conv2d"), x.dtype()};
+  const Shape y = conv_output(x.sizes(), w.sizes(), attrs, "conv2d");
+  if (in.size() == 3) {
+    const Tensor& b = in[2];
+    BRISK_CHECK(b.dim() == 1 && b.size(0) == y[1], "conv2d: bias ", b.sizes(), " does not match the ", y[1],
+                " output channels (output ", y, ")");
+    BRISK_CHECK(b.dtype() == x.dtype(), "conv2d: dtypes differ (input ", x.str(), ", bias ", b.str(), ")");
+  }
+  out[0] = {y, x.dtype()};
 }
 
 // (grad (B, O, Ho, Wo), w) -> grad of x, sizes attrs.shape.
@@ -108,11 +119,12 @@ Tensor conv2d_backward_weight(const Tensor& g, const Tensor& x, const Attrs& att
   return call1(OpId::Conv2dBackwardWeight, {g, x}, a);
 }
 
-// y = conv(x, w): gx = conv^T(g, w), gw = conv_w(g, x).
+// y = conv(x, w) + bias: gx = conv^T(g, w), gw = conv_w(g, x), gbias = g summed over (B, Ho, Wo).
 void conv2d_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
   if (c.needs_grad(0)) gi[0] = conv2d_backward_input(g, w, c.attrs, c.in_specs[0].sizes);
   if (c.needs_grad(1)) gi[1] = conv2d_backward_weight(g, x, c.attrs, c.in_specs[1].sizes);
+  if (c.in_specs.size() == 3 && c.needs_grad(2)) gi[2] = sum(g, {0, 2, 3});
 }
 
 // gx = BI(g, w) is bilinear, and <BI(g, w), u> = <g, conv(u, w)>, so with the incoming u:

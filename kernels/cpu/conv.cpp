@@ -275,7 +275,7 @@ MatrixRef<const T> columns(const Input<T>& x, const Conv& p, bool direct, int64_
 
 // y (B, O, Ho, Wo) dense = conv(x (B, C, H, W) any strides, w (O, Cg, kh, kw) dense).
 template <class T>
-void conv_forward(const Tensor& x_t, const Tensor& w_t, const Tensor& y_t, const Conv& p) {
+void conv_forward(const Tensor& x_t, const Tensor& w_t, const T* bias, const Tensor& y_t, const Conv& p) {
   const Input<T> x(x_t);
   const T* w = static_cast<const T*>(w_t.data_ptr());
   T* y = static_cast<T*>(y_t.data_ptr());
@@ -283,10 +283,13 @@ void conv_forward(const Tensor& x_t, const Tensor& w_t, const Tensor& y_t, const
   const bool direct = p.pointwise() && x.planes_dense(p);
   for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
     T* cols = direct ? nullptr : t_cols.get<T>(K * P);
+    if (bias) {  // the GEMM below accumulates onto the bias
+      for (int64_t o = 0; o < p.O; ++o) std::fill_n(y + (b * p.O + o) * P, P, bias[o]);
+    }
     for (int64_t g = 0; g < p.groups; ++g) {
-      // y[b, group g] (Og, P) = w[group g] (Og, K) @ col (K, P)
+      // y[b, group g] (Og, P) (+)= w[group g] (Og, K) @ col (K, P)
       gemm<T>({w + g * p.Og * K, p.Og, K, K, 1}, columns(x, p, direct, b, g, cols),
-              {y + (b * p.O + g * p.Og) * P, p.Og, P, P, 1}, false, threads);
+              {y + (b * p.O + g * p.Og) * P, p.Og, P, P, 1}, bias != nullptr, threads);
     }
   });
 }
@@ -418,7 +421,7 @@ void parallel_planes(int64_t n, double work, F&& body) {
 
 // y (B, O, Ho, Wo) dense: y[b, o] = sum over taps of w[o, tap] * x[b, o / Og] shifted.
 template <class T>
-void depthwise_forward(const Tensor& x_t, const Tensor& w_t, const Tensor& y_t, const Conv& p) {
+void depthwise_forward(const Tensor& x_t, const Tensor& w_t, const T* bias, const Tensor& y_t, const Conv& p) {
   const Input<T> x(x_t);
   const T* w = static_cast<const T*>(w_t.data_ptr());
   T* y = static_cast<T*>(y_t.data_ptr());
@@ -430,7 +433,8 @@ void depthwise_forward(const Tensor& x_t, const Tensor& w_t, const Tensor& y_t, 
     const T* xp = x.data + b * x.sB + (o / p.Og) * x.sC;
     T* yp = y + plane * P;
     T* saved = flat ? t_cols.get<T>(P) : nullptr;
-    for (int64_t k = 0; k < P; ++k) yp[k] = T(0);
+    const T start = bias ? bias[o] : T(0);
+    for (int64_t k = 0; k < P; ++k) yp[k] = start;
     for (size_t ti = 0; ti < taps.size(); ++ti) {
       const Tap& t = taps[ti];
       if (t.oh_hi == t.oh_lo) continue;
@@ -558,11 +562,13 @@ void conv2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   const DType wt = work_dtype(out[0].dtype());
   const Tensor x = in[0].dtype() == wt ? in[0] : dense(in[0], wt);  // strided x is read in place
   const Tensor w = dense(in[1], wt);
+  const Tensor b = in.size() == 3 ? dense(in[2], wt) : Tensor();  // optional bias (O)
   const Tensor y = target(out[0], wt);
   const Conv p(x.sizes(), w.sizes(), y.sizes(), attrs);
   dispatch_conv(wt, [&](auto tag) {
     using T = decltype(tag);
-    depthwise(p) ? depthwise_forward<T>(x, w, y, p) : conv_forward<T>(x, w, y, p);
+    const T* bias = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
+    depthwise(p) ? depthwise_forward<T>(x, w, bias, y, p) : conv_forward<T>(x, w, bias, y, p);
   });
   finish(out[0], y);
 }
