@@ -1,6 +1,6 @@
 // kernels/cuda/conv.cu: the CUDA kernels of conv2d, conv2d_backward_input and
 // conv2d_backward_weight, through cuDNN's convolution calls (groups, stride, padding, dilation;
-// F32 and F64 natively, F16/BF16 with F32 compute). One plan per geometry (descriptors and the
+// F32 and F64 natively, F16/BF16 with F32 compute; conv2d's optional bias added after). One plan per geometry (descriptors and the
 // algorithms cuDNN's heuristic ranks, tried in order until one runs), cached per thread and
 // device; workspaces come from brisk's caching allocator. F32 runs without TF32
 // unless set_allow_tf32(true), as matmul. Also register_nn(), the registrar of the nn family.
@@ -20,6 +20,7 @@
 #include "engine/backend.h"
 #include "kernels/cuda/cudnn_handle.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/functors.h"
 
 namespace brisk::kernels::cuda {
 
@@ -300,38 +301,20 @@ void run_conv(ConvKind kind, const Tensor& x_in, const Tensor& w_in, const Tenso
   if (out.impl() != target.impl()) copy_into(target, out);
 }
 
-// y (B, O, P) dense += bias (O) broadcast over B and P, in the compute type (one rounding).
-template <class T>
-__global__ void add_channel_bias_kernel(T* y, const T* bias, int64_t n, int64_t P, int64_t O) {
-  using A = compute_t<T>;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    y[i] = Store<T>::to(A(load_value(y + i)) + A(load_value(bias + (i / P) % O)));
-  }
-}
-
 // (x (B, C, H, W), w (O, C / groups, kh, kw)[, bias (O)]) -> y (B, O, Ho, Wo). cuDNN's
-// convolution, then the bias added in one pass (cudnnAddTensor does not promise BF16).
+// convolution, then the bias added in place by the elementwise add kernel (one pass; the
+// bias is read as a (1, O, 1, 1) view broadcast over y, cudnnAddTensor does not promise BF16).
 void conv2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  if (in.size() == 2) {
-    run_conv(ConvKind::Forward, in[0], in[1], out[0], attrs);
-    return;
-  }
-  DenseOut y(out[0]);
-  run_conv(ConvKind::Forward, in[0], in[1], y.dense, attrs);
-  const int64_t n = y.dense.numel();
-  if (n > 0) {
-    const Tensor bias = dense(in[2]);
-    const int64_t O = y.dense.size(1), P = n / (y.dense.size(0) * O);
-    const int device = y.dense.device().index;
-    DeviceGuard guard(device);
-    dispatch_float(y.dense.dtype(), "conv2d", [&](auto tag) {
-      using T = decltype(tag);
-      add_channel_bias_kernel<T><<<grid_for(n), kBlock, 0, stream_handle(device)>>>(
-          static_cast<T*>(y.dense.data_ptr()), static_cast<const T*>(bias.data_ptr()), n, P, O);
-      BRISK_CUDA_CHECK_LAUNCH();
-    });
-  }
-  y.finish();
+  run_conv(ConvKind::Forward, in[0], in[1], out[0], attrs);
+  if (in.size() == 2) return;
+  const Tensor& y = out[0];
+  const Tensor& bias = in[2];
+  const Tensor b = make_view(bias.storage(), {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.offset(),
+                             bias.dtype());
+  dispatch_float(y.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elementwise<T, T, T>(y, {&y, &b}, functors::Add{});
+  });
 }
 
 // (grad (B, O, Ho, Wo), w) -> grad of x (B, C, H, W)
