@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,54 +22,142 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Whole file through zlib (which reads plain files too).
-std::vector<uint8_t> read_gz(const std::string& path) {
-  BRISK_CHECK(fs::exists(path), path, ": file not found");
-  gzFile f = gzopen(path.c_str(), "rb");
-  BRISK_CHECK(f, path, ": cannot open (", std::strerror(errno), ")");
-  std::vector<uint8_t> out;
-  uint8_t buf[1 << 16];
-  for (;;) {
-    int n = gzread(f, buf, sizeof buf);
-    if (n < 0) {
-      int err = 0;
-      std::string msg = gzerror(f, &err);
-      gzclose(f);
-      BRISK_FAIL(path, ": corrupt compressed data (", msg, ")");
-    }
-    if (n == 0) break;
-    out.insert(out.end(), buf, buf + n);
-  }
-  gzclose(f);
-  return out;
-}
-
 uint32_t big_endian(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+
+// Note [Bounded decompression]: an IDX file is read as a stream of bytes, inflated on the fly
+// when it starts with the gzip magic, and never held whole: the header is read first, the
+// tensor its dims promise is allocated (after checking that promise against the limit, the
+// file's size, and for gzip the most that deflate can expand that many bytes to), and the
+// data is inflated straight into it. A stream that yields more or fewer bytes than promised,
+// ends without its trailer, or fails its CRC is an error: memory never exceeds the promise.
+class ByteStream {
+ public:
+  explicit ByteStream(const std::string& path) : path_(path) {
+    std::error_code ec;
+    BRISK_CHECK(fs::exists(path, ec), path, ": file not found");
+    BRISK_CHECK(fs::is_regular_file(path, ec), path, ": not a regular file");
+    file_size_ = uint64_t(fs::file_size(path, ec));
+    BRISK_CHECK(!ec, path, ": cannot read its size (", ec.message(), ")");
+    f_ = std::fopen(path.c_str(), "rb");
+    BRISK_CHECK(f_, path, ": cannot open (", std::strerror(errno), ")");
+    fill();
+    gzip_ = z_.avail_in >= 2 && in_[0] == 0x1f && in_[1] == 0x8b;
+    if (gzip_ && inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) {  // 16: gzip wrapper only, trailer checked
+      std::fclose(f_);
+      BRISK_FAIL(path, ": cannot start zlib (", z_.msg ? z_.msg : "out of memory", ")");
+    }
+  }
+  ~ByteStream() {
+    if (gzip_) inflateEnd(&z_);
+    std::fclose(f_);
+  }
+  ByteStream(const ByteStream&) = delete;
+  ByteStream& operator=(const ByteStream&) = delete;
+
+  bool gzip() const { return gzip_; }
+  uint64_t file_size() const { return file_size_; }
+
+  // Up to n bytes into dst; fewer only at the end of the data. Corrupt or truncated
+  // compressed data is an error naming the file.
+  size_t read(uint8_t* dst, size_t n) {
+    if (!gzip_) return read_plain(dst, n);
+    size_t got = 0;
+    while (got < n) {
+      if (z_.avail_in == 0) fill();
+      if (member_ended_) {
+        if (z_.avail_in == 0) break;   // the end of the last member is the end of the data
+        BRISK_CHECK(inflateReset(&z_) == Z_OK, path_, ": zlib reset failed");  // gzip allows members back to back
+        member_ended_ = false;
+      }
+      z_.next_out = dst + got;
+      z_.avail_out = uInt(std::min<size_t>(n - got, size_t(1) << 30));
+      const uInt before_in = z_.avail_in, before_out = z_.avail_out;
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      got += before_out - z_.avail_out;
+      if (rc == Z_STREAM_END) {
+        member_ended_ = true;
+      } else if (rc == Z_BUF_ERROR || (rc == Z_OK && before_in == z_.avail_in && before_out == z_.avail_out)) {
+        BRISK_CHECK(!(eof_ && z_.avail_in == 0), path_,
+                    ": truncated gzip stream (the data ends before the end of the compressed stream and its trailer)");
+      } else if (rc != Z_OK) {
+        BRISK_FAIL(path_, ": corrupt compressed data (zlib: ", z_.msg ? z_.msg : "error " + std::to_string(rc), ")");
+      }
+    }
+    return got;
+  }
+
+ private:
+  void fill() {
+    if (eof_) return;
+    size_t n = std::fread(in_.data(), 1, in_.size(), f_);
+    BRISK_CHECK(!std::ferror(f_), path_, ": read error (", std::strerror(errno), ")");
+    if (n < in_.size()) eof_ = true;
+    z_.next_in = in_.data();
+    z_.avail_in = uInt(n);
+  }
+  size_t read_plain(uint8_t* dst, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      if (z_.avail_in == 0) fill();
+      if (z_.avail_in == 0) break;
+      size_t k = std::min<size_t>(n - got, z_.avail_in);
+      std::memcpy(dst + got, z_.next_in, k);
+      z_.next_in += k;
+      z_.avail_in -= uInt(k);
+      got += k;
+    }
+    return got;
+  }
+
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  uint64_t file_size_ = 0;
+  z_stream z_{};  // for plain files only next_in/avail_in are used, as a window on in_
+  std::vector<uint8_t> in_ = std::vector<uint8_t>(size_t(1) << 16);
+  bool gzip_ = false, eof_ = false, member_ended_ = false;
+};
+
+// Deflate expands a byte to at most ~1032 bytes; a promise beyond this cannot be honest.
+constexpr uint64_t kMaxDeflateRatio = 1032;
 
 }  // namespace
 
-Tensor read_idx(const std::string& path) {
-  std::vector<uint8_t> bytes = read_gz(path);
-  BRISK_CHECK(bytes.size() >= 4, path, ": too short for an IDX header (", bytes.size(), " bytes)");
-  BRISK_CHECK(bytes[0] == 0 && bytes[1] == 0, path, ": bad IDX magic (first two bytes must be 0)");
-  BRISK_CHECK(bytes[2] == 0x08, path, ": IDX element type 0x", std::hex, int(bytes[2]), std::dec,
+Tensor read_idx(const std::string& path, uint64_t max_bytes) {
+  ByteStream in(path);
+  uint8_t head[4 + 4 * 4];
+  const size_t got = in.read(head, 4);
+  BRISK_CHECK(got == 4, path, ": too short for an IDX header (", got, " bytes)");
+  BRISK_CHECK(head[0] == 0 && head[1] == 0, path, ": bad IDX magic (first two bytes must be 0)");
+  BRISK_CHECK(head[2] == 0x08, path, ": IDX element type 0x", std::hex, int(head[2]), std::dec,
               " is not supported (only unsigned bytes, 0x08)");
-  int ndims = bytes[3];
+  const int ndims = head[3];
   BRISK_CHECK(ndims >= 1 && ndims <= 4, path, ": IDX header says ", ndims, " dims (1 to 4 expected)");
-  size_t header = 4 + 4 * size_t(ndims);
-  BRISK_CHECK(bytes.size() >= header, path, ": truncated IDX header");
+  const size_t header = 4 + 4 * size_t(ndims);
+  BRISK_CHECK(in.read(head + 4, header - 4) == header - 4, path, ": truncated IDX header (", ndims, " dims need ",
+              header, " bytes)");
   Shape shape;
-  uint64_t numel = 1;
+  uint64_t extent = 1;  // see Note [Checked sizes] in engine/shape.h
+  for (int d = 0; d < ndims; ++d) shape.push_back(int64_t(big_endian(&head[4 + 4 * size_t(d)])));
   for (int d = 0; d < ndims; ++d) {
-    uint32_t n = big_endian(&bytes[4 + 4 * size_t(d)]);
-    shape.push_back(int64_t(n));
-    numel *= n;
-    BRISK_CHECK(numel <= (uint64_t(1) << 34), path, ": IDX dims ", shape, " are implausibly large");
+    const bool fits = !__builtin_mul_overflow(extent, uint64_t(std::max<int64_t>(shape[d], 1)), &extent);
+    BRISK_CHECK(fits, path, ": IDX dims ", shape, " have more elements than fit in 64 bits");
   }
-  BRISK_CHECK(bytes.size() - header == numel, path, ": IDX data has ", bytes.size() - header, " bytes, dims ", shape,
-              " need ", numel);
+  BRISK_CHECK(extent <= max_bytes, path, ": IDX dims ", shape, " describe ", extent,
+              " bytes, more than the limit of ", max_bytes, " (read_idx's max_bytes)");
+  const uint64_t numel = uint64_t(shape.numel());
+  if (in.gzip()) {
+    BRISK_CHECK(numel <= kMaxDeflateRatio * in.file_size() + 65536, path, ": IDX dims ", shape, " promise ", numel,
+                " bytes, more than ", in.file_size(), " bytes of gzip data can inflate to");
+  } else {
+    BRISK_CHECK(in.file_size() == header + numel, path, ": IDX data has ", in.file_size() - header,
+                " bytes, dims ", shape, " need ", numel);
+  }
   Tensor t = empty(shape, DType::U8);
-  if (numel) std::memcpy(t.data_ptr(), bytes.data() + header, numel);
+  const size_t data = numel ? in.read(static_cast<uint8_t*>(t.data_ptr()), size_t(numel)) : 0;
+  BRISK_CHECK(data == numel, path, ": IDX data has ", data, " bytes, dims ", shape, " need ", numel);
+  uint8_t extra = 0;
+  BRISK_CHECK(in.read(&extra, 1) == 0, path, ": IDX data is longer than dims ", shape, " promise (", numel,
+              " bytes)");
   return t;
 }
 
@@ -190,10 +279,14 @@ bool image_support() {
 #endif
 }
 
-Tensor read_image(const std::string& path, int channels) {
+Tensor read_image(const std::string& path, int channels, int64_t max_pixels) {
   BRISK_CHECK(channels == 1 || channels == 3, "read_image: channels must be 1 or 3, got ", channels);
 #ifdef BRISK_WITH_STB
   int w = 0, h = 0, c = 0;
+  // The header's size first: a few hundred bytes of PNG can claim a 16384 x 16384 image.
+  BRISK_CHECK(stbi_info(path.c_str(), &w, &h, &c), path, ": cannot decode image (", stbi_failure_reason(), ")");
+  BRISK_CHECK(int64_t(w) * int64_t(h) <= max_pixels, path, ": image of ", w, " x ", h,
+              " pixels is larger than the limit of ", max_pixels, " pixels (read_image's max_pixels)");
   uint8_t* pixels = stbi_load(path.c_str(), &w, &h, &c, channels);
   BRISK_CHECK(pixels, path, ": cannot decode image (", stbi_failure_reason(), ")");
   Tensor hwc = from_blob(pixels, {h, w, channels}, DType::U8, [](void* p) { stbi_image_free(p); });

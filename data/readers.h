@@ -11,9 +11,13 @@
 
 namespace brisk::data {
 
-// Reads an IDX file (optionally .gz): magic 0x00 0x00 type ndims, big-endian dims, data.
-// Supports type 0x08 (U8). Returns a U8 tensor with the file's dims.
-Tensor read_idx(const std::string& path);
+// Reads an IDX file (optionally gzip'd): magic 0x00 0x00 type ndims, big-endian dims, data.
+// Supports type 0x08 (U8). Returns a U8 tensor with the file's dims. The data is inflated
+// straight into the tensor, so memory is bounded by what the header promises; a promise of
+// more than `max_bytes`, a stream longer or shorter than the promise, and a truncated or
+// corrupt gzip stream are errors naming the file.
+inline constexpr uint64_t kIdxMaxBytes = uint64_t(1) << 32;
+Tensor read_idx(const std::string& path, uint64_t max_bytes = kIdxMaxBytes);
 
 // Fashion-MNIST (or MNIST) from `root`: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
 // Samples: input U8 (1, 28, 28), target I64 scalar.
@@ -61,8 +65,11 @@ class ImageFolder : public Dataset {
   int channels_;
 };
 
-// Decodes a PNG/JPEG/BMP file to U8 (C, H, W); false when brisk was built without stb_image.
-Tensor read_image(const std::string& path, int channels = 3);
+// Decodes a PNG/JPEG/BMP file to U8 (C, H, W). An image whose header claims more than
+// `max_pixels` pixels is refused before it is decoded. image_support() is false when brisk
+// was built without stb_image (read_image then throws).
+inline constexpr int64_t kImageMaxPixels = int64_t(1) << 27;
+Tensor read_image(const std::string& path, int channels = 3, int64_t max_pixels = kImageMaxPixels);
 bool image_support();
 
 }  // namespace brisk::data

@@ -10,8 +10,9 @@
 namespace brisk {
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
-  BRISK_CHECK(int64_t(values.size()) == shape.numel(), "from_vector: ", values.size(), " values for shape ", shape,
-              " (", shape.numel(), " elements)");
+  const int64_t numel = checked_numel(shape, sizeof(double), "from_vector");
+  BRISK_CHECK(int64_t(values.size()) == numel, "from_vector: ", values.size(), " values for shape ", shape, " (",
+              numel, " elements)");
   Tensor host = make_empty(shape, DType::F64, Device::cpu());
   if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(double));
   NoGradGuard ng;
@@ -36,10 +37,11 @@ template Tensor from_data<int64_t>(const int64_t*, const Shape&, Device);
 template Tensor from_data<bool>(const bool*, const Shape&, Device);
 
 Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void(void*)> deleter, Device device) {
-  BRISK_CHECK(data || shape.numel() == 0, "from_blob: null data for shape ", shape);
+  const int64_t numel = checked_numel(shape, dtype_size(dtype), "from_blob");
+  BRISK_CHECK(data || numel == 0, "from_blob: null data for shape ", shape);
   auto s = std::make_shared<StorageImpl>();
   s->data = data;
-  s->bytes = size_t(shape.numel()) * dtype_size(dtype);
+  s->bytes = size_t(numel) * dtype_size(dtype);
   s->device = device;
   s->deleter = std::move(deleter);
   return make_view(s, shape, contiguous_strides(shape), 0, dtype);

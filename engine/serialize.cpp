@@ -28,7 +28,8 @@ static_assert(std::endian::native == std::endian::little,
 namespace brisk {
 namespace {
 
-using Json = nlohmann::json;
+// Ordered: tensors come back in the header's order, which for brisk's files is the saved order.
+using Json = nlohmann::ordered_json;
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -195,20 +196,19 @@ Entry parse_entry(const std::string& name, const Json& v, uint64_t data_size, co
     e.shape.push_back(int64_t(*d));
     has_zero = has_zero || *d == 0;
   }
-  uint64_t numel = 1;
-  if (has_zero) {
-    numel = 0;
-  } else {
-    for (int64_t d : e.shape) {
-      if (__builtin_mul_overflow(numel, uint64_t(d), &numel) || numel > uint64_t(std::numeric_limits<int64_t>::max())) {
-        fail(where, "\"shape\" ", brief(shape), " has more elements than fit in 64 bits");
-      }
+  // The extent bounds the element count and every stride (Note [Checked sizes] in
+  // engine/shape.h), so a zero dim does not excuse the others.
+  constexpr uint64_t kMax = uint64_t(std::numeric_limits<int64_t>::max());
+  uint64_t extent = 1, extent_bytes = 0;
+  for (int64_t d : e.shape) {
+    if (__builtin_mul_overflow(extent, uint64_t(std::max<int64_t>(d, 1)), &extent) || extent > kMax) {
+      fail(where, "\"shape\" ", brief(shape), " has more elements than fit in 64 bits");
     }
   }
-  uint64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, uint64_t(dtype_size(e.dtype)), &nbytes)) {
+  if (__builtin_mul_overflow(extent, uint64_t(dtype_size(e.dtype)), &extent_bytes) || extent_bytes > kMax) {
     fail(where, "\"shape\" ", brief(shape), " of ", dtype_name(e.dtype), " has more bytes than fit in 64 bits");
   }
+  const uint64_t nbytes = has_zero ? 0 : extent_bytes;
 
   const Json& offsets = field("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2) {
@@ -225,9 +225,43 @@ Entry parse_entry(const std::string& name, const Json& v, uint64_t data_size, co
     fail(where, "\"data_offsets\" ", brief(offsets), " span ", *end - *begin, " bytes, but \"shape\" ", brief(shape),
          " of ", dtype_name(e.dtype), " needs ", nbytes);
   }
+  if (nbytes > 0 && *begin % dtype_size(e.dtype) != 0) {
+    fail(where, "\"data_offsets\" ", brief(offsets), ": begin is not a multiple of the ", dtype_size(e.dtype),
+         "-byte ", dtype_name(e.dtype), " element (unaligned data)");
+  }
   e.begin = *begin;
   e.end = *end;
   return e;
+}
+
+// The data section as the format defines it: the tensors' byte ranges, in offset order, tile
+// it exactly (no overlap, no hole, nothing after the last), so no byte is unaccounted for.
+// An empty tensor's range [k, k] must sit where the tiling has reached.
+void check_layout(const std::vector<Entry>& entries, uint64_t data_size, const Fail& fail) {
+  std::vector<const Entry*> order;
+  order.reserve(entries.size());
+  for (const Entry& e : entries) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t reached = 0;
+  const Entry* last = nullptr;  // the entry that ends at `reached`
+  for (const Entry* e : order) {
+    if (e->begin < reached) {
+      fail("tensors ", quoted(last->name), " and ", quoted(e->name), " overlap: \"data_offsets\" [", last->begin, ",",
+           last->end, "] and [", e->begin, ",", e->end, "]");
+    }
+    if (e->begin > reached) {
+      fail("the data section has a hole: bytes [", reached, ",", e->begin, ") before tensor ", quoted(e->name),
+           " belong to no tensor");
+    }
+    reached = e->end;
+    last = e;
+  }
+  if (reached != data_size) {
+    fail("the data section has ", data_size - reached, " bytes after the last tensor's data (", reached, " of ",
+         data_size, " bytes are indexed)");
+  }
 }
 
 void parse_metadata(const Json& v, std::map<std::string, std::string>& out, const Fail& fail) {
@@ -344,13 +378,26 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     }
   }
 
+  // Note [safetensors layout]: the header lists the tensors in the given order; their data
+  // is laid out by element size, largest first (stable), so every tensor starts aligned to
+  // its element size with no padding, as PyTorch's writer does and the reader requires.
+  std::vector<size_t> layout(tensors.size());
+  for (size_t i = 0; i < layout.size(); ++i) layout[i] = i;
+  std::stable_sort(layout.begin(), layout.end(),
+                   [&](size_t a, size_t b) { return host[a].element_size() > host[b].element_size(); });
+  std::vector<uint64_t> begin(tensors.size());
+  uint64_t offset = 0;
+  for (size_t i : layout) {
+    begin[i] = offset;
+    offset += uint64_t(host[i].numel()) * host[i].element_size();
+  }
+
   std::string header = "{";
   try {
     if (!metadata.empty()) header += "\"__metadata__\":" + Json(metadata).dump();
-    uint64_t offset = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& h = host[i];
-      uint64_t nbytes = uint64_t(h.numel()) * h.element_size();
+      const uint64_t nbytes = uint64_t(h.numel()) * h.element_size();
       if (header.size() > 1) header += ",";
       header += Json(tensors[i].first).dump();
       header += ":{\"dtype\":\"";
@@ -361,11 +408,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
         header += std::to_string(h.size(d));
       }
       header += "],\"data_offsets\":[";
-      header += std::to_string(offset);
+      header += std::to_string(begin[i]);
       header += ',';
-      header += std::to_string(offset + nbytes);
+      header += std::to_string(begin[i] + nbytes);
       header += "]}";
-      offset += nbytes;
     }
   } catch (const Json::exception& e) {
     fail("a tensor name or metadata string is not valid UTF-8: ", e.what());
@@ -383,9 +429,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
   out.write(len, 8);
   out.write(header.data(), header.size());
-  for (const Tensor& h : host) {
-    uint64_t nbytes = uint64_t(h.numel()) * h.element_size();
-    if (nbytes > 0) out.write(h.data_ptr(), nbytes);
+  for (size_t i : layout) {
+    const uint64_t nbytes = uint64_t(host[i].numel()) * host[i].element_size();
+    if (nbytes > 0) out.write(host[i].data_ptr(), nbytes);
   }
   out.commit();
 }
@@ -424,19 +470,7 @@ SafetensorsFile load_safetensors(const std::string& path, Device device, std::op
       entries.push_back(parse_entry(name, v, data_size, fail));
     }
   }
-  // File order; overlapping data would alias two tensors' bytes, which no writer produces.
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  const Entry* last = nullptr;  // the non-empty entry that reaches furthest so far
-  for (const Entry& e : entries) {
-    if (e.begin == e.end) continue;
-    if (last && e.begin < last->end) {
-      fail("tensors ", quoted(last->name), " and ", quoted(e.name), " overlap: \"data_offsets\" [", last->begin, ",",
-           last->end, "] and [", e.begin, ",", e.end, "]");
-    }
-    if (!last || e.end > last->end) last = &e;
-  }
+  check_layout(entries, data_size, fail);
 
   // Every size is now checked against the file: allocations are bounded by its size.
   NoGradGuard no_grad;

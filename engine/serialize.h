@@ -27,21 +27,24 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
 
 // Writes `tensors` to `path`, replacing it atomically. Tensors may live on any device and have
-// any strides (each is copied to CPU, row-major); their data is laid out in the given order,
-// back to back, and the header is padded with spaces to a multiple of 8 bytes. Names must be
+// any strides (each is copied to CPU, row-major); the header lists them in the given order,
+// their data goes back to back by element size, largest first (so each is aligned, with no
+// padding), and the header is padded with spaces to a multiple of 8 bytes. Names must be
 // unique and not "__metadata__". Metadata is written only when not empty. On any failure the
 // temp file is removed and an existing file at `path` is left as it was.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
-  NamedTensors tensors;  // in file order (by data offset): brisk's own files keep the saved order
+  NamedTensors tensors;  // in the header's order: brisk's own files keep the saved order
   std::map<std::string, std::string> metadata;
 };
 
-// Reads a whole file into fresh tensors on `device`. convert_to (a floating dtype): floating
-// tensors are converted to it; integer and Bool tensors keep their dtype. Bool bytes other
-// than 0 read as true.
+// Reads a whole file into fresh tensors on `device`. The file must be as the format says:
+// unique names, a "__metadata__" of strings only, and data ranges that tile the data section
+// exactly (no hole, overlap or trailing bytes), each aligned to its element size.
+// convert_to (a floating dtype): floating tensors are converted to it; integer and Bool
+// tensors keep their dtype. Bool bytes other than 0 read as true.
 SafetensorsFile load_safetensors(const std::string& path, Device device = Device::cpu(),
                                  std::optional<DType> convert_to = std::nullopt);
 

@@ -85,7 +85,35 @@ inline std::ostream& operator<<(std::ostream& os, const Shape& s) {
   return os << ')';
 }
 
-// Row-major strides (in elements) of a dense tensor of `sizes`.
+// Note [Checked sizes]: sizes that come from outside (a file's header, a user's shape) are
+// checked once, where they enter, so that every later product (element count, byte count,
+// contiguous strides, an index times a stride) fits in int64 and `Shape::numel()` can stay an
+// unchecked loop on the hot path. The bound is the extent: the product of max(size, 1) over
+// all dims, which is at least the numel and every contiguous stride. A shape with a zero
+// dim still has to pass, because its strides are computed from the other dims.
+
+// a * b for non-negative a and b, or false when the product does not fit in int64.
+inline bool checked_mul(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
+
+// Checks that a dense tensor of `sizes` with `element_size`-byte elements can be described:
+// no negative size, and extent times element_size fits in int64. Returns the element count.
+// `what` starts the error ("empty", "load_safetensors(f): tensor \"w\"").
+inline int64_t checked_numel(const Shape& sizes, size_t element_size, const char* what) {
+  int64_t extent = 1, numel = 1;
+  for (int i = 0; i < sizes.size(); ++i) {
+    BRISK_CHECK(sizes[i] >= 0, what, ": negative size ", sizes[i], " in shape ", sizes);
+    bool fits = checked_mul(extent, std::max<int64_t>(sizes[i], 1), extent);
+    BRISK_CHECK(fits, what, ": shape ", sizes, " has more elements than fit in 64 bits");
+    numel *= sizes[i];  // <= extent, cannot overflow
+  }
+  int64_t bytes = 0;
+  BRISK_CHECK(checked_mul(extent, int64_t(element_size), bytes), what, ": shape ", sizes, " with ", element_size,
+              "-byte elements has more bytes than fit in 64 bits");
+  return numel;
+}
+
+// Row-major strides (in elements) of a dense tensor of `sizes`, whose extent was checked
+// (checked_numel; see Note [Checked sizes]).
 inline Shape contiguous_strides(const Shape& sizes) {
   Shape st = Shape::filled(sizes.size(), 1);
   for (int i = sizes.size() - 2; i >= 0; --i) st[i] = st[i + 1] * std::max<int64_t>(sizes[i + 1], 1);

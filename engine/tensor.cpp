@@ -27,8 +27,8 @@ Tensor make_view(const Storage& storage, const Shape& sizes, const Shape& stride
 }
 
 Tensor make_empty(const Shape& sizes, DType dtype, Device device, bool pinned) {
-  for (int64_t s : sizes) BRISK_CHECK(s >= 0, "empty: negative size in shape ", sizes);
-  size_t bytes = size_t(sizes.numel()) * dtype_size(dtype);
+  // See Note [Checked sizes] in engine/shape.h: every allocation's shape passes here.
+  size_t bytes = size_t(checked_numel(sizes, dtype_size(dtype), "empty")) * dtype_size(dtype);
   return make_view(make_storage(bytes, device, pinned), sizes, contiguous_strides(sizes), 0, dtype);
 }
 

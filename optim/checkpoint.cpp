@@ -102,6 +102,9 @@ class Reader {
     for (const auto& [k, v] : obj.items()) {
       if (v.is_number()) {
         out[k] = v.get<double>();
+        // Checked here, in pass 1, so that no load_state_dict of pass 2 throws (optimizer.h).
+        if (is_count_key(k) && !is_count_value(out[k]))
+          fail("metadata key '" + qualified(where, k) + "' is " + v.dump() + ", not a whole number");
       } else if (v.is_string() && (v == "nan" || v == "inf" || v == "-inf")) {
         const std::string s = v.get<std::string>();
         out[k] = s == "nan" ? std::numeric_limits<double>::quiet_NaN()

@@ -72,9 +72,10 @@ void EarlyStopping::load_state_dict(const Scalars& state) {
     return it->second;
   };
   best_ = get("best");
-  best_epoch_ = int64_t(get("best_epoch"));
-  num_bad_epochs_ = int64_t(get("num_bad_epochs"));
-  epoch_ = int64_t(get("epoch"));
+  const char* who = "EarlyStopping";
+  best_epoch_ = scalar_count(get("best_epoch"), "best_epoch", who);
+  num_bad_epochs_ = scalar_count(get("num_bad_epochs"), "num_bad_epochs", who);
+  epoch_ = scalar_count(get("epoch"), "epoch", who);
   // A resumed run finds its best weights in the file the first run wrote.
   best_on_disk_ =
       best_epoch_ >= 0 && !options_.checkpoint_path.empty() && std::filesystem::exists(options_.checkpoint_path);

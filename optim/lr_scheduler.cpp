@@ -104,8 +104,8 @@ Scalars LRScheduler::state_dict() const {
 }
 
 void LRScheduler::load_state_dict(const Scalars& state) {
-  last_epoch_ = int64_t(scalar_at(state, "last_epoch", "LRScheduler"));
-  step_count_ = int64_t(scalar_at(state, "step_count", "LRScheduler"));
+  last_epoch_ = scalar_count(scalar_at(state, "last_epoch", "LRScheduler"), "last_epoch", "LRScheduler");
+  step_count_ = scalar_count(scalar_at(state, "step_count", "LRScheduler"), "step_count", "LRScheduler");
   base_lrs_ = load_list(state, "base_lrs", num_groups(), "LRScheduler");
   last_lr_ = load_list(state, "last_lr", num_groups(), "LRScheduler");
 }
@@ -676,9 +676,10 @@ Scalars ReduceLROnPlateau::state_dict() const {
 
 void ReduceLROnPlateau::load_state_dict(const Scalars& state) {
   best_ = scalar_at(state, "best", "ReduceLROnPlateau");
-  num_bad_epochs_ = int64_t(scalar_at(state, "num_bad_epochs", "ReduceLROnPlateau"));
-  cooldown_counter_ = int64_t(scalar_at(state, "cooldown_counter", "ReduceLROnPlateau"));
-  last_epoch_ = int64_t(scalar_at(state, "last_epoch", "ReduceLROnPlateau"));
+  const char* who = "ReduceLROnPlateau";
+  num_bad_epochs_ = scalar_count(scalar_at(state, "num_bad_epochs", who), "num_bad_epochs", who);
+  cooldown_counter_ = scalar_count(scalar_at(state, "cooldown_counter", who), "cooldown_counter", who);
+  last_epoch_ = scalar_count(scalar_at(state, "last_epoch", who), "last_epoch", who);
   last_lr_ = load_list(state, "last_lr", opt_.num_groups(), "ReduceLROnPlateau");
 }
 

@@ -9,6 +9,25 @@
 
 namespace brisk::optim {
 
+bool is_count_key(const std::string& key) {
+  const std::string last = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+  for (const char* k : {"step", "last_epoch", "step_count", "num_bad_epochs", "cooldown_counter", "best_epoch", "epoch",
+                        "num_groups", "num_params"}) {
+    if (last == k) return true;
+  }
+  return false;
+}
+
+bool is_count_value(double value) {
+  constexpr double kMax = 9007199254740992.0;  // 2^53: every integer up to it is a double
+  return std::isfinite(value) && value == std::floor(value) && std::fabs(value) <= kMax;
+}
+
+int64_t scalar_count(double value, const std::string& key, const char* who) {
+  BRISK_CHECK(is_count_value(value), who, ": load_state_dict: key '", key, "' is ", value, ", not a whole number");
+  return int64_t(value);
+}
+
 NamedTensors number_params(const std::vector<Tensor>& params, size_t first) {
   NamedTensors out;
   for (size_t i = 0; i < params.size(); ++i) out.emplace_back(std::to_string(first + i), params[i]);
@@ -153,12 +172,14 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
     BRISK_CHECK(it != s.end(), name(), ": load_state_dict: key '", key, "' is missing");
     return it->second;
   };
-  BRISK_CHECK(size_t(scalar("num_groups")) == groups_.size(), name(), ": load_state_dict: the state has ",
+  BRISK_CHECK(scalar_count(scalar("num_groups"), "num_groups", name()) == int64_t(groups_.size()), name(),
+              ": load_state_dict: the state has ",
               scalar("num_groups"), " parameter groups, the optimizer ", groups_.size());
   std::unordered_map<std::string, const Tensor*> params;
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::string prefix = "group." + std::to_string(g) + ".";
-    BRISK_CHECK(size_t(scalar(prefix + "num_params")) == groups_[g].params.size(), name(), ": load_state_dict: group ",
+    BRISK_CHECK(scalar_count(scalar(prefix + "num_params"), prefix + "num_params", name()) ==
+                    int64_t(groups_[g].params.size()), name(), ": load_state_dict: group ",
                 g, " has ", scalar(prefix + "num_params"), " parameters in the state, ", groups_[g].params.size(),
                 " in the optimizer");
     for (size_t i = 0; i < groups_[g].params.size(); ++i) params[groups_[g].names[i]] = &groups_[g].params[i];
@@ -187,7 +208,7 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
                 ": load_state_dict: unexpected scalar key '", key, "'");
     std::string param_name = key.substr(6, dot - 6);
     BRISK_CHECK(params.count(param_name), name(), ": load_state_dict: state for unknown parameter '", param_name, "'");
-    loaded[param_name].step = int64_t(value);
+    loaded[param_name].step = scalar_count(value, key, name());
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::string prefix = "group." + std::to_string(g) + ".";

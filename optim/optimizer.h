@@ -23,6 +23,15 @@ namespace brisk::optim {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using Scalars = std::map<std::string, double>;
 
+// Saved counters (steps, epochs, group and parameter counts) travel as doubles in Scalars.
+// is_count_key says whether a key holds one (by its last dotted component); scalar_count turns
+// a value into an integer, or throws a brisk::Error naming `who` and the key when it is not a
+// whole number within +-2^53 (NaN, inf, 1e300 or 2.5 from a corrupt file would otherwise be
+// undefined behaviour in the cast).
+bool is_count_key(const std::string& key);
+bool is_count_value(double value);
+int64_t scalar_count(double value, const std::string& key, const char* who);
+
 // An optimizer's saved state. Keys:
 //   tensors: "state.<param name>.<buffer>" (exp_avg, exp_avg_sq, momentum_buffer, ...)
 //   scalars: "state.<param name>.step", "group.<i>.<option>" (lr, weight_decay, beta1, ...),

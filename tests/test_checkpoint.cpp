@@ -378,6 +378,16 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   size_t at = bad_loader.find("\"batch\":");
   bad_loader.replace(at, 8, "\"batch\":9");
   CHECK(with_meta(bad_loader).find("loader position") != std::string::npos);
+  // A saved counter that is not a whole number: casting it to an integer would be undefined.
+  for (const char* value : {"1e300", "2.5", "-1e30", "\"nan\""}) {
+    CAPTURE(value);
+    std::string bad_step = meta;
+    const size_t st = bad_step.find(".step\":");
+    REQUIRE(st != std::string::npos);
+    const size_t num = st + 7, end = bad_step.find_first_of(",}", num);
+    bad_step.replace(num, end - num, value);
+    CHECK(with_meta(bad_step).find("not a whole number") != std::string::npos);
+  }
 
   // A save that fails (a user string that is not UTF-8) leaves the previous file as it was.
   optim::TrainingState sa = a.state();

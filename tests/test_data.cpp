@@ -15,6 +15,7 @@
 #include "brisk.h"
 #include "data/dataloader.h"
 #include "data/readers.h"
+#include "engine/allocator.h"
 
 using namespace brisk;
 using namespace brisk::data;
@@ -53,6 +54,36 @@ void write_gz(const fs::path& path, const std::vector<uint8_t>& bytes) {
   gzFile f = gzopen(path.string().c_str(), "wb");
   gzwrite(f, bytes.data(), unsigned(bytes.size()));
   gzclose(f);
+}
+
+std::vector<uint8_t> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+// An IDX header of U8 data with these dims (big-endian).
+std::vector<uint8_t> idx_header(std::initializer_list<uint32_t> dims) {
+  std::vector<uint8_t> h{0, 0, 8, uint8_t(dims.size())};
+  for (uint32_t d : dims) {
+    for (int shift : {24, 16, 8, 0}) h.push_back(uint8_t(d >> shift));
+  }
+  return h;
+}
+
+// The brisk::Error message of f ("" when it throws none).
+template <class F>
+std::string error_text(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Fails on one sample; sleeps on another when asked.
@@ -227,6 +258,162 @@ TEST_CASE("data: IDX reader rejects bad files with the file name and the problem
   CHECK_THROWS_WITH_AS(read_idx((dir / "corrupt.gz").string()), doctest::Contains("corrupt.gz"), Error);
   CHECK_THROWS_WITH_AS(read_idx((dir / "missing.gz").string()), doctest::Contains("not found"), Error);
   CHECK_THROWS_WITH_AS(FashionMNIST(dir.string()), doctest::Contains("apt-get install"), Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("data: IDX dims whose product overflows or passes the limit are refused before any allocation") {
+  fs::path dir = temp_dir();
+  struct Case {
+    std::initializer_list<uint32_t> dims;
+    const char* expected;
+  };
+  const Case cases[] = {
+      // 2^17 * 2^17 * 2^30 = 2^64: wrapped to 0 in 64 bits, which once passed as "0 bytes of data".
+      {{1u << 17, 1u << 17, 1u << 30}, "IDX dims (131072, 131072, 1073741824) have more elements than fit in 64 bits"},
+      {{0xffffffffu, 0xffffffffu, 2}, "have more elements than fit in 64 bits"},             // ~2^65
+      {{0, 0xffffffffu, 0xffffffffu, 0xffffffffu}, "have more elements than fit in 64 bits"},  // a zero dim too
+      {{1u << 21, 1u << 21, 1u << 21}, "describe 9223372036854775808 bytes, more than the limit"},  // 2^63
+      {{1u << 31, 1u << 31, 1}, "describe 4611686018427387904 bytes, more than the limit"},        // 2^62
+      {{1u << 16, 1u << 16, 2}, "describe 8589934592 bytes, more than the limit of 4294967296"},
+  };
+  for (const Case& c : cases) {
+    for (bool gz : {false, true}) {
+      const fs::path f = dir / (gz ? "big.gz" : "big.idx");
+      std::vector<uint8_t> bytes = idx_header(c.dims);
+      bytes.resize(bytes.size() + 4, 0);  // a few data bytes, nowhere near the promise
+      gz ? write_gz(f, bytes) : write_file(f, bytes);
+      std::string msg = error_text([&] { read_idx(f.string()); });
+      CAPTURE(msg);
+      CHECK(msg.find(f.string() + ": ") == 0);
+      CHECK(msg.find(c.expected) != std::string::npos);
+    }
+  }
+  // The same files as a Fashion-MNIST pair: refused, not "131072 samples" over no data.
+  std::vector<uint8_t> images = idx_header({1u << 17, 1u << 17, 1u << 30});
+  images.resize(images.size() + 4, 0);
+  write_gz(dir / "train-images-idx3-ubyte.gz", images);
+  write_gz(dir / "train-labels-idx1-ubyte.gz", idx_header({1u << 17}));
+  CHECK_THROWS_WITH_AS(FashionMNIST(dir.string()), doctest::Contains("more elements than fit in 64 bits"), Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("data: IDX over gzip is inflated only as far as its header promises") {
+  fs::path dir = temp_dir();
+  // A header promising 16 bytes followed by 32 MiB of zeros (a ~32 KB file): refused when the
+  // 17th byte arrives, and no allocation ever exceeds the promise.
+  std::vector<uint8_t> bomb = idx_header({4, 4});
+  bomb.resize(bomb.size() + (size_t(32) << 20), 0);
+  write_gz(dir / "bomb.gz", bomb);
+  CHECK(fs::file_size(dir / "bomb.gz") < (size_t(1) << 20));
+  cpu_allocator().reset_peak();
+  const size_t peak_before = cpu_allocator().stats().peak;
+  CHECK_THROWS_WITH_AS(read_idx((dir / "bomb.gz").string()),
+                       doctest::Contains("IDX data is longer than dims (4, 4) promise (16 bytes)"), Error);
+  CHECK(cpu_allocator().stats().peak - peak_before < (size_t(1) << 20));
+  // A header promising far more than this many compressed bytes can inflate to.
+  std::vector<uint8_t> liar = idx_header({60000, 28, 28});
+  liar.resize(liar.size() + 100, 0);
+  write_gz(dir / "liar.gz", liar);
+  CHECK_THROWS_WITH_AS(read_idx((dir / "liar.gz").string()), doctest::Contains("bytes of gzip data can inflate to"),
+                       Error);
+  // The limit is the caller's: a 16-byte promise is over a 15-byte limit.
+  write_gz(dir / "small.gz", [] {
+    std::vector<uint8_t> b = idx_header({4, 4});
+    b.resize(b.size() + 16, 1);
+    return b;
+  }());
+  CHECK(read_idx((dir / "small.gz").string()).numel() == 16);
+  CHECK_THROWS_WITH_AS(read_idx((dir / "small.gz").string(), 15), doctest::Contains("more than the limit of 15"),
+                       Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("data: a truncated, corrupt or padded gzip IDX stream is an error; concatenated members are one stream") {
+  fs::path dir = temp_dir();
+  std::vector<uint8_t> good = idx_header({2, 3});
+  for (int i = 0; i < 6; ++i) good.push_back(uint8_t(10 + i));
+  write_gz(dir / "good.gz", good);
+  const std::vector<uint8_t> gz = read_file(dir / "good.gz");
+  REQUIRE(read_idx((dir / "good.gz").string()).to_vector<int>() == std::vector<int>{10, 11, 12, 13, 14, 15});
+  // Without its 8-byte trailer (CRC-32 and size) the data is all there, but the stream is not.
+  for (size_t cut : {size_t(8), size_t(4), size_t(1)}) {
+    CAPTURE(cut);
+    write_file(dir / "cut.gz", {gz.begin(), gz.end() - std::ptrdiff_t(cut)});
+    CHECK_THROWS_WITH_AS(read_idx((dir / "cut.gz").string()), doctest::Contains("cut.gz: truncated gzip stream"),
+                         Error);
+  }
+  // A wrong CRC-32 in the trailer.
+  std::vector<uint8_t> bad_crc = gz;
+  bad_crc[bad_crc.size() - 8] ^= 0x5a;
+  write_file(dir / "crc.gz", bad_crc);
+  CHECK_THROWS_WITH_AS(read_idx((dir / "crc.gz").string()), doctest::Contains("crc.gz: corrupt compressed data"),
+                       Error);
+  // Garbage after the stream.
+  std::vector<uint8_t> trailing = gz;
+  trailing.insert(trailing.end(), {'j', 'u', 'n', 'k'});
+  write_file(dir / "trailing.gz", trailing);
+  CHECK_THROWS_WITH_AS(read_idx((dir / "trailing.gz").string()), doctest::Contains("corrupt compressed data"), Error);
+  // Two gzip members back to back (what `cat a.gz b.gz` makes) read as one stream.
+  write_gz(dir / "m1.gz", {good.begin(), good.begin() + 13});
+  write_gz(dir / "m2.gz", {good.begin() + 13, good.end()});
+  std::vector<uint8_t> both = read_file(dir / "m1.gz"), second = read_file(dir / "m2.gz");
+  both.insert(both.end(), second.begin(), second.end());
+  write_file(dir / "members.gz", both);
+  CHECK(read_idx((dir / "members.gz").string()).to_vector<int>() == std::vector<int>{10, 11, 12, 13, 14, 15});
+  // Uncompressed files must be exactly header + data.
+  write_file(dir / "plain.idx", good);
+  CHECK(read_idx((dir / "plain.idx").string()).sizes() == Shape{2, 3});
+  std::vector<uint8_t> longer = good;
+  longer.push_back(0);
+  write_file(dir / "long.idx", longer);
+  CHECK_THROWS_WITH_AS(read_idx((dir / "long.idx").string()),
+                       doctest::Contains("IDX data has 7 bytes, dims (2, 3) need 6"), Error);
+  write_file(dir / "head.idx", {0, 0, 8, 3, 0, 0});
+  CHECK_THROWS_WITH_AS(read_idx((dir / "head.idx").string()),
+                       doctest::Contains("truncated IDX header (3 dims need 16 bytes)"), Error);
+  fs::remove_all(dir);
+}
+
+// A 24-bit BMP of w x h pixels claimed by the header; `pixels` (BGR rows, bottom-up, each
+// padded to 4 bytes) may hold less than the header claims.
+std::vector<uint8_t> bmp(uint32_t w, uint32_t h, const std::vector<uint8_t>& pixels) {
+  std::vector<uint8_t> b;
+  auto le = [&](uint32_t v, int n) {
+    for (int i = 0; i < n; ++i) b.push_back(uint8_t(v >> (8 * i)));
+  };
+  b.push_back('B');
+  b.push_back('M');
+  le(uint32_t(54 + pixels.size()), 4);
+  le(0, 4);
+  le(54, 4);                                  // file header: size, reserved, pixel data offset
+  le(40, 4);                                  // BITMAPINFOHEADER
+  le(w, 4);
+  le(h, 4);
+  le(1, 2);                                   // planes
+  le(24, 2);                                  // bits per pixel
+  for (int i = 0; i < 6; ++i) le(0, 4);       // no compression, sizes, resolution, palette
+  b.insert(b.end(), pixels.begin(), pixels.end());
+  return b;
+}
+
+TEST_CASE("data: read_image decodes (C, H, W) and refuses a header that claims too many pixels") {
+  if (!image_support()) {
+    MESSAGE("built without stb_image; skipped");
+    return;
+  }
+  fs::path dir = temp_dir();
+  // 2 x 1: bottom-up BGR, blue then red, padded to 8 bytes.
+  write_file(dir / "tiny.bmp", bmp(2, 1, {255, 0, 0, 0, 0, 255, 0, 0}));
+  Tensor rgb = read_image((dir / "tiny.bmp").string());
+  CHECK(rgb.sizes() == Shape{3, 1, 2});
+  CHECK(rgb.to_vector<int>() == std::vector<int>{0, 255, 0, 0, 255, 0});  // R plane, G plane, B plane
+  write_file(dir / "huge.bmp", bmp(100000, 100000, {1, 2, 3, 4}));
+  CHECK_THROWS_WITH_AS(read_image((dir / "huge.bmp").string()),
+                       doctest::Contains("image of 100000 x 100000 pixels is larger than the limit"), Error);
+  CHECK_THROWS_WITH_AS(read_image((dir / "tiny.bmp").string(), 3, 1), doctest::Contains("limit of 1 pixels"), Error);
+  write_file(dir / "junk.png", {0x89, 'P', 'N', 'G', 1, 2, 3});
+  CHECK_THROWS_WITH_AS(read_image((dir / "junk.png").string()), doctest::Contains("junk.png: cannot decode image"),
+                       Error);
   fs::remove_all(dir);
 }
 

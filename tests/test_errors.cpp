@@ -62,3 +62,35 @@ TEST_CASE("errors: item of a tensor with several elements, data<T> of the wrong 
   CHECK_THROWS_WITH_AS(zeros({2}).data<double>(), doctest::Contains("F32"), Error);
   CHECK_THROWS_WITH_AS(zeros({-1}), doctest::Contains("negative"), Error);
 }
+
+TEST_CASE("errors: shapes whose element count, byte count or strides overflow 64 bits are refused") {
+  // See Note [Checked sizes]: a zero dim does not excuse the others (their strides overflow).
+  const int64_t big = int64_t(1) << 40;
+  CHECK_THROWS_WITH_AS(empty({big, big}),
+                       "empty: shape (1099511627776, 1099511627776) has more elements than fit in 64 bits", Error);
+  CHECK_THROWS_WITH_AS(zeros({0, big, big}), doctest::Contains("more elements than fit in 64 bits"), Error);
+  CHECK_THROWS_WITH_AS(empty({int64_t(1) << 62}, DType::F64), doctest::Contains("with 8-byte elements has more bytes"),
+                       Error);
+  CHECK_THROWS_WITH_AS(empty({int64_t(1) << 31, int64_t(1) << 31}, DType::F32),
+                       doctest::Contains("has more bytes than fit in 64 bits"), Error);
+  CHECK_THROWS_WITH_AS(empty({-3}), "empty: negative size -3 in shape (-3)", Error);
+  CHECK_THROWS_WITH_AS(full({big, big}, 1.0), doctest::Contains("more elements than fit"), Error);
+  CHECK_THROWS_WITH_AS(randn({big, big}), doctest::Contains("randn: shape (1099511627776, 1099511627776)"), Error);
+  CHECK_THROWS_WITH_AS(rand({0, big, big}), doctest::Contains("more elements than fit"), Error);
+  CHECK_THROWS_WITH_AS(from_vector({}, {0, big, big}), doctest::Contains("from_vector: shape"), Error);
+  float one = 1;
+  CHECK_THROWS_WITH_AS(from_blob(&one, {big, big}, DType::F32), doctest::Contains("from_blob: shape"), Error);
+  // Views: sizes that never allocate still have to be describable.
+  Tensor x = zeros({1});
+  CHECK_THROWS_WITH_AS(x.expand({big, big, 1}), doctest::Contains("expand: target (1099511627776, 1099511627776, 1)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(x.expand({-5}), doctest::Contains("expand: invalid size -5"), Error);
+  CHECK(x.expand({big, 1}).numel() == big);  // fits: a broadcast view of one element
+  Tensor e = zeros({0});
+  CHECK_THROWS_WITH_AS(reshape(e, {0, big, big}), doctest::Contains("reshape: shape (0, 1099511627776, 1099511627776)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(view(e, {big, big, 0}), doctest::Contains("view: shape"), Error);
+  // 2^32 * 2^32 wraps to exactly 0 in 64 bits; a wrapped product must not pass as "0 elements".
+  CHECK_THROWS_WITH_AS(reshape(e, {int64_t(1) << 32, int64_t(1) << 32}), doctest::Contains("more elements than fit"),
+                       Error);
+}

@@ -304,3 +304,19 @@ TEST_CASE("lr_scheduler: misuse is a clear error") {
   auto a = std::make_shared<optim::ConstantLR>(*s.opt);
   CHECK_THROWS_WITH_AS(optim::SequentialLR(*s.opt, {a}, {3}), doctest::Contains("milestones"), Error);
 }
+
+TEST_CASE("lr_scheduler: a saved counter that is not a whole number is refused, naming the key") {
+  Setup sgd("SGD");
+  optim::StepLR sched(*sgd.opt, 3);
+  optim::Scalars good = sched.state_dict();
+  for (double bad : {std::nan(""), 1e300, -1e300, 2.5, HUGE_VAL}) {
+    CAPTURE(bad);
+    optim::Scalars s = good;
+    s["last_epoch"] = bad;
+    CHECK_THROWS_WITH_AS(sched.load_state_dict(s), doctest::Contains("key 'last_epoch' is"), Error);
+  }
+  optim::OptimizerState os = sgd.opt->state_dict();
+  os.scalars["num_groups"] = std::nan("");
+  CHECK_THROWS_WITH_AS(sgd.opt->load_state_dict(os), doctest::Contains("'num_groups' is nan, not a whole number"),
+                       Error);
+}

@@ -238,18 +238,26 @@ TEST_CASE("safetensors: names must be unique, defined and not __metadata__ to sa
 
 // ------------------------------------------------------------------------------ exact bytes
 
-TEST_CASE("safetensors: the writer's bytes are exactly the format's (8-byte padded header, packed data)") {
+TEST_CASE("safetensors: the writer's bytes are exactly the format's (8-byte padded header, packed aligned data)") {
+  // The header keeps the given order; the data goes largest element first, so each tensor is
+  // aligned without padding (Note [safetensors layout]).
   TempDir dir;
   const std::string path = dir.file("w.safetensors");
-  save_safetensors(path, {{"b", from_vector({1.5, -2}, {2}, DType::F32)}, {"a", from_vector({7}, {1}, DType::I64)}},
+  save_safetensors(path,
+                   {{"b", from_vector({1.5, -2}, {2}, DType::F32)},
+                    {"u", from_vector({3, 4, 5}, {3}, DType::U8)},
+                    {"a", from_vector({7}, {1}, DType::I64)}},
                    {{"k", "v"}});
   const std::string header =
-      R"({"__metadata__":{"k":"v"},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("a":{"dtype":"I64","shape":[1],"data_offsets":[8,16]}})";
-  const std::string expected = st_file(header, raw<float>({1.5f, -2.0f}) + raw<int64_t>({7}));
+      R"({"__metadata__":{"k":"v"},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+      R"("u":{"dtype":"U8","shape":[3],"data_offsets":[16,19]},)"
+      R"("a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})";
+  const std::string expected =
+      st_file(header, raw<int64_t>({7}) + raw<float>({1.5f, -2.0f}) + raw<uint8_t>({3, 4, 5}));
   const std::string got = read_bytes(path);
-  CHECK(got.size() % 8 == 0);
   CHECK(got == expected);
+  SafetensorsFile back = load_safetensors(path);
+  CHECK(names_of(back.tensors) == std::vector<std::string>{"b", "u", "a"});  // the saved order
 }
 
 TEST_CASE("safetensors: a hand-built file laid out as PyTorch writes it loads") {
@@ -268,13 +276,13 @@ TEST_CASE("safetensors: a hand-built file laid out as PyTorch writes it loads") 
   CHECK(equal(find(f.tensors, "weight"), from_vector({1, 2, 3, -4}, {2, 2}, DType::F16)));
 }
 
-TEST_CASE("safetensors: a header without padding, gaps in the data and Bool bytes above 1 still load") {
+TEST_CASE("safetensors: a header without padding and Bool bytes above 1 still load, in the header's order") {
   TempDir dir;
   const std::string header =
-      R"({"b":{"dtype":"BOOL","shape":[3],"data_offsets":[4,7]},"x":{"dtype":"U8","shape":[],"data_offsets":[0,1]}})";
-  write_bytes(dir.file("odd.safetensors"), le64(header.size()) + header + std::string("\x09\0\0\0\x02\x00\x01", 7));
+      R"({"b":{"dtype":"BOOL","shape":[3],"data_offsets":[1,4]},"x":{"dtype":"U8","shape":[],"data_offsets":[0,1]}})";
+  write_bytes(dir.file("odd.safetensors"), le64(header.size()) + header + std::string("\x09\x02\x00\x01", 4));
   SafetensorsFile f = load_safetensors(dir.file("odd.safetensors"));
-  CHECK(names_of(f.tensors) == std::vector<std::string>{"x", "b"});  // file order
+  CHECK(names_of(f.tensors) == std::vector<std::string>{"b", "x"});  // the header's order
   CHECK(find(f.tensors, "x").item<int64_t>() == 9);
   CHECK(find(f.tensors, "b").to_vector<int>() == std::vector<int>{1, 0, 1});
 }
@@ -388,6 +396,29 @@ TEST_CASE("safetensors: every malformed header is refused with an error naming t
                R"("in":{"dtype":"U8","shape":[2],"data_offsets":[8,10]}})",
                std::string(16, '\0')),
        "tensors \"big\" and \"in\" overlap"},
+      {"hole between tensors",
+       st_file("{\"a\":{" + f32x2 + R"(},"b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})",
+               std::string(20, '\0')),
+       "the data section has a hole: bytes [8,12) before tensor \"b\" belong to no tensor"},
+      {"hole at the start", one(R"("dtype":"F32","shape":[2],"data_offsets":[8,16])", std::string(16, '\0')),
+       "the data section has a hole: bytes [0,8) before tensor \"a\""},
+      {"bytes after the last tensor", one(f32x2, std::string(12, '\0')),
+       "the data section has 4 bytes after the last tensor's data (8 of 12 bytes are indexed)"},
+      {"no tensors but data", st_file("{}", std::string(8, '\0')), "8 bytes after the last tensor's data"},
+      {"empty tensor inside another's data",
+       st_file("{\"a\":{" + f32x2 + R"(},"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})", data8),
+       "tensors \"a\" and \"e\" overlap"},
+      {"unaligned F32",
+       st_file(R"({"u":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+               R"("f":{"dtype":"F32","shape":[2],"data_offsets":[2,10]}})",
+               std::string(10, '\0')),
+       "tensor \"f\": \"data_offsets\" [2,10]: begin is not a multiple of the 4-byte F32 element (unaligned data)"},
+      {"strides overflow beside a zero dim",
+       one(R"("dtype":"U8","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0])", ""),
+       "\"shape\" [0,1099511627776,1099511627776] has more elements than fit in 64 bits"},
+      {"extent near 2^63 of F64",
+       one(R"("dtype":"F64","shape":[0,2147483648,2147483648],"data_offsets":[0,0])", ""),
+       "of F64 has more bytes than fit in 64 bits"},
       {"duplicate tensor name", st_file("{\"a\":{" + f32x2 + "},\"a\":{" + f32x2 + "}}", data8),
        "duplicate tensor name \"a\" in the header"},
       {"duplicate field", one(R"("dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8])"),

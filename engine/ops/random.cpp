@@ -30,9 +30,7 @@ using detail::define;
 
 constexpr uint32_t kOut1 = 2;
 
-void check_shape(const Shape& shape, const char* op) {
-  for (int64_t s : shape) BRISK_CHECK(s >= 0, op, ": negative size in shape ", shape);
-}
+void check_shape(const Shape& shape, const char* op) { checked_numel(shape, sizeof(double), op); }
 
 // ---- inference
 void arange_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorSpec> out) {

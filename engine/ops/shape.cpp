@@ -20,13 +20,15 @@ Tensor restride(const Tensor& x, const Shape& sizes, const Shape& strides, int64
 Shape infer_size(const Shape& shape, int64_t numel, const Tensor& x, const char* op) {
   Shape out = shape;
   int infer = -1;
-  int64_t known = 1;
+  int64_t known = 1, extent = 1;  // extent: see Note [Checked sizes] in engine/shape.h
   for (int i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       BRISK_CHECK(infer < 0, op, ": only one size may be -1, got ", shape);
       infer = i;
     } else {
       BRISK_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in ", shape);
+      BRISK_CHECK(checked_mul(extent, std::max<int64_t>(out[i], 1), extent), op, ": shape ", shape,
+                  " has more elements than fit in 64 bits");
       known *= out[i];
     }
   }
@@ -101,6 +103,13 @@ Tensor expand_fn(const Tensor& x, const Attrs& a) {
   BRISK_CHECK(target.size() >= x.dim(), "expand: target ", target, " has fewer dims than input ", x.str());
   int lead = target.size() - x.dim();
   Shape sizes = target, strides = Shape::filled(target.size(), 0);
+  int64_t extent = 1;  // see Note [Checked sizes] in engine/shape.h
+  for (int i = 0; i < target.size(); ++i) {
+    const int64_t s = target[i] == -1 && i >= lead ? x.sizes()[i - lead] : target[i];
+    BRISK_CHECK(s >= -1, "expand: invalid size ", s, " in target ", target);
+    BRISK_CHECK(s < 0 || checked_mul(extent, std::max<int64_t>(s, 1), extent), "expand: target ", target,
+                " has more elements than fit in 64 bits");
+  }
   for (int i = 0; i < target.size(); ++i) {
     if (i < lead) {
       BRISK_CHECK(target[i] >= 0, "expand: size -1 is not allowed for a new leading dim, target ", target);
