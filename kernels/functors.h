@@ -20,14 +20,19 @@ struct Rsqrt { template <class T> BRISK_HD T operator()(T x) const { return T(1)
 struct Abs {
   template <class T> BRISK_HD T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
+    else if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // abs(-0) = +0, as PyTorch
     else return x < T(0) ? -x : x;
   }
 };
 struct Sign {
   template <class T> BRISK_HD T operator()(T x) const { return T((T(0) < x) - (x < T(0))); }
 };
+// PyTorch's relu: NaN and -0 pass through (x < 0 is false for both); one select, vectorized.
 struct Relu {
-  template <class T> BRISK_HD T operator()(T x) const { return x > T(0) ? x : T(0); }
+  template <class T> BRISK_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? T(0) : x;
+  }
 };
 struct Sigmoid {
   template <class T> BRISK_HD T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
@@ -83,12 +88,18 @@ struct Clamp {
     }
   }
 };
+// The special exponents take PyTorch's forms (sqrt, rsqrt, reciprocals, products), which
+// differ from std::pow at -0 and -inf (pow(-0, -0.5) = +inf, rsqrt(-0) = -inf).
 struct PowScalar {
   double e;
   template <class T> BRISK_HD T operator()(T x) const {
     if (e == 2.0) return x * x;
     if (e == 1.0) return x;
     if (e == 0.5) return std::sqrt(x);
+    if (e == 3.0) return x * x * x;
+    if (e == -0.5) return T(1) / std::sqrt(x);
+    if (e == -1.0) return T(1) / x;
+    if (e == -2.0) return T(1) / (x * x);
     return T(std::pow(x, T(e)));
   }
 };

@@ -110,10 +110,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
   auto [nll, w] = weighted_nll(logp, t, weight, ignore_index, "cross_entropy");
   Tensor per_sample = nll;
   if (label_smoothing > 0) {
-    // PyTorch: (1 - eps) * w[y] * nll + eps / C * sum_c w[c] * (-logp[c]); ignored samples 0.
+    // PyTorch: (1 - eps) * w[y] * nll + eps / C * sum_c w[c] * (-logp[c]); ignored samples 0
+    // (only those: a sample whose own class weighs 0 keeps its smoothing term).
     double eps = label_smoothing;
     int64_t c = x.size(1);
-    Tensor keep = cast(ne(w, zeros_like(w)), x.dtype());
+    Tensor keep = cast(ne(t, full({}, double(ignore_index), DType::I64, t.device())), x.dtype());
     Tensor smooth = neg(logp * weight.to(x.dtype())).sum({1}) * keep;
     per_sample = nll * (1 - eps) + smooth * (eps / double(c));
   }
@@ -135,7 +136,10 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   Tensor d = abs(input - target);
   if (beta == 0) return reduce(d, reduction);
   Tensor small = lt(d, full({}, beta, d.dtype(), d.device()));
-  Tensor loss = where(small, d * d * (0.5 / beta), d - 0.5 * beta);
+  // The quadratic branch sees d clamped to beta: where it is not taken its gradient is 0, and
+  // 0 * d would be NaN for an infinite d.
+  Tensor dq = clamp_max(d, beta);
+  Tensor loss = where(small, dq * dq * (0.5 / beta), d - 0.5 * beta);
   return reduce(loss, reduction);
 }
 
@@ -143,8 +147,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, const 
                                         const Tensor& pos_weight, Reduction reduction) {
   BRISK_CHECK(x.sizes() == y.sizes(), "binary_cross_entropy_with_logits: target ", y.sizes(),
               " does not match input ", x.sizes());
-  // Stable form: log(1 + exp(-|x|)) + max(-x, 0) = softplus(-x).
-  Tensor softplus_neg = log(exp(neg(abs(x))) + 1.0) + clamp_min(neg(x), 0);
+  // Stable form: softplus(-x) = max(-x, 0) + log(1 + exp(-|x|)). Its derivative is right at
+  // x = 0 too: maximum splits a tie half and half and abs'(0) = 0, so d/dx = -0.5 = -sigmoid(0)
+  // and the loss's gradient is PyTorch's sigmoid(x) - y everywhere (a zero-initialized head
+  // moves). clamp_min would pass the whole gradient at the bound and give -y at x = 0.
+  Tensor softplus_neg = maximum(neg(x), zeros({}, x.dtype(), x.device())) + log(exp(neg(abs(x))) + 1.0);
   Tensor loss;
   if (pos_weight.defined()) {
     Tensor lw = (pos_weight - 1.0) * y + 1.0;
@@ -161,10 +168,11 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bo
   if (log_target) {
     loss = exp(target) * (target - input);
   } else {
-    // xlogy: 0 where target == 0.
+    // PyTorch's xlogy(t, t) - t * input: t log t is 0 where t == 0, t * input is not masked
+    // (0 * -inf = NaN, as theirs).
     Tensor zero = eq(target, zeros_like(target));
     Tensor safe = where(zero, ones_like(target), target);
-    loss = masked_fill(target * (log(safe) - input), zero, 0.0);
+    loss = masked_fill(target * log(safe), zero, 0.0) - target * input;
   }
   return reduce(loss, reduction);
 }

@@ -1,5 +1,6 @@
 // tests/specs_elementwise.cpp: specs of the elementwise ops (engine/ops/elementwise.cpp).
 #include <cmath>
+#include <limits>
 
 #include "tests/op_spec.h"
 
@@ -78,6 +79,43 @@ OpSpec compare(const std::string& name, OpId id, Tensor (*op)(const Tensor&, con
   s.dtypes = {DType::F32, DType::BF16};
   return s;
 }
+
+// Edge values, and every pair of a smaller set for binary ops: PyTorch's NaN, infinity and
+// signed-zero rules in the references below. Forward only (no derivative at most of them; the
+// gradients there are tested in test_edge_values.cpp and test_pytorch_edge.cpp).
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const V kEdge = {0.0, -0.0, 1.0, -1.0, 0.5, -2.5, kInf, -kInf, kNan, 1e-40, -1e-40, 1e30, -1e30, 7.0};
+
+std::function<std::vector<OpCase>()> edge_cases() {
+  return [] {
+    Tensor x = from_vector(kEdge, {int64_t(kEdge.size())}, DType::F64);
+    return std::vector<OpCase>{{"edge values", {x}}, {"edge values (2, 7)", {reshape(x, {2, 7})}}};
+  };
+}
+
+std::function<std::vector<OpCase>()> edge_pair_cases() {
+  return [] {
+    const V b = {0.0, -0.0, 1.0, -2.0, kInf, -kInf, kNan};
+    V x, y;
+    for (double u : b) {
+      for (double v : b) x.push_back(u), y.push_back(v);
+    }
+    const int64_t n = int64_t(x.size());
+    return std::vector<OpCase>{{"all pairs of edge values", {from_vector(x, {n}, DType::F64), from_vector(y, {n}, DType::F64)}},
+                               {"broadcast (7, 1) with (7)", {from_vector(b, {7, 1}, DType::F64), from_vector(b, {7}, DType::F64)}}};
+  };
+}
+
+OpSpec edge(OpSpec s) {
+  s.name += " (edge values)";
+  s.grad = false;
+  s.dtypes = {DType::F32};
+  return s;
+}
+
+double nan_max(double a, double b) { return a != a || b != b ? kNan : (a > b ? a : b); }
+double nan_min(double a, double b) { return a != a || b != b ? kNan : (a < b ? a : b); }
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double gelu_tanh_ref(double x) {
@@ -163,6 +201,41 @@ void add_specs(std::vector<OpSpec>& specs) {
     };
     s.cases = unary_cases(-1, 1);
     specs.push_back(s);
+  }
+
+  // Edge values through the ops whose rules are PyTorch's (not IEEE's defaults): NaN passes
+  // relu and clamp, abs(-0) = +0, sign(NaN) = 0, maximum/minimum propagate NaN, and pow's
+  // special exponents take sqrt / rsqrt / reciprocal forms.
+  {
+    auto with_cases = [](OpSpec s, std::function<std::vector<OpCase>()> cases) {
+      s = edge(s);
+      s.cases = std::move(cases);
+      return s;
+    };
+    specs.push_back(with_cases(unary("relu", OpId::Relu, relu, [](double x) { return x < 0 ? 0.0 : x; }, -1, 1),
+                               edge_cases()));
+    specs.push_back(with_cases(unary("abs", OpId::Abs, abs, [](double x) { return std::fabs(x); }, -1, 1), edge_cases()));
+    specs.push_back(with_cases(
+        unary("sign", OpId::Sign, sign, [](double x) { return double((x > 0) - (x < 0)); }, -1, 1), edge_cases()));
+    OpSpec c = unary("clamp [-1, 0.5]", OpId::Clamp, nullptr, nullptr, -1, 1);
+    c.fn = [](const std::vector<Tensor>& in) { return clamp(in[0], -1.0, 0.5); };
+    c.reference = [](const std::vector<Tensor>& in) {
+      return map_reference(in, [](const V& a) { return a[0] != a[0] ? kNan : std::min(std::max(a[0], -1.0), 0.5); });
+    };
+    specs.push_back(with_cases(c, edge_cases()));
+    for (double e : {0.5, -0.5}) {  // (-1, -2, 3 overflow F32 on these values: the F64 comparison fails)
+      OpSpec p = unary("pow_scalar " + std::to_string(e), OpId::PowScalar, nullptr, nullptr, -1, 1);
+      p.fn = [e](const std::vector<Tensor>& in) { return pow(in[0], e); };
+      p.reference = [e](const std::vector<Tensor>& in) {
+        return map_reference(in, [e](const V& a) {
+          const double x = a[0];
+          return e == 0.5 ? std::sqrt(x) : 1 / std::sqrt(x);  // not std::pow: they differ at -0 and -inf
+        });
+      };
+      specs.push_back(with_cases(p, edge_cases()));
+    }
+    specs.push_back(with_cases(binary("maximum", OpId::Maximum, maximum, nan_max, -1, 1), edge_pair_cases()));
+    specs.push_back(with_cases(binary("minimum", OpId::Minimum, minimum, nan_min, -1, 1), edge_pair_cases()));
   }
 
   // Binary arithmetic.

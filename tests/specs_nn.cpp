@@ -267,7 +267,8 @@ std::pair<Grid, Grid> max_pool_ref(const Tensor& x, const PoolArgs& a) {
               const int64_t ih = oh * a.st()[0] - a.padding[0] + i * a.dilation[0];
               const int64_t iw = ow * a.st()[1] - a.padding[1] + j * a.dilation[1];
               if (ih < 0 || ih >= X.s[2] || iw < 0 || iw >= X.s[3]) continue;
-              if (arg < 0 || X(b, c, ih, iw) > best) best = X(b, c, ih, iw), arg = ih * X.s[3] + iw;
+              const double v = X(b, c, ih, iw);  // NaN wins (the last one), as PyTorch's `v > best || isnan(v)`
+              if (arg < 0 || v > best || std::isnan(v)) best = v, arg = ih * X.s[3] + iw;
             }
           Y(b, c, oh, ow) = best;
           I(b, c, oh, ow) = double(arg);
@@ -387,6 +388,23 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
                              {.kernel = {3, 3}, .stride = Pair{1, 1}, .padding = {1, 1}},
                              {{"batch 1", {uniform_values({1, 2, 4, 4}, -3, -1, 46)}}});
     specs.push_back(s);
+  }
+
+  {
+    // Edge values: NaN (once and twice in a window), -inf, ties and signed zeros; both the 2x2
+    // fast path and the general loop.
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    Tensor x = from_vector({1, 2, 2, nan, 0, -inf, -inf, 1, 3, 3, nan, nan, -inf, -inf, -inf, -inf,
+                            5, 5, 5, 5, 1, -0.0, 0.0, 2, 4, nan, -1, 0, 0.5, 0.5, -inf, 7},
+                           {1, 2, 4, 4}, DType::F64);
+    for (PoolArgs a : {PoolArgs{}, PoolArgs{.kernel = {3, 3}, .stride = Pair{1, 1}, .padding = {1, 1}}}) {
+      OpSpec s = max_pool_spec("max_pool2d (" + std::to_string(a.kernel[0]) + "x" + std::to_string(a.kernel[0]) +
+                                   ") of NaN, -inf and ties",
+                               a, {{"edge values", {x}}});
+      s.grad = false;  // not differentiable at ties; the gradients are tested in test_edge_values.cpp
+      s.dtypes = {DType::F32};
+      specs.push_back(s);
+    }
   }
 
   specs.push_back(avg_pool_spec("avg_pool2d (2x2)", {}, {{"batch 2", {vals({2, 3, 6, 6}, 50)}}}));

@@ -296,6 +296,51 @@ void add_specs(std::vector<OpSpec>& specs) {
         "std", OpId::Var, [](const Tensor& x, const Shape& d, bool k) { return std(x, d, 1, k); },
         [](const V& v) { return std::sqrt(ref_var(v, 1)); }, concat(several, no_outputs)));
   }
+  // Edge values: NaN wins max/min and argmax/argmin (the first NaN), infinities and ties.
+  {
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    auto nan_max = [](const V& v) {
+      for (double x : v) {
+        if (x != x) return x;
+      }
+      return ref_max(v);
+    };
+    auto nan_min = [](const V& v) {
+      for (double x : v) {
+        if (x != x) return x;
+      }
+      return ref_min(v);
+    };
+    auto first_nan_or = [](double (*f)(const V&)) {
+      return [f](const V& v) {
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (v[i] != v[i]) return double(i);
+        }
+        return f(v);
+      };
+    };
+    auto edge_cases = [nan, inf] {
+      Tensor x = from_vector({1, nan, 3, nan, 2, 2, -inf, 1, inf, -inf, 0, -0.0, 5, 5, 5, 5, -inf, -inf, -inf, -inf},
+                             {5, 4}, DType::F64);
+      return std::vector<OpCase>{reduce_case("rows of edge values, dim 1", x, {1}, false),
+                                 reduce_case("columns of edge values, dim 0", x, {0}, false)};
+    };
+    auto add = [&](const std::string& name, OpId id, ReduceFn op, std::function<double(const V&)> ref, DType out) {
+      OpSpec s = reduce_spec(name + " (edge values)", id, op, ref, edge_cases);
+      s.reference = [ref, out](const std::vector<Tensor>& in) {
+        return reduce_reference(in[0], dims_of(in), keepdim_of(in), ref, out);
+      };
+      s.grad = false;
+      s.dtypes = {DType::F32};
+      specs.push_back(s);
+    };
+    add("amax", OpId::Amax, [](const Tensor& x, const Shape& d, bool k) { return amax(x, d, k); }, nan_max, DType::F64);
+    add("amin", OpId::Amin, [](const Tensor& x, const Shape& d, bool k) { return amin(x, d, k); }, nan_min, DType::F64);
+    add("argmax", OpId::Argmax, [](const Tensor& x, const Shape& d, bool k) { return argmax(x, d[0], k); },
+        first_nan_or(ref_argmax), DType::I64);
+    add("argmin", OpId::Argmin, [](const Tensor& x, const Shape& d, bool k) { return argmin(x, d[0], k); },
+        first_nan_or(ref_argmin), DType::I64);
+  }
   // argmax, argmin
   {
     OpSpec s;

@@ -2,6 +2,8 @@
 // wrong (shapes, dtypes, device), never a crash.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "brisk.h"
 
 using namespace brisk;
@@ -90,6 +92,14 @@ TEST_CASE("errors: shapes whose element count, byte count or strides overflow 64
   CHECK_THROWS_WITH_AS(reshape(e, {0, big, big}), doctest::Contains("reshape: shape (0, 1099511627776, 1099511627776)"),
                        Error);
   CHECK_THROWS_WITH_AS(view(e, {big, big, 0}), doctest::Contains("view: shape"), Error);
+  // Slicing and narrowing with extreme arguments: clipped or refused, never wrapped.
+  Tensor r = arange(0, 6);
+  const int64_t max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min();
+  CHECK(slice(r, 0, 1, max, max).to_vector<int>() == std::vector<int>{1});
+  CHECK(slice(r, 0, min, max, 2).to_vector<int>() == std::vector<int>{0, 2, 4});
+  CHECK(slice(r, 0, max, min, 1).numel() == 0);
+  CHECK_THROWS_WITH_AS(r.narrow(0, 2, max), doctest::Contains("narrow: start 2 + length 9223372036854775807"), Error);
+  CHECK_THROWS_WITH_AS(r.narrow(0, max, 1), doctest::Contains("out of range"), Error);
   // 2^32 * 2^32 wraps to exactly 0 in 64 bits; a wrapped product must not pass as "0 elements".
   CHECK_THROWS_WITH_AS(reshape(e, {int64_t(1) << 32, int64_t(1) << 32}), doctest::Contains("more elements than fit"),
                        Error);

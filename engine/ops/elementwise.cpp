@@ -81,6 +81,9 @@ void rsqrt_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   gi[0] = g0(c) * (y * y * y) * -0.5;
 }
 void abs_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = g0(c) * sign(c.inputs[0]); }
+// sign is piecewise constant: its gradient is zero everywhere (PyTorch's convention), even where
+// the incoming gradient is NaN or infinite.
+void sign_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = zeros_like(g0(c)); }
 void relu_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   gi[0] = call1(OpId::ReluBackward, {g0(c), c.outputs[0]});
 }
@@ -117,7 +120,7 @@ void clamp_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 void pow_scalar_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   double e = c.attrs.a;
   const Tensor& x = c.inputs[0];
-  gi[0] = e == 0 ? zeros_like(g0(c)) : g0(c) * pow(x, e - 1) * e;
+  gi[0] = e == 0 ? zeros_like(g0(c)) : g0(c) * (pow(x, e - 1) * e);  // PyTorch's order of operations
 }
 void cast_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = cast(g0(c), c.in_specs[0].dtype); }
 void add_bw(const BackwardCtx& c, std::span<Tensor> gi) {
@@ -135,26 +138,33 @@ void mul_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 void div_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   if (c.needs_grad(0)) gi[0] = to_input(c, 0, g0(c) / b);
-  if (c.needs_grad(1)) gi[1] = to_input(c, 1, neg(g0(c)) * a / (b * b));
+  // -g a / b^2 as (a / b) / b, as PyTorch: b * b underflows to 0 for tiny b, the quotients do not.
+  if (c.needs_grad(1)) gi[1] = to_input(c, 1, neg(g0(c)) * (a / b / b));
 }
+// PyTorch's conventions: d/da = b a^(b-1), and 0 where b == 0 (also at a = 0, where
+// 0 * 0^-1 would be NaN); d/db = a^b log a, and 0 where a == 0 and b >= 0 (the limit), while
+// a == 0 with b < 0 keeps inf * -inf = -inf.
 void pow_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
-  if (c.needs_grad(0)) gi[0] = to_input(c, 0, g0(c) * b * pow(a, b - 1.0));
+  const Tensor& g = g0(c);
+  if (c.needs_grad(0)) {
+    Tensor d = g * (b * pow(a, b - 1.0));
+    gi[0] = to_input(c, 0, masked_fill(d, eq(b, scalar_like(0, b)), 0.0));
+  }
   if (c.needs_grad(1)) {
-    // d/db a^b = a^b log a; 0 where a == 0 (the limit PyTorch uses for b > 0).
-    Tensor y = pow(a, b);
-    Tensor la = log(a);
-    la = masked_fill(la, eq(a, scalar_like(0, a)), 0.0);
-    gi[1] = to_input(c, 1, g0(c) * y * la);
+    Tensor base_zero = eq(a, scalar_like(0, a));
+    Tensor limit = where(base_zero, ge(b, scalar_like(0, b)), base_zero);  // a == 0 and b >= 0
+    gi[1] = to_input(c, 1, masked_fill(g * (pow(a, b) * log(a)), limit, 0.0));
   }
 }
-// Ties split the gradient evenly, as in PyTorch.
+// PyTorch's masks: a side gets the gradient unless it loses, half of it at a tie; where either
+// side is NaN neither loses, so both get all of it (the NaN side and the other one).
 void minmax_bw(const BackwardCtx& c, std::span<Tensor> gi, bool is_max) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
-  Tensor wins = is_max ? gt(a, b) : lt(a, b);
-  Tensor w = cast(wins, a.dtype()) + cast(eq(a, b), a.dtype()) * 0.5;
-  if (c.needs_grad(0)) gi[0] = to_input(c, 0, g0(c) * w);
-  if (c.needs_grad(1)) gi[1] = to_input(c, 1, g0(c) * (1.0 - w));
+  const Tensor& g = g0(c);
+  Tensor half = where(eq(a, b), g * 0.5, g);
+  if (c.needs_grad(0)) gi[0] = to_input(c, 0, masked_fill(half, is_max ? lt(a, b) : gt(a, b), 0.0));
+  if (c.needs_grad(1)) gi[1] = to_input(c, 1, masked_fill(half, is_max ? gt(a, b) : lt(a, b), 0.0));
 }
 void maximum_bw(const BackwardCtx& c, std::span<Tensor> gi) { minmax_bw(c, gi, true); }
 void minimum_bw(const BackwardCtx& c, std::span<Tensor> gi) { minmax_bw(c, gi, false); }
@@ -184,7 +194,7 @@ void define_elementwise_ops() {
   unary(OpId::Sqrt, sqrt_bw, 0, kOut0, P::Fp32);
   unary(OpId::Rsqrt, rsqrt_bw, 0, kOut0, P::Fp32);
   unary(OpId::Abs, abs_bw, kIn0, 0, P::None);
-  unary(OpId::Sign, nullptr, 0, 0, P::None);
+  unary(OpId::Sign, sign_bw, 0, 0, P::None);
   unary(OpId::Relu, relu_bw, 0, kOut0, P::None);
   unary(OpId::Gelu, gelu_bw, kIn0, 0, P::None);
   unary(OpId::Sigmoid, sigmoid_bw, 0, kOut0, P::None);

@@ -152,11 +152,14 @@ void sum_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   gi[0] = expand(as_keepdim(c, g0(c), "sum"), input_sizes(c));
 }
 
-// Tied extremes share the gradient evenly, as PyTorch's amax/amin.
+// Tied extremes share the gradient evenly, as PyTorch's amax/amin; where the result is NaN no
+// element equals it, so the gradient is NaN (0 / 0), as theirs. attrs.flag (set by max(x) and
+// min(x), PyTorch's torch.max(x)) makes the NaN elements share it instead.
 void extremum_bw(const BackwardCtx& c, std::span<Tensor> gi, const char* op) {
   const Tensor& x = c.inputs[0];
   Tensor y = as_keepdim(c, c.outputs[0], op);
   Tensor hit = cast(eq(x, y), x.dtype());
+  if (c.attrs.flag) hit = hit + cast(ne(x, x), x.dtype()) * cast(ne(y, y), x.dtype());
   Tensor count = sum(hit, c.attrs.dims, true);
   gi[0] = as_keepdim(c, g0(c), op) * hit / count;
 }
@@ -308,8 +311,17 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
 
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amax, x, dims, keepdim); }
 Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amin, x, dims, keepdim); }
-Tensor max(const Tensor& x) { return amax(x); }
-Tensor min(const Tensor& x) { return amin(x); }
+// amax / amin of everything, with torch.max(x)'s gradient at a NaN result (see extremum_bw).
+Tensor max(const Tensor& x) {
+  Attrs a = reduce_attrs(x, {}, false, "max");
+  a.flag = true;
+  return call1(OpId::Amax, {x}, a);
+}
+Tensor min(const Tensor& x) {
+  Attrs a = reduce_attrs(x, {}, false, "min");
+  a.flag = true;
+  return call1(OpId::Amin, {x}, a);
+}
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   Attrs a = reduce_attrs(x, dims, keepdim, "var");
@@ -317,8 +329,17 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   return call1(OpId::Var, {x}, a);
 }
 
+// sqrt(var) with PyTorch's conventions: for F32 and 16-bit inputs the variance is taken in F64
+// and the root rounded once (as PyTorch's CPU kernel accumulates in double), so that a variance
+// beyond the dtype's range (|x| ~ 1e20 in F32) or below it (denormals) still gives the right
+// std; and the gradient is 0 where the std is 0 (PyTorch masks it), not 0 * inf = NaN.
 Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
-  return sqrt(var(x, dims, correction, keepdim));
+  BRISK_CHECK(x.defined(), "std: undefined input");
+  const bool widen = is_floating(x.dtype()) && x.dtype() != DType::F64;
+  Tensor v = var(widen ? cast(x, DType::F64) : x, dims, correction, keepdim);
+  Tensor zero = eq(v, scalar_tensor(0.0, v.dtype(), v.device()));
+  Tensor s = where(zero, zeros_like(v), sqrt(masked_fill(v, zero, 1.0)));  // no sqrt'(0) = inf in backward
+  return widen ? cast(s, x.dtype()) : s;
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_call(OpId::Argmax, x, dim, keepdim, false); }

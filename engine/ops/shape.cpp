@@ -130,8 +130,8 @@ Tensor expand_fn(const Tensor& x, const Attrs& a) {
 Tensor slice_fn(const Tensor& x, const Attrs& a) {
   int d = int(a.dim);
   Shape sizes = x.sizes(), strides = x.strides();
-  sizes[d] = (a.end - a.start + a.step - 1) / a.step;
-  strides[d] *= a.step;
+  sizes[d] = a.end == a.start ? 0 : (a.end - a.start - 1) / a.step + 1;  // no overflow for any step
+  if (sizes[d] > 1) strides[d] *= a.step;  // step < size of the dim: within the checked extent
   return restride(x, sizes, strides, x.offset() + a.start * x.strides()[d]);
 }
 
@@ -266,8 +266,8 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   int d = wrap_dim(dim, x.dim(), "narrow");
   int64_t n = x.sizes()[d];
   if (start < 0) start += n;
-  BRISK_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " + length ", length,
-              " is out of range for dim ", d, " of size ", n);
+  BRISK_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ", start, " + length ",
+              length, " is out of range for dim ", d, " of size ", n);
   return slice(x, d, start, start + length, 1);
 }
 

@@ -54,7 +54,8 @@ struct Moments {
   std::pair<double, double> finish(int64_t n) const {
     if (n == 0) return {0.0, 0.0};
     const double m = s1 / double(n);
-    return {m, std::max(0.0, s2 / double(n) - m * m)};
+    const double v = s2 / double(n) - m * m;
+    return {m, v < 0 ? 0.0 : v};  // rounding below 0 clamps; NaN stays NaN (std::max(0, NaN) is 0)
   }
 };
 
