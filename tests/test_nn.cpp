@@ -3,6 +3,7 @@
 // names and counts against torchvision / Hugging Face.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <set>
 
 #include "brisk.h"
@@ -153,4 +154,20 @@ TEST_CASE("nn: GPT-2 has Hugging Face's names, layouts and parameter count") {
   for (auto& [k, t] : sd) hf.emplace_back(k.substr(std::string("transformer.").size()), t);
   hf.emplace_back("h.0.attn.bias", zeros({1, 1, 4, 4}));
   CHECK(g.load_hf_state_dict(hf).ok());
+}
+
+TEST_CASE("nn: conv and pooling geometry near 2^63 is an error naming the op, never a wrapped size") {
+  namespace F = nn::functional;
+  const int64_t huge = int64_t(1) << 62;
+  Tensor x = zeros({1, 1, 4, 4});
+  Tensor w = zeros({1, 1, 3, 3});
+  CHECK_THROWS_WITH_AS(F::conv2d(x, w, {}, {1, 1}, {huge, 0}), doctest::Contains("conv2d: padded input height"), Error);
+  CHECK_THROWS_WITH_AS(F::conv2d(x, w, {}, {1, 1}, {0, 0}, {1, huge}),
+                       doctest::Contains("conv2d: dilated kernel width (4611686018427387904 x 2 + 1) overflows 64 bits"),
+                       Error);
+  CHECK_THROWS_WITH_AS(F::max_pool2d(x, {3, 3}, std::nullopt, {0, 0}, {huge, 1}),
+                       doctest::Contains("max_pool2d: dilated window size"), Error);
+  CHECK_THROWS_WITH_AS(F::max_pool2d(x, {2, 2}, F::Pair{std::numeric_limits<int64_t>::max(), 1}, {0, 0}, {1, 1}, true),
+                       doctest::Contains("max_pool2d: output span"), Error);
+  CHECK(F::max_pool2d(x, {2, 2}, F::Pair{huge, 1}).sizes() == Shape{1, 1, 1, 3});  // a huge stride is fine
 }

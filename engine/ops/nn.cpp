@@ -33,6 +33,15 @@ Geometry geometry(const Attrs& a, const char* op) {
   return r;
 }
 
+// x * mul + add for a geometry value and a size, or an error naming the op: a user's padding
+// or dilation near 2^63 must not wrap (see Note [Checked sizes] in engine/shape.h).
+int64_t checked_term(int64_t x, int64_t mul, int64_t add, const char* op, const char* what) {
+  int64_t r = 0;
+  const bool ok = !__builtin_mul_overflow(x, mul, &r) && !__builtin_add_overflow(r, add, &r);
+  BRISK_CHECK(ok, op, ": ", what, " (", x, " x ", mul, " + ", add, ") overflows 64 bits");
+  return r;
+}
+
 void check_4d(const Shape& s, const char* op, const char* what) {
   BRISK_CHECK(s.size() == 4, op, ": ", what, " must be 4-D (B, C, H, W), got ", s);
 }
@@ -54,8 +63,10 @@ Shape conv_output(const Shape& x, const Shape& w, const Attrs& attrs, const char
   BRISK_CHECK(w[0] % groups == 0, op, ": groups (", groups, ") must divide the output channels, weight ", w);
   BRISK_CHECK(w[1] * groups == x[1], op, ": input ", x, " has ", x[1], " channels but weight ", w, " expects ",
               w[1] * groups, " (", w[1], " per group x ", groups, " groups)");
-  const int64_t eff_h = g.dh * (w[2] - 1) + 1, eff_w = g.dw * (w[3] - 1) + 1;
-  const int64_t in_h = x[2] + 2 * g.ph, in_w = x[3] + 2 * g.pw;
+  const int64_t eff_h = checked_term(g.dh, w[2] - 1, 1, op, "dilated kernel height");
+  const int64_t eff_w = checked_term(g.dw, w[3] - 1, 1, op, "dilated kernel width");
+  const int64_t in_h = checked_term(g.ph, 2, x[2], op, "padded input height");
+  const int64_t in_w = checked_term(g.pw, 2, x[3], op, "padded input width");
   BRISK_CHECK(w[2] > 0 && w[3] > 0 && eff_h <= in_h && eff_w <= in_w, op, ": kernel (", w[2], ", ", w[3],
               ") with dilation (", g.dh, ", ", g.dw, ") is larger than the padded input (", in_h, ", ", in_w,
               "); input ", x, ", weight ", w);
@@ -145,8 +156,11 @@ void conv2d_backward_weight_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 // ---- pooling
 // PyTorch's pooling output size: the last window must start inside the input or the left
 // padding (ceil_mode can otherwise add a window that starts in the right padding).
-int64_t pool_output(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil_mode) {
-  const int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+int64_t pool_output(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil_mode,
+                    const char* op) {
+  const int64_t padded = checked_term(pad, 2, in, op, "padded input size");
+  const int64_t window = checked_term(dil, k - 1, 1, op, "dilated window size");
+  const int64_t num = checked_term(1, padded - window, ceil_mode ? stride - 1 : 0, op, "output span");
   int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
   if (ceil_mode && (out - 1) * stride >= in + pad) --out;
   return out;
@@ -159,8 +173,8 @@ Shape pool_output(const Shape& x, const Attrs& attrs, const char* op, bool dilat
   BRISK_CHECK(dilated || (g.dh == 1 && g.dw == 1), op, ": takes no dilation, got (", g.dh, ", ", g.dw, ")");
   BRISK_CHECK(g.ph <= g.kh / 2 && g.pw <= g.kw / 2, op, ": padding (", g.ph, ", ", g.pw,
               ") must be at most half the kernel size (", g.kh, ", ", g.kw, ")");
-  const int64_t oh = pool_output(x[2], g.kh, g.ph, g.sh, g.dh, attrs.flag);
-  const int64_t ow = pool_output(x[3], g.kw, g.pw, g.sw, g.dw, attrs.flag);
+  const int64_t oh = pool_output(x[2], g.kh, g.ph, g.sh, g.dh, attrs.flag, op);
+  const int64_t ow = pool_output(x[3], g.kw, g.pw, g.sw, g.dw, attrs.flag, op);
   BRISK_CHECK(oh > 0 && ow > 0, op, ": input ", x, " is too small for kernel (", g.kh, ", ", g.kw, "), padding (",
               g.ph, ", ", g.pw, "), dilation (", g.dh, ", ", g.dw, "): output would be (", oh, ", ", ow, ")");
   return {x[0], x[1], oh, ow};
