@@ -71,9 +71,17 @@ int64_t DataLoader::num_batches() const {
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
-void DataLoader::load_state(const LoaderState& state) {
+void DataLoader::check_state(const LoaderState& state) const {
   BRISK_CHECK(state.epoch >= 0 && state.batch >= 0, "DataLoader: invalid state (epoch ", state.epoch, ", batch ",
               state.batch, ")");
+  if (state.batch == 0) return;  // set_epoch: no need to count the batches
+  const int64_t n = num_batches();
+  BRISK_CHECK(state.batch <= n, "DataLoader: invalid state (epoch ", state.epoch, ", batch ", state.batch,
+              ") for a loader of ", n, " batches per epoch");
+}
+
+void DataLoader::load_state(const LoaderState& state) {
+  check_state(state);
   state_ = state;
   epoch_started_ = false;
   if (shared_) {

@@ -67,7 +67,10 @@ class DataLoader {
   std::optional<Batch> next();
 
   LoaderState state() const { return state_; }
-  // Continue from a saved state (say, from a training checkpoint).
+  // Throws a brisk::Error unless `state` is a position of this loader (epoch >= 0, 0 <= batch
+  // <= num_batches()); changes nothing.
+  void check_state(const LoaderState& state) const;
+  // Continue from a saved state (say, from a training checkpoint); check_state runs first.
   void load_state(const LoaderState& state);
   // Start epoch `epoch` from its first batch.
   void set_epoch(int64_t epoch) { load_state({epoch, 0}); }

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,11 @@
 
 #ifdef BRISK_WITH_STB
 #include <stb/stb_image.h>
+#endif
+#ifdef BRISK_WITH_JPEG
+#include <jpeglib.h>
+
+#include <csetjmp>
 #endif
 
 namespace brisk::data {
@@ -255,7 +261,9 @@ CsvDataset::CsvDataset(const std::string& path, const std::string& label_column,
     for (int64_t c = 0; c < int64_t(ncols); ++c) {
       if (c == label) {
         y.push_back(row[size_t(c)]);
-        integral = integral && row[size_t(c)] == double(int64_t(row[size_t(c)]));
+        // Range first: converting NaN, inf or |v| >= 2^63 to int64_t is undefined.
+        const double v = row[size_t(c)];
+        integral = integral && v >= -0x1p63 && v < 0x1p63 && v == std::trunc(v);
       } else {
         x.push_back(row[size_t(c)]);
       }
@@ -279,15 +287,194 @@ bool image_support() {
 #endif
 }
 
+#ifdef BRISK_WITH_STB
+namespace {
+
+// Note [Image containers]: stb_image decodes whatever format it recognises in the bytes, and
+// Debian's stb (2.27) has memory-safety bugs on hostile input, found by tests/fuzz: JPEG
+// Huffman tables whose 16 code counts add up to more than 256 (heap writes past the table),
+// 16-bit PNM (a heap over-read), a PNG chunk length that makes it allocate 2 GiB, and
+// TGA-like files that decode for a minute. So read_image accepts only the formats it promises
+// (PNG, JPEG, BMP, by their magic bytes), walks the container (PNG chunks; JPEG marker
+// segments and the entropy-coded data between them), checks every length against the file
+// and every Huffman table against the format's limits, and only then hands the bytes to stb.
+// Each check names the file and what was wrong. JPEGs go to libjpeg-turbo where brisk was
+// built with it (stb's JPEG decoder still shifts by negative amounts on corrupt entropy-coded
+// data); stb decodes PNG and BMP.
+
+uint32_t be16(const uint8_t* p) { return uint32_t(p[0]) << 8 | p[1]; }
+
+void check_png(const std::vector<uint8_t>& b, const std::string& path) {
+  size_t pos = 8;  // after the signature
+  bool first = true;
+  for (;;) {
+    BRISK_CHECK(b.size() - pos >= 12, path, ": PNG is truncated (no IEND chunk)");
+    const uint64_t len = big_endian(&b[pos]);
+    const std::string type(reinterpret_cast<const char*>(&b[pos + 4]), 4);
+    BRISK_CHECK(len <= 0x7fffffffu && len <= b.size() - pos - 12, path, ": PNG chunk \"", type, "\" of ", len,
+                " bytes runs past the end of the file");
+    BRISK_CHECK(!first || type == "IHDR", path, ": PNG does not start with an IHDR chunk");
+    BRISK_CHECK(type != "IDAT" || len > 0, path, ": PNG has an empty IDAT chunk");
+    first = false;
+    pos += 12 + size_t(len);
+    if (type == "IEND") return;
+  }
+}
+
+// A DHT segment's tables: class/id byte, 16 code counts, then that many symbols (at most 256).
+void check_jpeg_dht(const uint8_t* p, size_t n, const std::string& path) {
+  size_t pos = 0;
+  while (pos < n) {
+    BRISK_CHECK(n - pos >= 17, path, ": JPEG Huffman table is truncated");
+    BRISK_CHECK((p[pos] >> 4) <= 1 && (p[pos] & 15) <= 3, path, ": JPEG Huffman table class/id 0x", std::hex,
+                int(p[pos]), std::dec, " is invalid");
+    size_t symbols = 0;
+    for (int i = 1; i <= 16; ++i) symbols += p[pos + size_t(i)];
+    BRISK_CHECK(symbols <= 256, path, ": JPEG Huffman table has ", symbols, " codes (at most 256)");
+    BRISK_CHECK(n - pos - 17 >= symbols, path, ": JPEG Huffman table is truncated");
+    pos += 17 + symbols;
+  }
+}
+
+void check_jpeg(const std::vector<uint8_t>& b, const std::string& path) {
+  size_t pos = 2;  // after SOI
+  for (;;) {
+    BRISK_CHECK(pos + 2 <= b.size(), path, ": JPEG is truncated (no end-of-image marker)");
+    BRISK_CHECK(b[pos] == 0xff, path, ": JPEG has no marker where one must be (byte ", pos, ")");
+    while (pos + 1 < b.size() && b[pos + 1] == 0xff) ++pos;  // fill bytes
+    BRISK_CHECK(pos + 2 <= b.size(), path, ": JPEG is truncated");
+    const uint8_t m = b[pos + 1];
+    pos += 2;
+    if (m == 0xd9) return;                                  // EOI
+    if ((m >= 0xd0 && m <= 0xd7) || m == 0x01) continue;    // standalone markers
+    BRISK_CHECK(pos + 2 <= b.size(), path, ": JPEG segment 0x", std::hex, int(m), std::dec, " is truncated");
+    const size_t len = be16(&b[pos]);
+    BRISK_CHECK(len >= 2 && len <= b.size() - pos, path, ": JPEG segment 0x", std::hex, int(m), std::dec, " of ",
+                len, " bytes runs past the end of the file");
+    if (m == 0xc4) check_jpeg_dht(&b[pos + 2], len - 2, path);
+    pos += len;
+    if (m != 0xda) continue;
+    // Entropy-coded data after a start of scan: up to the next marker that is not a stuffed
+    // 0xff 0x00 or a restart marker.
+    while (pos + 1 < b.size() && !(b[pos] == 0xff && b[pos + 1] != 0 && !(b[pos + 1] >= 0xd0 && b[pos + 1] <= 0xd7)))
+      ++pos;
+  }
+}
+
+#ifdef BRISK_WITH_JPEG
+// libjpeg reports a fatal error through error_exit, which must not return: it jumps back into
+// decode_jpeg, whose frame holds only plain C objects, so no destructor is skipped.
+struct JpegError {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void jpeg_fail(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<JpegError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+void jpeg_quiet(j_common_ptr, int) {}  // warnings (recoverable corrupt data) are not printed
+
+struct JpegImage {
+  uint8_t* pixels = nullptr;  // malloc'd (H, W, channels); null on error
+  int w = 0, h = 0;
+  char error[JMSG_LENGTH_MAX + 96] = {};
+};
+
+void decode_jpeg(const std::vector<uint8_t>& b, int channels, int64_t max_pixels, JpegImage& out) {
+  jpeg_decompress_struct cinfo;
+  JpegError err;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_fail;
+  err.mgr.emit_message = jpeg_quiet;
+  if (setjmp(err.jump)) {
+    std::snprintf(out.error, sizeof out.error, "cannot decode JPEG (libjpeg: %s)", err.message);
+    jpeg_destroy_decompress(&cinfo);
+    std::free(out.pixels);
+    out.pixels = nullptr;
+    return;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, b.data(), static_cast<unsigned long>(b.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  if (int64_t(cinfo.image_width) * int64_t(cinfo.image_height) > max_pixels) {
+    std::snprintf(out.error, sizeof out.error,
+                  "image of %u x %u pixels is larger than the limit of %lld pixels (read_image's max_pixels)",
+                  cinfo.image_width, cinfo.image_height, static_cast<long long>(max_pixels));
+    jpeg_destroy_decompress(&cinfo);
+    return;
+  }
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  const size_t row_bytes = size_t(cinfo.output_width) * size_t(channels);
+  out.w = int(cinfo.output_width);
+  out.h = int(cinfo.output_height);
+  out.pixels = static_cast<uint8_t*>(std::malloc(std::max<size_t>(row_bytes * size_t(out.h), 1)));
+  if (out.pixels == nullptr) {
+    std::snprintf(out.error, sizeof out.error, "out of memory for a %d x %d image", out.w, out.h);
+    jpeg_destroy_decompress(&cinfo);
+    return;
+  }
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = out.pixels + size_t(cinfo.output_scanline) * row_bytes;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+}
+#endif
+
+bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff; }
+
+// The file's bytes, if they are a PNG, JPEG or BMP whose structure passes the checks above.
+std::vector<uint8_t> read_image_file(const std::string& path) {
+  std::error_code ec;
+  BRISK_CHECK(fs::is_regular_file(path, ec), path, ": not found or not a regular file");
+  const uint64_t size = uint64_t(fs::file_size(path, ec));
+  BRISK_CHECK(!ec && size <= (uint64_t(1) << 30), path, ": image file of ", size, " bytes is too large (1 GiB limit)");
+  std::vector<uint8_t> b(size);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(b.data()), std::streamsize(size));
+  BRISK_CHECK(in.gcount() == std::streamsize(size), path, ": cannot read (", std::strerror(errno), ")");
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (size >= 8 && std::memcmp(b.data(), kPng, 8) == 0) {
+    check_png(b, path);
+  } else if (is_jpeg(b)) {
+    check_jpeg(b, path);
+  } else {
+    BRISK_CHECK(size >= 2 && b[0] == 'B' && b[1] == 'M', path,
+                ": not a PNG, JPEG or BMP file (the formats read_image decodes)");
+  }
+  return b;
+}
+
+}  // namespace
+#endif
+
 Tensor read_image(const std::string& path, int channels, int64_t max_pixels) {
   BRISK_CHECK(channels == 1 || channels == 3, "read_image: channels must be 1 or 3, got ", channels);
 #ifdef BRISK_WITH_STB
+  const std::vector<uint8_t> bytes = read_image_file(path);  // See Note [Image containers]
+#ifdef BRISK_WITH_JPEG
+  if (is_jpeg(bytes)) {
+    JpegImage img;
+    decode_jpeg(bytes, channels, max_pixels, img);
+    BRISK_CHECK(img.pixels, path, ": ", img.error);
+    Tensor hwc = from_blob(img.pixels, {img.h, img.w, channels}, DType::U8, [](void* p) { std::free(p); });
+    return hwc.permute({2, 0, 1}).contiguous();  // (C, H, W)
+  }
+#endif
+  const int n = int(bytes.size());
   int w = 0, h = 0, c = 0;
   // The header's size first: a few hundred bytes of PNG can claim a 16384 x 16384 image.
-  BRISK_CHECK(stbi_info(path.c_str(), &w, &h, &c), path, ": cannot decode image (", stbi_failure_reason(), ")");
+  BRISK_CHECK(stbi_info_from_memory(bytes.data(), n, &w, &h, &c), path, ": cannot decode image (",
+              stbi_failure_reason(), ")");
   BRISK_CHECK(int64_t(w) * int64_t(h) <= max_pixels, path, ": image of ", w, " x ", h,
               " pixels is larger than the limit of ", max_pixels, " pixels (read_image's max_pixels)");
-  uint8_t* pixels = stbi_load(path.c_str(), &w, &h, &c, channels);
+  uint8_t* pixels = stbi_load_from_memory(bytes.data(), n, &w, &h, &c, channels);
   BRISK_CHECK(pixels, path, ": cannot decode image (", stbi_failure_reason(), ")");
   Tensor hwc = from_blob(pixels, {h, w, channels}, DType::U8, [](void* p) { stbi_image_free(p); });
   return hwc.permute({2, 0, 1}).contiguous();  // (C, H, W)
@@ -296,7 +483,8 @@ Tensor read_image(const std::string& path, int channels, int64_t max_pixels) {
 #endif
 }
 
-ImageFolder::ImageFolder(const std::string& root, int channels) : channels_(channels) {
+ImageFolder::ImageFolder(const std::string& root, int channels, int64_t max_pixels)
+    : channels_(channels), max_pixels_(max_pixels) {
   BRISK_CHECK(fs::is_directory(root), "ImageFolder: ", root, " is not a directory");
   for (const auto& entry : fs::directory_iterator(root)) {
     if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
@@ -320,7 +508,7 @@ ImageFolder::ImageFolder(const std::string& root, int channels) : channels_(chan
 Example ImageFolder::get(int64_t index) const {
   check_index(index, size(), "ImageFolder");
   const auto& [path, label] = files_[size_t(index)];
-  return {read_image(path, channels_), full({}, double(label), DType::I64)};
+  return {read_image(path, channels_, max_pixels_), full({}, double(label), DType::I64)};
 }
 
 }  // namespace brisk::data

@@ -11,6 +11,10 @@
 
 namespace brisk::data {
 
+// Images whose header claims more pixels than this are refused before decoding (read_image,
+// ImageFolder).
+inline constexpr int64_t kImageMaxPixels = int64_t(1) << 27;
+
 // Reads an IDX file (optionally gzip'd): magic 0x00 0x00 type ndims, big-endian dims, data.
 // Supports type 0x08 (U8). Returns a U8 tensor with the file's dims. The data is inflated
 // straight into the tensor, so memory is bounded by what the header promises; a promise of
@@ -54,7 +58,7 @@ class CsvDataset : public Dataset {
 // lazily in get() to U8 (C, H, W) with C = 1 or 3 (`channels`), target the class index.
 class ImageFolder : public Dataset {
  public:
-  explicit ImageFolder(const std::string& root, int channels = 3);
+  explicit ImageFolder(const std::string& root, int channels = 3, int64_t max_pixels = kImageMaxPixels);
   int64_t size() const override { return int64_t(files_.size()); }
   Example get(int64_t index) const override;
   const std::vector<std::string>& classes() const { return classes_; }
@@ -63,12 +67,12 @@ class ImageFolder : public Dataset {
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int64_t>> files_;
   int channels_;
+  int64_t max_pixels_;
 };
 
 // Decodes a PNG/JPEG/BMP file to U8 (C, H, W). An image whose header claims more than
 // `max_pixels` pixels is refused before it is decoded. image_support() is false when brisk
 // was built without stb_image (read_image then throws).
-inline constexpr int64_t kImageMaxPixels = int64_t(1) << 27;
 Tensor read_image(const std::string& path, int channels = 3, int64_t max_pixels = kImageMaxPixels);
 bool image_support();
 

@@ -53,7 +53,9 @@ std::string Tensor::str() const {
 
 void* Tensor::data_ptr() const {
   BRISK_CHECK(defined(), "data_ptr: undefined tensor");
-  return static_cast<char*>(impl_->storage->data) + impl_->offset * int64_t(element_size());
+  char* base = static_cast<char*>(impl_->storage->data);
+  if (base == nullptr) return nullptr;  // empty storage: no element to point at, whatever the offset
+  return base + impl_->offset * int64_t(element_size());
 }
 
 // ---- host-side element access: used by item/to_vector/printing, never on hot paths.

@@ -3,25 +3,40 @@
 # builds in Release and runs every test through ctest. The CUDA backend is compiled whenever
 # nvcc is present; its tests skip themselves without a GPU.
 #
-#   tests/run.sh            build + all tests (and the ASan/UBSan pass, see below)
+#   tests/run.sh            build + all tests, then the ASan/UBSan pass, a brief fuzz pass and
+#                           the TSan pass (below)
 #   tests/run.sh --asan     only the ASan+UBSan build and its test run
-#   tests/run.sh --no-asan  skip the sanitizer pass
+#   tests/run.sh --fuzz     only the fuzz targets, briefly on their seeds (tests/fuzz.sh --brief)
+#   tests/run.sh --tsan     only the ThreadSanitizer build of the threaded cases (tests/tsan.sh)
+#   tests/run.sh --no-asan / --no-fuzz / --no-tsan   skip that pass (options combine)
 #   BUILD_DIR=... JOBS=...  override the build folder and parallelism
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-MODE=all
+RUN_MAIN=1 RUN_ASAN=1 RUN_FUZZ=1 RUN_TSAN=1
+ONLY=""
 for arg in "$@"; do
   case "$arg" in
-    --asan) MODE=asan ;;
-    --no-asan) MODE=main ;;
+    --asan | --fuzz | --tsan) ONLY="$ONLY ${arg#--}" ;;
+    --no-asan) RUN_ASAN=0 ;;
+    --no-fuzz) RUN_FUZZ=0 ;;
+    --no-tsan) RUN_TSAN=0 ;;
     *) echo "tests/run.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
+if [ -n "$ONLY" ]; then
+  RUN_MAIN=0 RUN_ASAN=0 RUN_FUZZ=0 RUN_TSAN=0
+  for m in $ONLY; do
+    case "$m" in asan) RUN_ASAN=1 ;; fuzz) RUN_FUZZ=1 ;; tsan) RUN_TSAN=1 ;; esac
+  done
+fi
 
 # ---- dependencies (Debian packages, only what is missing)
-PKGS=(cmake ninja-build g++ libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libstb-dev dataset-fashion-mnist)
+PKGS=(cmake ninja-build g++ libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libstb-dev libjpeg-dev python3
+      clang-format dataset-fashion-mnist)
+# The fuzz pass: clang with its runtimes (libFuzzer, sanitizers) and LLVM's OpenMP.
+[ "$RUN_FUZZ" = 1 ] && PKGS+=(clang libclang-rt-dev libomp-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -49,13 +64,29 @@ build_and_test() {  # dir, extra cmake args...
   (cd "$dir" && ctest --output-on-failure -j 1)
 }
 
+timed() {  # name, command...: runs it and notes its wall time for the summary
+  local name=$1 t0=$SECONDS; shift
+  "$@"
+  TIMES="$TIMES $name $((SECONDS - t0))s"
+}
+TIMES=""
 mkdir -p "$ROOT/build-tests"
-if [ "$MODE" != asan ]; then
-  build_and_test "${BUILD_DIR:-$ROOT/build-tests/release}" -DCMAKE_BUILD_TYPE=Release
+if [ "$RUN_MAIN" = 1 ]; then
+  timed release build_and_test "${BUILD_DIR:-$ROOT/build-tests/release}" -DCMAKE_BUILD_TYPE=Release
 fi
-if [ "$MODE" != main ]; then
+if [ "$RUN_ASAN" = 1 ]; then
   # Sanitizers: CPU-only (nvcc objects are not instrumented), Debug-ish optimization.
-  build_and_test "$ROOT/build-tests/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_SANITIZE=ON \
+  timed asan build_and_test "$ROOT/build-tests/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRISK_SANITIZE=ON \
     -DBRISK_CUDA=OFF -DBRISK_EXAMPLES=OFF
 fi
-echo "== tests/run.sh: all passed"
+if [ "$RUN_FUZZ" = 1 ]; then
+  # libFuzzer targets of the file readers, each briefly on its committed seeds (build-fuzz/).
+  echo "== fuzz (brief; build log build-fuzz/build.log)"
+  timed fuzz env JOBS="$JOBS" tests/fuzz.sh --brief
+fi
+if [ "$RUN_TSAN" = 1 ]; then
+  # ThreadSanitizer on the loader workers and the allocator (build-tsan/).
+  echo "== tsan (build log build-tsan/build.log)"
+  timed tsan env JOBS="$JOBS" tests/tsan.sh
+fi
+echo "== tests/run.sh: all passed (${TIMES# })"

@@ -8,19 +8,11 @@
 #include <string>
 
 #include "brisk.h"
+#include "test_util.h"
 
 using namespace brisk;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 Tensor ints(const std::vector<double>& v, const Shape& s, DType t = DType::I64) { return from_vector(v, s, t); }
 
@@ -30,40 +22,40 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 TEST_CASE("index ops: an out-of-range index is an error naming the op, the index and the size") {
   Tensor x = ones({3, 2});
-  std::string e = error_of([&] { index_select(x, 0, ints({0, 3}, {2})); });
+  std::string e = test::error_text([&] { index_select(x, 0, ints({0, 3}, {2})); });
   CHECK(contains(e, "index_select"));
   CHECK(contains(e, "index 3"));
   CHECK(contains(e, "size 3"));
-  e = error_of([&] { gather(x, 1, ints({0, -1}, {1, 2})); });
+  e = test::error_text([&] { gather(x, 1, ints({0, -1}, {1, 2})); });
   CHECK(contains(e, "gather"));
   CHECK(contains(e, "index -1"));
   CHECK(contains(e, "size 2"));
-  e = error_of([&] { index_add(x, -1, ints({2}, {1}), ones({3, 1})); });
+  e = test::error_text([&] { index_add(x, -1, ints({2}, {1}), ones({3, 1})); });
   CHECK(contains(e, "index_add"));
   CHECK(contains(e, "index 2"));
-  e = error_of([&] { scatter_add(x, 0, ints({5}, {1, 1}), ones({1, 1})); });
+  e = test::error_text([&] { scatter_add(x, 0, ints({5}, {1, 1}), ones({1, 1})); });
   CHECK(contains(e, "scatter_add"));
   CHECK(contains(e, "index 5"));
-  e = error_of([&] { embedding(ones({4, 2}), ints({4}, {1})); });
+  e = test::error_text([&] { embedding(ones({4, 2}), ints({4}, {1})); });
   CHECK(contains(e, "index 4"));
 }
 
 TEST_CASE("index ops: shape and dtype errors name the offending tensor") {
-  std::string e = error_of([] { cat({ones({2, 3}), ones({2, 3}), ones({3, 4})}, 1); });
+  std::string e = test::error_text([] { cat({ones({2, 3}), ones({2, 3}), ones({3, 4})}, 1); });
   CHECK(contains(e, "cat"));
   CHECK(contains(e, "tensor 2"));
   CHECK(contains(e, "(3, 4)"));
-  e = error_of([] { cat({ones({2, 3}), ones({})}, 0); });
+  e = test::error_text([] { cat({ones({2, 3}), ones({})}, 0); });
   CHECK(contains(e, "0-dim"));
-  e = error_of([] { cat({ones({2, 3})}, 2); });
+  e = test::error_text([] { cat({ones({2, 3})}, 2); });
   CHECK(contains(e, "dim 2"));
-  e = error_of([] { stack({ones({2}), ones({3})}, 0); });
+  e = test::error_text([] { stack({ones({2}), ones({3})}, 0); });
   CHECK(contains(e, "tensor 1"));
-  e = error_of([] { index_select(ones({3}), 0, ones({2})); });
+  e = test::error_text([] { index_select(ones({3}), 0, ones({2})); });
   CHECK(contains(e, "I64"));
-  e = error_of([] { gather(ones({3, 2}), 0, ints({0, 1}, {2})); });
+  e = test::error_text([] { gather(ones({3, 2}), 0, ints({0, 1}, {2})); });
   CHECK(contains(e, "gather"));
-  e = error_of([] { index_add(ones({3, 2}), 0, ints({0, 1}, {2}), ones({2, 3})); });
+  e = test::error_text([] { index_add(ones({3, 2}), 0, ints({0, 1}, {2}), ones({2, 3})); });
   CHECK(contains(e, "source"));
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "brisk.h"
+#include "test_util.h"
 
 using namespace brisk;
 
@@ -37,15 +38,6 @@ auto with_threads(int n, F f) {
   auto result = f();
   omp_set_num_threads(before);
   return result;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -117,7 +109,7 @@ TEST_CASE("random: randint stays in [low, high) and draws every value") {
   }
   for (int c : count) CHECK(std::abs(c - 1000) < 150);
   CHECK(randint(0, 10, {4}, DType::I32).dtype() == DType::I32);
-  CHECK(error_of([] { randint(3, 3, {2}); }).find("randint") != std::string::npos);
+  CHECK(test::error_text([] { randint(3, 3, {2}); }).find("randint") != std::string::npos);
 }
 
 TEST_CASE("random: dropout keeps about 1 - p of the elements, scaled by 1 / (1 - p)") {
@@ -138,9 +130,9 @@ TEST_CASE("random: dropout's special cases follow PyTorch") {
   CHECK(dropout(x, 0.5, /*training=*/false).impl() == x.impl());
   CHECK(dropout(x, 0.0).impl() == x.impl());
   CHECK(equal(dropout(x, 1.0), zeros({10})));
-  CHECK(error_of([&] { dropout(x, 1.5); }).find("dropout") != std::string::npos);
-  CHECK(error_of([&] { dropout(x, -0.1); }).find("dropout") != std::string::npos);
-  CHECK(error_of([] { dropout(ones({3}, DType::I64), 0.5); }).find("floating") != std::string::npos);
+  CHECK(test::error_text([&] { dropout(x, 1.5); }).find("dropout") != std::string::npos);
+  CHECK(test::error_text([&] { dropout(x, -0.1); }).find("dropout") != std::string::npos);
+  CHECK(test::error_text([] { dropout(ones({3}, DType::I64), 0.5); }).find("floating") != std::string::npos);
 }
 
 TEST_CASE("random: dropout's gradient is the mask divided by 1 - p") {
@@ -185,15 +177,15 @@ TEST_CASE("random: arange follows PyTorch's length and dtype rules") {
   CHECK(arange(10, 0, -3).to_vector<int64_t>() == std::vector<int64_t>{10, 7, 4, 1});
   CHECK(arange(0, 0).numel() == 0);
   CHECK(arange(4, DType::BF16).to_vector<double>() == std::vector<double>{0, 1, 2, 3});
-  CHECK(error_of([] { arange(0, 5, 0); }).find("step") != std::string::npos);
-  CHECK(error_of([] { arange(0, 5, -1); }).find("arange") != std::string::npos);
-  CHECK(error_of([] { arange(0, 3, 1, DType::Bool); }).find("Bool") != std::string::npos);
+  CHECK(test::error_text([] { arange(0, 5, 0); }).find("step") != std::string::npos);
+  CHECK(test::error_text([] { arange(0, 5, -1); }).find("arange") != std::string::npos);
+  CHECK(test::error_text([] { arange(0, 3, 1, DType::Bool); }).find("Bool") != std::string::npos);
 }
 
 TEST_CASE("random: factories refuse integer dtypes and negative sizes") {
-  CHECK(error_of([] { rand({3}, DType::I64); }).find("rand") != std::string::npos);
-  CHECK(error_of([] { randn({3}, DType::I32); }).find("randn") != std::string::npos);
-  CHECK(error_of([] { rand({-1, 2}); }).find("negative") != std::string::npos);
-  CHECK(error_of([] { uniform({2}, 1, 0); }).find("uniform") != std::string::npos);
-  CHECK(error_of([] { normal({2}, 0, -1); }).find("normal") != std::string::npos);
+  CHECK(test::error_text([] { rand({3}, DType::I64); }).find("rand") != std::string::npos);
+  CHECK(test::error_text([] { randn({3}, DType::I32); }).find("randn") != std::string::npos);
+  CHECK(test::error_text([] { rand({-1, 2}); }).find("negative") != std::string::npos);
+  CHECK(test::error_text([] { uniform({2}, 1, 0); }).find("uniform") != std::string::npos);
+  CHECK(test::error_text([] { normal({2}, 0, -1); }).find("normal") != std::string::npos);
 }

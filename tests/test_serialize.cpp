@@ -23,6 +23,7 @@
 #include "engine/serialize.h"
 #include "nn/module.h"
 #include "nn/serialize_module.h"
+#include "test_util.h"
 
 using namespace brisk;
 namespace fs = std::filesystem;
@@ -53,16 +54,8 @@ struct TempDir {
   }
 };
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  REQUIRE(out.good());
-}
+using test::read_bytes;
+using test::write_bytes;
 
 std::string le64(uint64_t n) {
   std::string s(8, '\0');
@@ -105,17 +98,6 @@ std::vector<std::string> names_of(const NamedTensors& ts) {
   std::vector<std::string> out;
   for (const auto& [n, t] : ts) out.push_back(n);
   return out;
-}
-
-// The message of the brisk::Error that f throws ("" when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 constexpr DType kAllDTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I8,
@@ -216,21 +198,21 @@ TEST_CASE("safetensors: convert_to converts floating tensors and keeps integer a
   CHECK(find(f.tensors, "i").dtype() == DType::I64);
   CHECK(find(f.tensors, "b").dtype() == DType::Bool);
   CHECK(find(load_safetensors(path, Device::cpu(), DType::BF16).tensors, "d").dtype() == DType::BF16);
-  std::string msg = error_of([&] { load_safetensors(path, Device::cpu(), DType::I32); });
+  std::string msg = test::error_text([&] { load_safetensors(path, Device::cpu(), DType::I32); });
   CHECK(msg.find("convert_to must be a floating dtype") != std::string::npos);
 }
 
 TEST_CASE("safetensors: names must be unique, defined and not __metadata__ to save") {
   TempDir dir;
   const std::string path = dir.file("bad.safetensors");
-  std::string msg = error_of([&] { save_safetensors(path, {{"a", ones({1})}, {"a", ones({1})}}); });
+  std::string msg = test::error_text([&] { save_safetensors(path, {{"a", ones({1})}, {"a", ones({1})}}); });
   CHECK(msg.find("duplicate tensor name \"a\"") != std::string::npos);
   CHECK(msg.find(path) != std::string::npos);
-  msg = error_of([&] { save_safetensors(path, {{"__metadata__", ones({1})}}); });
+  msg = test::error_text([&] { save_safetensors(path, {{"__metadata__", ones({1})}}); });
   CHECK(msg.find("reserved") != std::string::npos);
-  msg = error_of([&] { save_safetensors(path, {{"u", Tensor()}}); });
+  msg = test::error_text([&] { save_safetensors(path, {{"u", Tensor()}}); });
   CHECK(msg.find("\"u\" is undefined") != std::string::npos);
-  msg = error_of([&] { save_safetensors(path, {{"bad\xff", ones({1})}}); });
+  msg = test::error_text([&] { save_safetensors(path, {{"bad\xff", ones({1})}}); });
   CHECK(msg.find("not valid UTF-8") != std::string::npos);
   CHECK_FALSE(fs::exists(path));
   CHECK(dir.others("").empty());  // no temp file left behind
@@ -433,7 +415,7 @@ TEST_CASE("safetensors: every malformed header is refused with an error naming t
     CAPTURE(c.what);
     const std::string path = dir.file("hostile.safetensors");
     write_bytes(path, c.bytes);
-    std::string msg = error_of([&] { load_safetensors(path); });
+    std::string msg = test::error_text([&] { load_safetensors(path); });
     CAPTURE(msg);
     CHECK(msg.find("load_safetensors(" + path + "): ") == 0);
     CHECK(msg.find(c.expected) != std::string::npos);
@@ -442,10 +424,10 @@ TEST_CASE("safetensors: every malformed header is refused with an error naming t
 
 TEST_CASE("safetensors: a missing file or a directory is an error naming the path") {
   TempDir dir;
-  std::string msg = error_of([&] { load_safetensors(dir.file("absent.safetensors")); });
+  std::string msg = test::error_text([&] { load_safetensors(dir.file("absent.safetensors")); });
   CHECK(msg.find(dir.file("absent.safetensors")) != std::string::npos);
   CHECK(msg.find("cannot open: No such file or directory") != std::string::npos);
-  msg = error_of([&] { load_safetensors(dir.path.string()); });
+  msg = test::error_text([&] { load_safetensors(dir.path.string()); });
   CHECK(msg.find("not a regular file") != std::string::npos);
 }
 
@@ -505,7 +487,7 @@ TEST_CASE("safetensors: a save that fails at the rename leaves the target and no
   const std::string target = dir.file("target");
   fs::create_directory(target);
   write_bytes(target + "/inside", "keep");
-  std::string msg = error_of([&] { save_safetensors(target, {{"x", ones({4})}}); });
+  std::string msg = test::error_text([&] { save_safetensors(target, {{"x", ones({4})}}); });
   CAPTURE(msg);
   CHECK(msg.find("save_safetensors(" + target + "): cannot rename ") == 0);
   CHECK(msg.find("Is a directory") != std::string::npos);
@@ -539,7 +521,7 @@ TEST_CASE("safetensors: a save that fails mid-write (file size limit) leaves the
   std::string msg;
   {
     FileSizeLimit limit(64 * 1024);
-    msg = error_of([&] { save_safetensors(path, {{"w", zeros({1 << 20})}}, {{"version", "2"}}); });
+    msg = test::error_text([&] { save_safetensors(path, {{"w", zeros({1 << 20})}}, {{"version", "2"}}); });
   }
 
   CAPTURE(msg);
@@ -558,7 +540,7 @@ TEST_CASE("safetensors: saving over an existing file replaces it") {
   SafetensorsFile f = load_safetensors(path);
   CHECK(names_of(f.tensors) == std::vector<std::string>{"b"});
   CHECK(dir.others("m.safetensors").empty());
-  std::string msg = error_of([&] { save_safetensors(dir.file("no/such/dir/x.safetensors"), {}); });
+  std::string msg = test::error_text([&] { save_safetensors(dir.file("no/such/dir/x.safetensors"), {}); });
   CHECK(msg.find("cannot create temp file") != std::string::npos);
   CHECK(msg.find("No such file or directory") != std::string::npos);
 }
@@ -622,7 +604,7 @@ TEST_CASE("safetensors: load_module strict refuses, non-strict reports missing, 
 
   Tiny strict_target;
   Tensor before = strict_target.parameter("scale").clone();
-  std::string msg = error_of([&] { nn::load_module(strict_target, path); });
+  std::string msg = test::error_text([&] { nn::load_module(strict_target, path); });
   CAPTURE(msg);
   CHECK(msg.find("load_module(" + path + "): ") == 0);
   CHECK(msg.find("missing keys: steps head.bias") != std::string::npos);
