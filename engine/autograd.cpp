@@ -1,4 +1,7 @@
-// engine/autograd.cpp: nodes, saved tensors, and the backward engine.
+// engine/autograd.cpp: nodes, saved tensors, AccumulateGrad, and the backward engine
+// (run_backward, in the named steps of Note [The backward engine]) behind backward() and
+// grad(). Graphs are freed iteratively (Note [Iterative graph release]). Not here: the
+// backward formulas (beside each op in engine/ops/) or recording a node (engine/dispatch.cpp).
 #include "engine/autograd.h"
 
 #include <algorithm>
@@ -115,6 +118,7 @@ OpNode::~OpNode() {
 // ---- AccumulateGrad
 AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf_impl) : leaf(leaf_impl) {
   sequence_nr = UINT64_MAX;  // runs as soon as it is ready
+  is_accumulator_ = true;
   slot_specs.push_back({leaf_impl->sizes, leaf_impl->dtype});
   device = leaf_impl->storage->device;
 }
@@ -195,14 +199,34 @@ Tensor validate(const Node& producer, const Node& consumer, int slot, Tensor g) 
   return g;
 }
 
-void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_grads, bool retain_graph,
-                  bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured,
-                  bool allow_unused) {
+// Note [The backward engine]
+// run_backward is four named steps over one GraphTask: seed_roots (the outputs' edges and
+// their first gradients), count_dependencies (how many edges reach each node, found by an
+// explicit stack, never recursion), prune_for_grad (grad() only: where to capture and which
+// nodes lead there) and run_ready_loop (pop the ready node with the highest sequence number,
+// apply it, pass its gradients on). A node becomes ready when every edge into it has
+// delivered, so its gradient buffer is complete when it runs; the order (and so every sum)
+// is the same from run to run.
+struct GraphTask {
+  bool retain_graph = false;
+  std::vector<Edge> root_edges;
+  std::vector<Tensor> root_grads;
+  std::unordered_map<Node*, int> deps;  // edges into each reachable node not yet delivered
+  std::vector<Node*> order;             // grad() only: reachable nodes, discovery order
+  // grad() only: node -> (slot, input index) to capture, and the nodes on a path to one.
+  std::vector<Tensor>* captured = nullptr;
+  std::unordered_map<Node*, std::vector<std::pair<int, size_t>>> capture_at;
+  std::unordered_set<Node*> needed;
+  // Gradients waiting for their node, and the nodes whose gradients are complete.
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::priority_queue<Node*, std::vector<Node*>, ByPriority> ready;
+  std::unordered_set<Node*> queued;
+};
+
+// The root edges and their gradients: the given ones, or ones for scalar outputs.
+void seed_roots(GraphTask& task, std::span<const Tensor> roots, std::span<const Tensor> root_grads) {
   BRISK_CHECK(root_grads.empty() || root_grads.size() == roots.size(), "backward: ", roots.size(),
               " outputs but ", root_grads.size(), " gradients");
-  // Root edges and their gradients.
-  std::vector<Edge> root_edges;
-  std::vector<Tensor> first_grads;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     BRISK_CHECK(r.defined(), "backward: output ", i, " is undefined");
@@ -218,110 +242,137 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_gr
                   " has shape ", r.sizes(), " (pass a gradient of that shape)");
       g = ones_like(r.detach());
     }
-    root_edges.push_back(gradient_edge(r));
-    first_grads.push_back(g);
+    task.root_edges.push_back(gradient_edge(r));
+    task.root_grads.push_back(g);
   }
+}
 
-  // Dependencies: how many edges point at each reachable node.
-  std::unordered_map<Node*, int> deps;
-  std::vector<Node*> order;  // reachable nodes, discovery order
-  {
-    std::vector<Node*> stack;
-    std::unordered_set<Node*> seen;
-    for (const Edge& e : root_edges) {
-      if (seen.insert(e.node.get()).second) {
-        stack.push_back(e.node.get());
-        order.push_back(e.node.get());
-      }
-    }
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      for (const Edge& e : n->next_edges) {
-        if (!e.node) continue;
-        ++deps[e.node.get()];
-        if (seen.insert(e.node.get()).second) {
-          stack.push_back(e.node.get());
-          order.push_back(e.node.get());
-        }
-      }
-    }
-  }
-
-  // grad(): capture at the inputs' edges, and run only the nodes on a path to one of them.
-  std::unordered_map<Node*, std::vector<std::pair<int, size_t>>> capture_at;  // node -> (slot, input index)
-  std::unordered_set<Node*> needed;
-  bool capturing = captured != nullptr;
-  if (capturing) {
-    captured->assign(inputs.size(), Tensor());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      BRISK_CHECK(inputs[i].requires_grad(), "grad: input ", i, " ", inputs[i].str(), " does not require grad");
-      Edge e = gradient_edge(inputs[i]);
-      capture_at[e.node.get()].push_back({e.input_nr, i});
-    }
-    // A node is needed when it is a capture point or leads to one. Children have a smaller
-    // sequence number than their consumers (AccumulateGrad excepted, but it has no children
-    // and is needed only as a capture point), so increasing order sees children first.
-    for (auto& [n, slots] : capture_at) needed.insert(n);
-    std::vector<Node*> by_seq = order;
-    std::sort(by_seq.begin(), by_seq.end(), [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; });
-    for (Node* n : by_seq) {
-      bool need = needed.count(n) > 0;
-      for (const Edge& e : n->next_edges) need = need || (e.node && needed.count(e.node.get()));
-      if (need) needed.insert(n);
-    }
-  }
-
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
-  auto accumulate = [&](Node* n, int slot, Tensor g) {
-    std::vector<Tensor>& buf = buffers[n];
-    if (buf.empty()) buf.resize(size_t(n->num_slots()));
-    Tensor& cur = buf[size_t(slot)];
-    cur = cur.defined() ? cur + g : g;
+// How many edges point at each node reachable from the roots.
+void count_dependencies(GraphTask& task) {
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  auto discover = [&](Node* n) {
+    if (!seen.insert(n).second) return;
+    stack.push_back(n);
+    if (task.captured) task.order.push_back(n);  // only prune_for_grad reads it
   };
-
-  GradModeGuard mode(create_graph);
-  std::priority_queue<Node*, std::vector<Node*>, ByPriority> ready;
-  std::unordered_set<Node*> queued;
-  for (size_t i = 0; i < root_edges.size(); ++i) {
-    Node* n = root_edges[i].node.get();
-    accumulate(n, root_edges[i].input_nr, first_grads[i]);
-    if (deps[n] == 0 && queued.insert(n).second) ready.push(n);
-  }
-
-  while (!ready.empty()) {
-    Node* n = ready.top();
-    ready.pop();
-    std::vector<Tensor> grads = std::move(buffers[n]);
-    buffers.erase(n);
-    grads.resize(size_t(n->num_slots()));
-    for (auto& [slot, hook] : n->pre_hooks) {
-      if (!grads[size_t(slot)].defined()) continue;
-      Tensor r = hook(grads[size_t(slot)]);
-      if (r.defined()) grads[size_t(slot)] = r;
-    }
-    if (capturing) {
-      auto it = capture_at.find(n);
-      if (it != capture_at.end()) {
-        for (auto [slot, idx] : it->second) (*captured)[idx] = grads[size_t(slot)];
-      }
-      if (dynamic_cast<AccumulateGrad*>(n) || !needed.count(n)) continue;
-    }
-    std::vector<Tensor> out = n->apply(std::move(grads));
-    if (!retain_graph) n->release();
-    if (BRISK_UNLIKELY(AnomalyMode::enabled())) check_finite_grads(*n, out);
-    for (size_t j = 0; j < n->next_edges.size() && j < out.size(); ++j) {
-      const Edge& e = n->next_edges[j];
-      if (!e.node) continue;
-      if (out[j].defined()) accumulate(e.node.get(), e.input_nr, validate(*n, *e.node, e.input_nr, out[j]));
-    }
+  for (const Edge& e : task.root_edges) discover(e.node.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
     for (const Edge& e : n->next_edges) {
       if (!e.node) continue;
-      if (--deps[e.node.get()] == 0 && queued.insert(e.node.get()).second) ready.push(e.node.get());
+      ++task.deps[e.node.get()];
+      discover(e.node.get());
     }
   }
+}
 
-  if (capturing && !allow_unused) {
+// grad(): capture at the inputs' edges, and run only the nodes on a path to one of them.
+void prune_for_grad(GraphTask& task, std::span<const Tensor> inputs) {
+  task.captured->assign(inputs.size(), Tensor());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    BRISK_CHECK(inputs[i].requires_grad(), "grad: input ", i, " ", inputs[i].str(), " does not require grad");
+    Edge e = gradient_edge(inputs[i]);
+    task.capture_at[e.node.get()].push_back({e.input_nr, i});
+  }
+  // A node is needed when it is a capture point or leads to one. Children have a smaller
+  // sequence number than their consumers (AccumulateGrad excepted, but it has no children
+  // and is needed only as a capture point), so increasing order sees children first.
+  for (auto& [n, slots] : task.capture_at) task.needed.insert(n);
+  std::vector<Node*> by_seq = task.order;
+  std::sort(by_seq.begin(), by_seq.end(), [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; });
+  for (Node* n : by_seq) {
+    bool need = task.needed.count(n) > 0;
+    for (const Edge& e : n->next_edges) need = need || (e.node && task.needed.count(e.node.get()));
+    if (need) task.needed.insert(n);
+  }
+}
+
+void accumulate(GraphTask& task, Node* n, int slot, Tensor g) {
+  std::vector<Tensor>& buf = task.buffers[n];
+  if (buf.empty()) buf.resize(size_t(n->num_slots()));
+  Tensor& cur = buf[size_t(slot)];
+  cur = cur.defined() ? cur + g : g;
+}
+
+// Queues a node whose every incoming edge has delivered (once, though a root may be reached twice).
+void push_ready(GraphTask& task, Node* n) {
+  if (task.queued.insert(n).second) task.ready.push(n);
+}
+
+// A ready node's complete gradients, one per slot, after its tensors' pre-hooks.
+std::vector<Tensor> take_gradients(GraphTask& task, Node* n) {
+  auto it = task.buffers.find(n);
+  std::vector<Tensor> grads;
+  if (it != task.buffers.end()) {
+    grads = std::move(it->second);
+    task.buffers.erase(it);
+  }
+  grads.resize(size_t(n->num_slots()));
+  for (auto& [slot, hook] : n->pre_hooks) {
+    if (!grads[size_t(slot)].defined()) continue;
+    Tensor r = hook(grads[size_t(slot)]);
+    if (r.defined()) grads[size_t(slot)] = r;
+  }
+  return grads;
+}
+
+// grad(): keeps the gradients asked for at n; says whether n must run (it leads to another
+// capture point). A leaf's AccumulateGrad never runs: grad() leaves .grad alone.
+bool capture_and_continue(GraphTask& task, Node* n, const std::vector<Tensor>& grads) {
+  auto it = task.capture_at.find(n);
+  if (it != task.capture_at.end()) {
+    for (auto [slot, idx] : it->second) (*task.captured)[idx] = grads[size_t(slot)];
+  }
+  return !n->is_accumulator() && task.needed.count(n) > 0;
+}
+
+// Hands n's output gradients to its edges, then counts the edges as delivered.
+void pass_gradients(GraphTask& task, const Node& n, std::vector<Tensor>& out) {
+  for (size_t j = 0; j < n.next_edges.size() && j < out.size(); ++j) {
+    const Edge& e = n.next_edges[j];
+    if (!e.node || !out[j].defined()) continue;
+    accumulate(task, e.node.get(), e.input_nr, validate(n, *e.node, e.input_nr, out[j]));
+  }
+  for (const Edge& e : n.next_edges) {
+    if (e.node && --task.deps[e.node.get()] == 0) push_ready(task, e.node.get());
+  }
+}
+
+void run_ready_loop(GraphTask& task) {
+  while (!task.ready.empty()) {
+    Node* n = task.ready.top();
+    task.ready.pop();
+    std::vector<Tensor> grads = take_gradients(task, n);
+    if (task.captured && !capture_and_continue(task, n, grads)) continue;
+    std::vector<Tensor> out = n->apply(std::move(grads));
+    if (!task.retain_graph) n->release();
+    if (BRISK_UNLIKELY(AnomalyMode::enabled())) check_finite_grads(*n, out);
+    pass_gradients(task, *n, out);
+  }
+}
+
+// See Note [The backward engine]. `captured` is null for backward(), the result for grad().
+void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_grads, bool retain_graph,
+                  bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured,
+                  bool allow_unused) {
+  GraphTask task;
+  task.retain_graph = retain_graph;
+  task.captured = captured;
+  seed_roots(task, roots, root_grads);
+  count_dependencies(task);
+  if (captured) prune_for_grad(task, inputs);
+
+  GradModeGuard mode(create_graph);
+  for (size_t i = 0; i < task.root_edges.size(); ++i) {
+    Node* n = task.root_edges[i].node.get();
+    accumulate(task, n, task.root_edges[i].input_nr, task.root_grads[i]);
+    if (task.deps[n] == 0) push_ready(task, n);
+  }
+  run_ready_loop(task);
+
+  if (captured && !allow_unused) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       BRISK_CHECK((*captured)[i].defined(), "grad: input ", i, " ", inputs[i].str(),
                   " is not used by the outputs (pass allow_unused=true)");

@@ -51,12 +51,18 @@ class Node {
   virtual void release() {}
   // Number of gradient slots (forward outputs).
   int num_slots() const { return int(slot_specs.size()); }
+  // True for a leaf's AccumulateGrad (a stored tag: the engine asks it on every node that
+  // grad() reaches, where a dynamic_cast would cost a type-info walk).
+  bool is_accumulator() const { return is_accumulator_; }
 
   std::vector<Edge> next_edges;
   std::vector<TensorSpec> slot_specs;  // sizes/dtype of each forward output (zero-filling)
   Device device;
   uint64_t sequence_nr;
   std::vector<std::pair<int, GradHook>> pre_hooks;  // (slot, hook): hooks of non-leaf tensors
+
+ protected:
+  bool is_accumulator_ = false;
 };
 
 // A tensor saved for backward. Saved inputs keep the tensor; saved outputs keep only the data

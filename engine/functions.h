@@ -64,6 +64,8 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);  // log1p(e^(beta x)) / beta
+Tensor logsigmoid(const Tensor& x);                                           // log(sigmoid(x))
 Tensor clamp(const Tensor& x, double min, double max);
 Tensor clamp_min(const Tensor& x, double min);
 Tensor clamp_max(const Tensor& x, double max);
@@ -94,6 +96,8 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// log(sum(exp(x))) over dims, computed stably (as torch.logsumexp: all -inf gives -inf).
+Tensor logsumexp(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 
 // ---- losses
 // logits (N, C), target I64 (N) of class indices.

@@ -27,10 +27,12 @@ enum class Reduction : uint8_t { None, Mean, Sum };
 // Note [Attrs]
 // One plain struct carries every op's non-tensor arguments, so that a Node can copy them and
 // kernels on every device read them the same way. Each OpDef (and ops.def) says which fields
-// it reads; the rest keep their defaults.
+// it reads; the rest keep their defaults. Families with several related parameters (conv,
+// pooling, norms) read and write them only through their struct in engine/op_params.h
+// (Note [Op parameters]), which keeps them in the fields below.
 struct Attrs {
-  Shape shape;                  // target sizes: view, expand, factories, *_backward input sizes
-  Shape dims;                   // dim list: reduction dims, permutation
+  Shape shape{};                // target sizes: view, expand, factories, *_backward input sizes
+  Shape dims{};                 // dim list: reduction dims, permutation
   int64_t dim = 0;              // the single dim of slice, cat, softmax, gather, argmax, ...
   int64_t start = 0;            // slice start; ignore_index of cross_entropy
   int64_t end = 0;              // slice end (exclusive)
@@ -40,10 +42,10 @@ struct Attrs {
   bool keepdim = false;
   bool flag = false;            // op-specific switch, see ops.def
   bool flag2 = false;           // a second op-specific switch
-  Shape geometry;               // conv/pool: (stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, kernel_h, kernel_w)
+  Shape geometry{};             // conv/pool only, through ConvParams / PoolParams (engine/op_params.h)
   Reduction reduction = Reduction::Mean;
   DType dtype = DType::F32;     // cast target, factory dtype
-  Device device;                // factory device, to_device target
+  Device device{};              // factory device, to_device target
   uint64_t seed = 0;            // random stream (see engine/random.h)
   uint64_t offset = 0;
 };

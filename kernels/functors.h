@@ -1,15 +1,40 @@
 // kernels/functors.h: elementwise math written once, as __host__ __device__ functors used by
-// the CPU loops (kernels/cpu/loops.h) and the CUDA launcher (kernels/cuda/). Each takes and
-// returns compute types (float for F16/BF16, see compute_t). Scalar parameters (alpha, clamp
-// bounds, exponent) are members filled from the op's Attrs.
+// the CPU loops (kernels/cpu/loops.h) and the CUDA launcher (kernels/cuda/), and THE list of
+// elementwise kernels (at the end) that both backends register. Each functor takes and
+// returns compute types (float for F16/BF16, see compute_t). A functor with parameters (alpha,
+// clamp bounds, exponent) builds itself from the op's Attrs with a static from(), beside its
+// math (Note [Functor parameters]).
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <type_traits>
 
 #include "engine/macros.h"
+#include "engine/op.h"
 
 namespace brisk::functors {
+
+// Note [Functor parameters]
+// Kernels build their functor with make<F>(attrs). A functor with data members must say which
+// Attrs fields fill them, in a `static F from(const Attrs&)` next to its math; one without
+// members is default-constructed. A functor with members and no from() is not Buildable, so
+// make<F> does not compile for it: a forgotten parameter can never run as a silent zero.
+template <class F>
+concept HasFrom = requires(const Attrs& a) {
+  { F::from(a) } -> std::same_as<F>;
+};
+template <class F>
+concept Buildable = HasFrom<F> || std::is_empty_v<F>;
+
+template <Buildable F>
+F make(const Attrs& attrs) {
+  if constexpr (HasFrom<F>) {
+    return F::from(attrs);
+  } else {
+    return F{};
+  }
+}
 
 // ---- unary
 struct Neg { template <class T> BRISK_HD T operator()(T x) const { return -x; } };
@@ -41,10 +66,20 @@ struct Tanh { template <class T> BRISK_HD T operator()(T x) const { return std::
 struct Silu {
   template <class T> BRISK_HD T operator()(T x) const { return x / (T(1) + std::exp(-x)); }
 };
+// PyTorch's softplus: linear where beta * x > threshold, else log1p(exp(beta * x)) / beta.
+struct Softplus {
+  double beta, threshold;
+  static Softplus from(const Attrs& a) { return {a.a, a.b}; }
+  template <class T> BRISK_HD T operator()(T x) const {
+    const T bx = x * T(beta);
+    return bx > T(threshold) ? x : T(std::log1p(std::exp(bx))) / T(beta);
+  }
+};
 
 // GELU, exact (erf) and tanh forms, with their derivatives.
 struct Gelu {
   bool tanh_form = false;
+  static Gelu from(const Attrs& a) { return {a.flag}; }
   template <class T> BRISK_HD T operator()(T x) const {
     if (tanh_form) {
       const T k = T(0.7978845608028654);  // sqrt(2 / pi)
@@ -61,6 +96,7 @@ struct ReluBackward {
 
 struct GeluBackward {
   bool tanh_form = false;
+  static GeluBackward from(const Attrs& a) { return {a.flag}; }
   template <class T> BRISK_HD T operator()(T g, T x) const {
     if (tanh_form) {
       const T k = T(0.7978845608028654);
@@ -77,6 +113,7 @@ struct GeluBackward {
 
 struct Clamp {
   double lo, hi;
+  static Clamp from(const Attrs& a) { return {a.a, a.b}; }
   template <class T> BRISK_HD T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (x != x) return x;  // NaN passes through, as in PyTorch
@@ -92,6 +129,7 @@ struct Clamp {
 // differ from std::pow at -0 and -inf (pow(-0, -0.5) = +inf, rsqrt(-0) = -inf).
 struct PowScalar {
   double e;
+  static PowScalar from(const Attrs& a) { return {a.a}; }
   template <class T> BRISK_HD T operator()(T x) const {
     if (e == 2.0) return x * x;
     if (e == 1.0) return x;
@@ -104,18 +142,16 @@ struct PowScalar {
   }
 };
 struct Identity { template <class T> BRISK_HD T operator()(T x) const { return x; } };
-struct Constant {
-  double v;
-  template <class T = double> BRISK_HD double operator()() const { return v; }
-};
 
 // ---- binary
 struct Add {
   double alpha = 1;
+  static Add from(const Attrs& a) { return {a.a}; }
   template <class T> BRISK_HD T operator()(T a, T b) const { return alpha == 1 ? a + b : a + T(alpha) * b; }
 };
 struct Sub {
   double alpha = 1;
+  static Sub from(const Attrs& a) { return {a.a}; }
   template <class T> BRISK_HD T operator()(T a, T b) const { return alpha == 1 ? a - b : a - T(alpha) * b; }
 };
 struct Mul {
@@ -160,10 +196,65 @@ struct Where {
 };
 struct MaskedFill {
   double value;
+  static MaskedFill from(const Attrs& a) { return {a.a}; }
   template <class T> BRISK_HD T operator()(T x, bool m) const {
     const T v = T(value);
     return m ? v : x;
   }
 };
+
+// ---- THE list of elementwise kernels, registered by both backends from this one place:
+// kernels/cpu/elementwise.cpp (all), kernels/cuda/elementwise.cu (Unary, Binary) and
+// kernels/cuda/compare.cu (Compare). An entry names the op, its functor and the dtypes it has
+// kernels for:
+//   Unary<op, functor, dtypes>   out = f(x)
+//   Binary<op, functor, dtypes>  out = f(a, b), a and b of out's dtype
+//   Compare<op, functor>         Bool out = f(a, b), a and b of any one dtype
+// Float: F32, F64, F16, BF16. Numeric: every dtype but Bool. Not here: cast, fill, where and
+// masked_fill, whose CUDA kernels move raw bits instead of running a typed functor.
+enum DtypeClass { Float, Numeric, AnyToBool };
+template <OpId Id, class Fn, int Arity, DtypeClass Dtypes>
+struct Entry {
+  static constexpr OpId id = Id;
+  using F = Fn;
+  static constexpr int arity = Arity;
+  static constexpr DtypeClass dtypes = Dtypes;
+};
+template <OpId Id, class Fn, DtypeClass Dtypes> using Unary = Entry<Id, Fn, 1, Dtypes>;
+template <OpId Id, class Fn, DtypeClass Dtypes> using Binary = Entry<Id, Fn, 2, Dtypes>;
+template <OpId Id, class Fn> using Compare = Entry<Id, Fn, 2, AnyToBool>;
+template <class... E> struct List {};
+
+using Kernels = List<
+    Unary<OpId::Neg, Neg, Numeric>,
+    Unary<OpId::Exp, Exp, Float>,
+    Unary<OpId::Log, Log, Float>,
+    Unary<OpId::Sqrt, Sqrt, Float>,
+    Unary<OpId::Rsqrt, Rsqrt, Float>,
+    Unary<OpId::Abs, Abs, Numeric>,
+    Unary<OpId::Sign, Sign, Numeric>,
+    Unary<OpId::Relu, Relu, Numeric>,
+    Unary<OpId::Gelu, Gelu, Float>,
+    Unary<OpId::Sigmoid, Sigmoid, Float>,
+    Unary<OpId::Tanh, Tanh, Float>,
+    Unary<OpId::Silu, Silu, Float>,
+    Unary<OpId::Softplus, Softplus, Float>,
+    Unary<OpId::Clamp, Clamp, Numeric>,
+    Unary<OpId::PowScalar, PowScalar, Float>,
+    Binary<OpId::ReluBackward, ReluBackward, Float>,
+    Binary<OpId::GeluBackward, GeluBackward, Float>,
+    Binary<OpId::Add, Add, Numeric>,
+    Binary<OpId::Sub, Sub, Numeric>,
+    Binary<OpId::Mul, Mul, Numeric>,
+    Binary<OpId::Div, Div, Numeric>,
+    Binary<OpId::Pow, Pow, Float>,
+    Binary<OpId::Maximum, Maximum, Numeric>,
+    Binary<OpId::Minimum, Minimum, Numeric>,
+    Compare<OpId::Eq, Eq>,
+    Compare<OpId::Ne, Ne>,
+    Compare<OpId::Lt, Lt>,
+    Compare<OpId::Le, Le>,
+    Compare<OpId::Gt, Gt>,
+    Compare<OpId::Ge, Ge>>;
 
 }  // namespace brisk::functors

@@ -80,4 +80,15 @@ inline ReducePlan make_plan(const Tensor& x, const Tensor& y, uint32_t mask) {
   return p;
 }
 
+// The same plan writing output o at offset o (a dense scratch buffer of n_out values, such as
+// var's means, in flat row-major output order).
+inline ReducePlan with_flat_output(ReducePlan p) {
+  int64_t stride = 1;
+  for (int d = p.kept.n - 1; d >= 0; --d) {
+    p.kept.out[d] = stride;
+    stride *= p.kept.size[d];
+  }
+  return p;
+}
+
 }  // namespace brisk::kernels

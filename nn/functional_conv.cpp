@@ -3,8 +3,10 @@
 // conv1d as conv2d over a height of 1) turned into the attributes of the engine's ops, and the
 // bias added here, outside the conv op. linear is a composite: matmul with the transposed
 // weight view (read in place by the GEMM, no copy) plus the bias.
-// Not here: the ops themselves (engine/ops/nn.cpp) and their kernels (kernels/cpu/conv.cpp).
+// Not here: the ops themselves (engine/ops/conv.cpp, engine/ops/pool.cpp) and their kernels
+// (kernels/cpu/conv.cpp, kernels/cpu/pool.cpp).
 #include "engine/dispatch.h"
+#include "engine/op_params.h"
 #include "nn/functional.h"
 
 namespace brisk::nn::functional {
@@ -21,9 +23,7 @@ Tensor bias_for(const Tensor& bias, const Tensor& y, int dim, const char* op) {
   return reshape(b, s);
 }
 
-Shape geometry(Pair stride, Pair padding, Pair dilation, Pair kernel) {
-  return {stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], kernel[0], kernel[1]};
-}
+Hw hw(Pair p) { return {p[0], p[1]}; }
 
 }  // namespace
 
@@ -43,11 +43,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
               int64_t groups) {
   BRISK_CHECK(x.defined() && weight.defined(), "conv2d: undefined input or weight");
   Attrs a;
-  const bool w4 = weight.dim() == 4;
-  a.geometry = geometry(stride, padding, dilation, {w4 ? weight.size(2) : 0, w4 ? weight.size(3) : 0});
-  a.dim = groups;
+  ConvParams{.stride = hw(stride), .padding = hw(padding), .dilation = hw(dilation), .groups = groups}.store(a);
   if (!bias.defined()) return call1(OpId::Conv2d, {x, weight}, a);
-  // The op starts each output channel at its bias (see conv2d_infer in engine/ops/nn.cpp).
+  // The op starts each output channel at its bias (see conv2d_infer in engine/ops/conv.cpp).
   return call1(OpId::Conv2d, {x, weight, bias.dtype() == x.dtype() ? bias : cast(bias, x.dtype())}, a);
 }
 
@@ -66,8 +64,12 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride, Pair
                   bool ceil_mode) {
   BRISK_CHECK(x.defined(), "max_pool2d: undefined input");
   Attrs a;
-  a.geometry = geometry(stride.value_or(kernel), padding, dilation, kernel);
-  a.flag = ceil_mode;
+  PoolParams{.kernel = hw(kernel),
+             .stride = hw(stride.value_or(kernel)),
+             .padding = hw(padding),
+             .dilation = hw(dilation),
+             .ceil_mode = ceil_mode}
+      .store(a);
   const Tensor in[1] = {x};
   Tensor out[2];  // values, indices (the indices only serve backward)
   call(OpId::MaxPool2d, in, a, out);
@@ -78,9 +80,12 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride, Pair
                   bool count_include_pad) {
   BRISK_CHECK(x.defined(), "avg_pool2d: undefined input");
   Attrs a;
-  a.geometry = geometry(stride.value_or(kernel), padding, {1, 1}, kernel);
-  a.flag = ceil_mode;
-  a.flag2 = count_include_pad;
+  PoolParams{.kernel = hw(kernel),
+             .stride = hw(stride.value_or(kernel)),
+             .padding = hw(padding),
+             .ceil_mode = ceil_mode,
+             .count_include_pad = count_include_pad}
+      .store(a);
   return call1(OpId::AvgPool2d, {x}, a);
 }
 

@@ -7,6 +7,7 @@
 #include "engine/autocast.h"
 #include "engine/dispatch.h"
 #include "engine/grad_mode.h"
+#include "engine/op_params.h"
 #include "nn/functional.h"
 
 namespace brisk::nn::functional {
@@ -37,8 +38,7 @@ Tensor layer_norm_op(const Tensor& x, const Shape& normalized, const Tensor& wei
   const DType t = param_dtype(x);
   Tensor in[3] = {x, param_or(weight, normalized, 1.0, t, x.device()), param_or(bias, normalized, 0.0, t, x.device())};
   Attrs attrs;
-  attrs.dim = normalized.size();
-  attrs.a = eps;
+  LayerNormParams{.normalized_dims = normalized.size(), .eps = eps}.store(attrs);
   Tensor out[3];
   call(OpId::LayerNorm, in, attrs, out);
   return out[0];
@@ -90,8 +90,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   Tensor in[5] = {x, w, b, tracked ? param_or(running_mean, c, 0.0, t, x.device()) : b,
                   tracked ? param_or(running_var, c, 1.0, t, x.device()) : w};
   Attrs attrs;
-  attrs.flag = use_batch_stats;
-  attrs.b = eps;
+  BatchNormParams{.training = use_batch_stats, .eps = eps}.store(attrs);
   Tensor out[3];
   call(OpId::BatchNorm, in, attrs, out);
 

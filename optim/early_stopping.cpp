@@ -1,4 +1,6 @@
-// optim/early_stopping.cpp: EarlyStopping's bookkeeping and best-weight copies.
+// optim/early_stopping.cpp: EarlyStopping's bookkeeping, its best-weight copies (in memory,
+// and in a safetensors file written atomically) and its counters' state_dict, with a check
+// that changes nothing. Not here: the training loop or the choice of metric.
 #include "optim/early_stopping.h"
 
 #include <cmath>
@@ -65,17 +67,27 @@ Scalars EarlyStopping::state_dict() const {
           {"epoch", double(epoch_)}};
 }
 
+namespace {
+double saved_value(const Scalars& state, const char* key) {
+  auto it = state.find(key);
+  BRISK_CHECK(it != state.end(), "EarlyStopping::load_state_dict: key '", key, "' is missing");
+  return it->second;
+}
+}  // namespace
+
+void EarlyStopping::check_state_dict(const Scalars& state) const {
+  saved_value(state, "best");
+  for (const char* key : {"best_epoch", "num_bad_epochs", "epoch"})
+    scalar_count(saved_value(state, key), key, "EarlyStopping");
+}
+
 void EarlyStopping::load_state_dict(const Scalars& state) {
-  auto get = [&](const char* key) {
-    auto it = state.find(key);
-    BRISK_CHECK(it != state.end(), "EarlyStopping::load_state_dict: key '", key, "' is missing");
-    return it->second;
-  };
-  best_ = get("best");
+  check_state_dict(state);  // nothing below throws
+  best_ = saved_value(state, "best");
   const char* who = "EarlyStopping";
-  best_epoch_ = scalar_count(get("best_epoch"), "best_epoch", who);
-  num_bad_epochs_ = scalar_count(get("num_bad_epochs"), "num_bad_epochs", who);
-  epoch_ = scalar_count(get("epoch"), "epoch", who);
+  best_epoch_ = scalar_count(saved_value(state, "best_epoch"), "best_epoch", who);
+  num_bad_epochs_ = scalar_count(saved_value(state, "num_bad_epochs"), "num_bad_epochs", who);
+  epoch_ = scalar_count(saved_value(state, "epoch"), "epoch", who);
   // A resumed run finds its best weights in the file the first run wrote.
   best_on_disk_ =
       best_epoch_ >= 0 && !options_.checkpoint_path.empty() && std::filesystem::exists(options_.checkpoint_path);

@@ -44,6 +44,9 @@ class EarlyStopping {
 
   // The counters ("best", "best_epoch", "num_bad_epochs", "epoch"); the weights are not in it.
   Scalars state_dict() const;
+  // Throws a brisk::Error naming the first missing or bad key unless `state` can be loaded;
+  // changes nothing. load_state_dict runs it first.
+  void check_state_dict(const Scalars& state) const;
   void load_state_dict(const Scalars& state);
 
  private:

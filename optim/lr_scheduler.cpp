@@ -45,6 +45,15 @@ std::vector<double> load_list(const Scalars& s, const std::string& prefix, size_
   return out;
 }
 
+// The keys "<i>.<key>" of a composite's state: child i's own state.
+Scalars child_state(const Scalars& state, size_t i) {
+  const std::string prefix = std::to_string(i) + ".";
+  Scalars child;
+  for (auto it = state.lower_bound(prefix); it != state.end() && it->first.rfind(prefix, 0) == 0; ++it)
+    child[it->first.substr(prefix.size())] = it->second;
+  return child;
+}
+
 // The optimizer's momentum-like option a schedule cycles: SGD/RMSprop momentum, Adam's beta1.
 std::string momentum_key(const Optimizer& opt, const char* scheduler) {
   if (opt.has_option("beta1")) return "beta1";
@@ -103,7 +112,16 @@ Scalars LRScheduler::state_dict() const {
   return s;
 }
 
+void LRScheduler::check_state_dict(const Scalars& state) const {
+  const char* who = "LRScheduler";
+  scalar_count(scalar_at(state, "last_epoch", who), "last_epoch", who);
+  scalar_count(scalar_at(state, "step_count", who), "step_count", who);
+  load_list(state, "base_lrs", num_groups(), who);
+  load_list(state, "last_lr", num_groups(), who);
+}
+
 void LRScheduler::load_state_dict(const Scalars& state) {
+  check_state_dict(state);  // virtual: a derived scheduler's keys and its children's too
   last_epoch_ = scalar_count(scalar_at(state, "last_epoch", "LRScheduler"), "last_epoch", "LRScheduler");
   step_count_ = scalar_count(scalar_at(state, "step_count", "LRScheduler"), "step_count", "LRScheduler");
   base_lrs_ = load_list(state, "base_lrs", num_groups(), "LRScheduler");
@@ -349,6 +367,12 @@ Scalars CosineAnnealingWarmRestarts::state_dict() const {
   return s;
 }
 
+void CosineAnnealingWarmRestarts::check_state_dict(const Scalars& state) const {
+  LRScheduler::check_state_dict(state);
+  scalar_at(state, "T_i", "CosineAnnealingWarmRestarts");
+  scalar_at(state, "T_cur", "CosineAnnealingWarmRestarts");
+}
+
 void CosineAnnealingWarmRestarts::load_state_dict(const Scalars& state) {
   LRScheduler::load_state_dict(state);
   T_i_ = scalar_at(state, "T_i", "CosineAnnealingWarmRestarts");
@@ -561,16 +585,14 @@ Scalars SequentialLR::state_dict() const {
   return s;
 }
 
+void SequentialLR::check_state_dict(const Scalars& state) const {
+  LRScheduler::check_state_dict(state);
+  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i]->check_state_dict(child_state(state, i));
+}
+
 void SequentialLR::load_state_dict(const Scalars& state) {
   LRScheduler::load_state_dict(state);
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    std::string prefix = std::to_string(i) + ".";
-    Scalars child;
-    for (const auto& [k, v] : state) {
-      if (k.rfind(prefix, 0) == 0) child[k.substr(prefix.size())] = v;
-    }
-    schedulers_[i]->load_state_dict(child);
-  }
+  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i]->load_state_dict(child_state(state, i));
 }
 
 // ---- ChainedScheduler
@@ -609,16 +631,14 @@ Scalars ChainedScheduler::state_dict() const {
   return s;
 }
 
+void ChainedScheduler::check_state_dict(const Scalars& state) const {
+  LRScheduler::check_state_dict(state);
+  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i]->check_state_dict(child_state(state, i));
+}
+
 void ChainedScheduler::load_state_dict(const Scalars& state) {
   LRScheduler::load_state_dict(state);
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    std::string prefix = std::to_string(i) + ".";
-    Scalars child;
-    for (const auto& [k, v] : state) {
-      if (k.rfind(prefix, 0) == 0) child[k.substr(prefix.size())] = v;
-    }
-    schedulers_[i]->load_state_dict(child);
-  }
+  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i]->load_state_dict(child_state(state, i));
 }
 
 // ---- ReduceLROnPlateau
@@ -674,7 +694,16 @@ Scalars ReduceLROnPlateau::state_dict() const {
   return s;
 }
 
+void ReduceLROnPlateau::check_state_dict(const Scalars& state) const {
+  const char* who = "ReduceLROnPlateau";
+  scalar_at(state, "best", who);
+  for (const char* key : {"num_bad_epochs", "cooldown_counter", "last_epoch"})
+    scalar_count(scalar_at(state, key, who), key, who);
+  load_list(state, "last_lr", opt_.num_groups(), who);
+}
+
 void ReduceLROnPlateau::load_state_dict(const Scalars& state) {
+  check_state_dict(state);  // nothing below throws
   best_ = scalar_at(state, "best", "ReduceLROnPlateau");
   const char* who = "ReduceLROnPlateau";
   num_bad_epochs_ = scalar_count(scalar_at(state, "num_bad_epochs", who), "num_bad_epochs", who);

@@ -40,6 +40,10 @@ class LRScheduler {
   // The scheduler's counters and per-group values ("last_epoch", "base_lrs.0", ...). Resume by
   // building the same scheduler, then loading this and the optimizer's state_dict.
   virtual Scalars state_dict() const;
+  // Throws a brisk::Error naming the first missing or bad key unless this scheduler can load
+  // `state` (a composite checks its children's too); changes nothing.
+  virtual void check_state_dict(const Scalars& state) const;
+  // check_state_dict (the most derived one), then restores `state`.
   virtual void load_state_dict(const Scalars& state);
 
  protected:
@@ -176,6 +180,7 @@ class CosineAnnealingWarmRestarts final : public LRScheduler {
   void step(double epoch);
   void step_to(int64_t epoch) override { step(double(epoch)); }
   Scalars state_dict() const override;
+  void check_state_dict(const Scalars& state) const override;
   void load_state_dict(const Scalars& state) override;
 
  protected:
@@ -298,6 +303,7 @@ class SequentialLR final : public LRScheduler {
   void step() override;
   void step_to(int64_t epoch) override;
   Scalars state_dict() const override;  // its own counters and each child's, "0.last_epoch", ...
+  void check_state_dict(const Scalars& state) const override;
   void load_state_dict(const Scalars& state) override;
 
  protected:
@@ -316,6 +322,7 @@ class ChainedScheduler final : public LRScheduler {
   void step() override;
   void step_to(int64_t epoch) override;
   Scalars state_dict() const override;
+  void check_state_dict(const Scalars& state) const override;
   void load_state_dict(const Scalars& state) override;
 
  protected:
@@ -353,6 +360,9 @@ class ReduceLROnPlateau {
   bool in_cooldown() const { return cooldown_counter_ > 0; }
 
   Scalars state_dict() const;
+  // Throws a brisk::Error naming the first missing or bad key unless `state` can be loaded;
+  // changes nothing. load_state_dict runs it first.
+  void check_state_dict(const Scalars& state) const;
   void load_state_dict(const Scalars& state);
 
  private:

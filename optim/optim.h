@@ -1,10 +1,11 @@
 // optim/optim.h: everything of brisk::optim in one include: the optimizers (SGD, Adam, AdamW,
 // RMSprop, Adagrad), the LR schedulers, gradient clipping and early stopping.
+// Not here: the whole-training-state checkpoint, which also holds a data loader's position
+// and so lives above optim (train/checkpoint.h).
 #pragma once
 
 #include "optim/adagrad.h"
 #include "optim/adam.h"
-#include "optim/checkpoint.h"
 #include "optim/clip.h"
 #include "optim/early_stopping.h"
 #include "optim/lr_scheduler.h"

@@ -1,4 +1,7 @@
-// optim/optimizer.cpp: the Optimizer base: groups, options by name, zero_grad, state_dict.
+// optim/optimizer.cpp: the Optimizer base: groups, options by name, zero_grad, and the
+// state_dict with its side-effect-free check (check_state_dict, which load_state_dict runs
+// first, so a refused state changes nothing). Not here: the update rules (sgd.cpp, adam.cpp,
+// ...) or where a state is stored (train/checkpoint.cpp).
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -8,15 +11,6 @@
 #include "engine/grad_mode.h"
 
 namespace brisk::optim {
-
-bool is_count_key(const std::string& key) {
-  const std::string last = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
-  for (const char* k : {"step", "last_epoch", "step_count", "num_bad_epochs", "cooldown_counter", "best_epoch", "epoch",
-                        "num_groups", "num_params"}) {
-    if (last == k) return true;
-  }
-  return false;
-}
 
 bool is_count_value(double value) {
   constexpr double kMax = 9007199254740992.0;  // 2^53: every integer up to it is a double
@@ -165,55 +159,91 @@ OptimizerState Optimizer::state_dict() const {
   return out;
 }
 
-void Optimizer::load_state_dict(const OptimizerState& state) {
+namespace {
+
+std::unordered_map<std::string, const Tensor*> params_by_name(const std::vector<ParamGroup>& groups) {
+  std::unordered_map<std::string, const Tensor*> params;
+  for (const ParamGroup& group : groups) {
+    for (size_t i = 0; i < group.params.size(); ++i) params[group.names[i]] = &group.params[i];
+  }
+  return params;
+}
+
+// The parameter name of "state.<param>.<entry>", or "" when the key is not of that form.
+std::string state_param(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  if (key.rfind("state.", 0) != 0 || dot == std::string::npos || dot <= 6) return "";
+  return key.substr(6, dot - 6);
+}
+
+// Whether "group.<g>.<key>" names a group below `groups` (g in decimal digits).
+bool is_group_key(const std::string& key, size_t groups) {
+  const size_t dot = key.find('.', 6);
+  if (key.rfind("group.", 0) != 0 || dot == std::string::npos) return false;
+  const std::string g = key.substr(6, dot - 6);
+  if (g.empty() || g.size() > 9 || g.find_first_not_of("0123456789") != std::string::npos) return false;
+  return std::stoull(g) < groups;
+}
+
+}  // namespace
+
+void Optimizer::check_state_dict(const OptimizerState& state) const {
   const Scalars& s = state.scalars;
-  auto scalar = [&](const std::string& key) {
+  auto need = [&](const std::string& key) {
     auto it = s.find(key);
     BRISK_CHECK(it != s.end(), name(), ": load_state_dict: key '", key, "' is missing");
     return it->second;
   };
-  BRISK_CHECK(scalar_count(scalar("num_groups"), "num_groups", name()) == int64_t(groups_.size()), name(),
-              ": load_state_dict: the state has ",
-              scalar("num_groups"), " parameter groups, the optimizer ", groups_.size());
-  std::unordered_map<std::string, const Tensor*> params;
+  const int64_t num_groups = scalar_count(need("num_groups"), "num_groups", name());
+  BRISK_CHECK(num_groups == int64_t(groups_.size()), name(), ": load_state_dict: key 'num_groups': the state has ",
+              num_groups, " parameter groups, the optimizer ", groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
-    std::string prefix = "group." + std::to_string(g) + ".";
-    BRISK_CHECK(scalar_count(scalar(prefix + "num_params"), prefix + "num_params", name()) ==
-                    int64_t(groups_[g].params.size()), name(), ": load_state_dict: group ",
-                g, " has ", scalar(prefix + "num_params"), " parameters in the state, ", groups_[g].params.size(),
-                " in the optimizer");
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) params[groups_[g].names[i]] = &groups_[g].params[i];
+    const std::string prefix = "group." + std::to_string(g) + ".";
+    const int64_t n = scalar_count(need(prefix + "num_params"), prefix + "num_params", name());
+    BRISK_CHECK(n == int64_t(groups_[g].params.size()), name(), ": load_state_dict: key '", prefix,
+                "num_params' is ", n, " but group ", g, " has ", groups_[g].params.size(), " parameters");
+    // Every option (not the schedulers' extras, which a state may or may not have).
+    const_cast<Optimizer*>(this)->visit_options(g, [&](const char* k, double*, bool*) { need(prefix + k); });
   }
-  // Everything is checked before anything changes: a bad state leaves the optimizer as it was.
+  const auto params = params_by_name(groups_);
+  for (const auto& [key, t] : state.tensors) {
+    const std::string param = state_param(key);
+    BRISK_CHECK(!param.empty(), name(), ": load_state_dict: unexpected tensor key '", key, "'");
+    auto it = params.find(param);
+    BRISK_CHECK(it != params.end(), name(), ": load_state_dict: state for unknown parameter '", param, "'");
+    BRISK_CHECK(t.defined() && t.sizes() == it->second->sizes(), name(), ": load_state_dict: '", key,
+                "' has shape ", t.defined() ? t.sizes() : Shape{}, " but the parameter has ", it->second->sizes());
+  }
+  for (const auto& [key, value] : s) {
+    if (key == "num_groups" || is_group_key(key, groups_.size())) continue;
+    const std::string param = state_param(key);
+    BRISK_CHECK(!param.empty() && key.substr(key.rfind('.') + 1) == "step", name(),
+                ": load_state_dict: unexpected scalar key '", key, "'");
+    BRISK_CHECK(params.count(param), name(), ": load_state_dict: state for unknown parameter '", param, "'");
+    scalar_count(value, key, name());
+  }
+}
+
+void Optimizer::load_state_dict(const OptimizerState& state) {
+  check_state_dict(state);  // nothing below throws for a bad state
+  const auto params = params_by_name(groups_);
   std::unordered_map<std::string, ParamState> loaded;
   for (const auto& [key, t] : state.tensors) {
-    size_t dot = key.rfind('.');
-    BRISK_CHECK(key.rfind("state.", 0) == 0 && dot != std::string::npos && dot > 6, name(),
-                ": load_state_dict: unexpected tensor key '", key, "'");
-    std::string param_name = key.substr(6, dot - 6);
-    auto it = params.find(param_name);
-    BRISK_CHECK(it != params.end(), name(), ": load_state_dict: state for unknown parameter '", param_name, "'");
-    const Tensor& p = *it->second;
-    BRISK_CHECK(t.defined() && t.sizes() == p.sizes(), name(), ": load_state_dict: '", key, "' has shape ",
-                t.defined() ? t.sizes() : Shape{}, " but the parameter has ", p.sizes());
+    const std::string param = state_param(key);
+    const Tensor& p = *params.at(param);
     NoGradGuard no_grad;
     Tensor copy = empty(p.sizes(), p.dtype(), p.device());
     copy.copy_(t);
-    loaded[param_name].buffers[key.substr(dot + 1)] = copy;
+    loaded[param].buffers[key.substr(key.rfind('.') + 1)] = copy;
   }
-  for (const auto& [key, value] : s) {
-    if (key.rfind("state.", 0) != 0) continue;
-    size_t dot = key.rfind('.');
-    BRISK_CHECK(dot != std::string::npos && key.substr(dot + 1) == "step", name(),
-                ": load_state_dict: unexpected scalar key '", key, "'");
-    std::string param_name = key.substr(6, dot - 6);
-    BRISK_CHECK(params.count(param_name), name(), ": load_state_dict: state for unknown parameter '", param_name, "'");
-    loaded[param_name].step = scalar_count(value, key, name());
+  for (const auto& [key, value] : state.scalars) {
+    if (key.rfind("state.", 0) == 0) loaded[state_param(key)].step = int64_t(value);
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::string prefix = "group." + std::to_string(g) + ".";
     groups_[g].extras.clear();
-    for (auto it = s.lower_bound(prefix); it != s.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+    for (auto it = state.scalars.lower_bound(prefix); it != state.scalars.end() && it->first.rfind(prefix, 0) == 0;
+         ++it) {
       std::string key = it->first.substr(prefix.size());
       if (key == "num_params") continue;
       set(g, key, it->second);

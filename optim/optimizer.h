@@ -24,11 +24,10 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using Scalars = std::map<std::string, double>;
 
 // Saved counters (steps, epochs, group and parameter counts) travel as doubles in Scalars.
-// is_count_key says whether a key holds one (by its last dotted component); scalar_count turns
-// a value into an integer, or throws a brisk::Error naming `who` and the key when it is not a
-// whole number within +-2^53 (NaN, inf, 1e300 or 2.5 from a corrupt file would otherwise be
-// undefined behaviour in the cast).
-bool is_count_key(const std::string& key);
+// scalar_count turns a value into an integer, or throws a brisk::Error naming `who` and the
+// key when it is not a whole number within +-2^53 (NaN, inf, 1e300 or 2.5 from a corrupt file
+// would otherwise be undefined behaviour in the cast). Each check_state_dict runs it on every
+// counter its load_state_dict casts.
 bool is_count_value(double value);
 int64_t scalar_count(double value, const std::string& key, const char* who);
 
@@ -96,8 +95,13 @@ class Optimizer {
   };
 
   OptimizerState state_dict() const;
-  // Restores a state_dict made by an optimizer of the same kind over parameters of the same
-  // names and groups. Buffers are copied to each parameter's device and dtype.
+  // Throws a brisk::Error naming the first bad key unless `state` is a state_dict of an
+  // optimizer of this kind over parameters of the same names and groups: counts that match,
+  // every option of every group present, no unexpected key, every buffer shaped like its
+  // parameter. Changes nothing (a training checkpoint checks every part before loading any).
+  void check_state_dict(const OptimizerState& state) const;
+  // check_state_dict, then restores `state`; buffers are copied to each parameter's device and
+  // dtype. A refused state leaves the optimizer as it was.
   void load_state_dict(const OptimizerState& state);
 
  protected:

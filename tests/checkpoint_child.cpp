@@ -24,8 +24,8 @@
 #include "nn/layers.h"
 #include "nn/serialize_module.h"
 #include "optim/adam.h"
-#include "optim/checkpoint.h"
 #include "optim/lr_scheduler.h"
+#include "train/checkpoint.h"
 
 using namespace brisk;
 
@@ -79,12 +79,12 @@ int main(int argc, char** argv) {
     optim::Adam opt(model->named_parameters(), {.lr = 1e-2});
     optim::OneCycleLR sched(opt, {.max_lr = {0.05}, .total_steps = total_steps + 1});
 
-    optim::TrainingState state;
+    train::TrainingState state;
     state.model = model.get();
     state.optimizer = &opt;
     state.scheduler = &sched;
     state.loader = &loader;
-    if (std::filesystem::exists(ckpt)) optim::load_checkpoint(ckpt, state);
+    if (std::filesystem::exists(ckpt)) train::load_checkpoint(ckpt, state);
 
     int64_t step = state.step;
     while (step < total_steps) {
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       if (step % every == 0) {
         state.step = step;
         state.epoch = loader.state().epoch;
-        optim::save_checkpoint(ckpt, state);
+        train::save_checkpoint(ckpt, state);
       }
     }
     nn::save_module(*model, output);

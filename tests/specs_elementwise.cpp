@@ -2,10 +2,20 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/functors.h"
 #include "tests/op_spec.h"
 
 namespace brisk::test {
 namespace {
+
+// Note [Functor parameters]: a functor with parameters is built only through its from(); one
+// without from() does not compile as a kernel's functor.
+struct ParameterWithoutFrom {
+  double slope;
+  double operator()(double x) const { return x < 0 ? slope * x : x; }
+};
+static_assert(!functors::Buildable<ParameterWithoutFrom>);
+static_assert(functors::Buildable<functors::Softplus> && functors::Buildable<functors::Relu>);
 
 using V = std::vector<double>;
 using Fn1 = double (*)(double);
@@ -138,6 +148,19 @@ void add_specs(std::vector<OpSpec>& specs) {
   specs.push_back(unary("sigmoid", OpId::Sigmoid, sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -3, 3));
   specs.push_back(unary("tanh", OpId::Tanh, tanh, [](double x) { return std::tanh(x); }, -2, 2));
   specs.push_back(unary("silu", OpId::Silu, silu, [](double x) { return x / (1 + std::exp(-x)); }, -3, 3));
+  // softplus in both regions (beta x crosses the threshold), then with its defaults.
+  specs.push_back(unary(
+      "softplus beta 2 threshold 1.5", OpId::Softplus, [](const Tensor& x) { return softplus(x, 2, 1.5); },
+      [](double x) { return 2 * x > 1.5 ? x : std::log1p(std::exp(2 * x)) / 2; }, -2, 2));
+  specs.push_back(unary("softplus", OpId::Softplus, [](const Tensor& x) { return softplus(x); },
+                        [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, -30, 30));
+  {
+    // A composite op (no OpId of its own): the table checks it all the same.
+    OpSpec s = unary("logsigmoid (composite)", OpId::Softplus, logsigmoid,
+                     [](double x) { return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x))); }, -4, 4);
+    s.covers = {};  // no op of its own
+    specs.push_back(s);
+  }
   {
     OpSpec s = unary("sign", OpId::Sign, sign, [](double x) { return double((x > 0) - (x < 0)); }, -2, 2);
     s.grad = false;
@@ -213,6 +236,9 @@ void add_specs(std::vector<OpSpec>& specs) {
       return s;
     };
     specs.push_back(with_cases(unary("relu", OpId::Relu, relu, [](double x) { return x < 0 ? 0.0 : x; }, -1, 1),
+                               edge_cases()));
+    specs.push_back(with_cases(unary("softplus", OpId::Softplus, [](const Tensor& x) { return softplus(x); },
+                                     [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, -1, 1),
                                edge_cases()));
     specs.push_back(with_cases(unary("abs", OpId::Abs, abs, [](double x) { return std::fabs(x); }, -1, 1), edge_cases()));
     specs.push_back(with_cases(

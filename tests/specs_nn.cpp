@@ -1,5 +1,5 @@
-// tests/specs_nn.cpp: specs of the convolution and pooling ops (engine/ops/nn.cpp) and of
-// nn::functional's linear, conv1d and conv2d. References are plain direct loops in F64 (no
+// tests/specs_nn.cpp: specs of the convolution and pooling ops (engine/ops/conv.cpp,
+// engine/ops/pool.cpp) and of nn::functional's linear, conv1d and conv2d. References are plain direct loops in F64 (no
 // im2col, no GEMM), written from PyTorch's definitions; the backward ops are checked twice:
 // by gradcheck of the forward ops, and as ops of their own (reference + gradcheck, which
 // exercises double backward). Cases are small so that gradcheck stays fast.
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/op_params.h"
 #include "nn/functional.h"
 #include "tests/op_spec.h"
 
@@ -37,11 +38,12 @@ struct ConvArgs {
   int64_t groups = 1;
 };
 
-Attrs conv_attrs(const ConvArgs& a, const Shape& w) {
+Hw hw(Pair p) { return {p[0], p[1]}; }
+
+Attrs conv_attrs(const ConvArgs& a) {
   Attrs attrs;
-  attrs.geometry = {a.stride[0], a.stride[1], a.padding[0], a.padding[1],
-                    a.dilation[0], a.dilation[1], w[2], w[3]};
-  attrs.dim = a.groups;
+  ConvParams{.stride = hw(a.stride), .padding = hw(a.padding), .dilation = hw(a.dilation), .groups = a.groups}.store(
+      attrs);
   return attrs;
 }
 
@@ -188,7 +190,7 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
     s.name = "conv2d_backward_input (stride 2, padding 1, groups 2)";
     s.covers = {OpId::Conv2dBackwardInput, OpId::Conv2d, OpId::Conv2dBackwardWeight};
     s.fn = [=](const Ts& in) {
-      Attrs attrs = conv_attrs(a, in[1].sizes());
+      Attrs attrs = conv_attrs(a);
       attrs.shape = x_sizes;
       return call1(OpId::Conv2dBackwardInput, {in[0], in[1]}, attrs);
     };
@@ -205,7 +207,7 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
 
     s.name = "conv2d_backward_weight (stride 2, padding 1, groups 2)";
     s.fn = [=](const Ts& in) {
-      Attrs attrs = conv_attrs(a, w_sizes);
+      Attrs attrs = conv_attrs(a);
       attrs.shape = w_sizes;
       return call1(OpId::Conv2dBackwardWeight, {in[0], in[1]}, attrs);
     };
@@ -231,7 +233,7 @@ struct PoolArgs {
   Pair st() const { return stride.value_or(kernel); }
 };
 
-// PyTorch's pooling output size, written out again independently of engine/ops/nn.cpp.
+// PyTorch's pooling output size, written out again independently of engine/ops/pool.cpp.
 int64_t pool_len(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
   const double exact = double(in + 2 * p - d * (k - 1) - 1) / double(s);
   int64_t out = int64_t(ceil_mode ? std::ceil(exact) : std::floor(exact)) + 1;
@@ -246,10 +248,13 @@ Shape pool_out(const Shape& x, const PoolArgs& a) {
 
 Attrs pool_attrs(const PoolArgs& a) {
   Attrs attrs;
-  attrs.geometry = {a.st()[0], a.st()[1], a.padding[0], a.padding[1], a.dilation[0], a.dilation[1],
-                    a.kernel[0], a.kernel[1]};
-  attrs.flag = a.ceil_mode;
-  attrs.flag2 = a.count_include_pad;
+  PoolParams{.kernel = hw(a.kernel),
+             .stride = hw(a.st()),
+             .padding = hw(a.padding),
+             .dilation = hw(a.dilation),
+             .ceil_mode = a.ceil_mode,
+             .count_include_pad = a.count_include_pad}
+      .store(attrs);
   return attrs;
 }
 
@@ -573,6 +578,33 @@ TEST_CASE("conv2d: large batches (threaded paths) match the direct loops") {
   SUBCASE("depthwise, channel multiplier 2") {
     check({8, 16, 24, 24}, {32, 1, 3, 3}, {.padding = {1, 1}, .groups = 16}, 76);
   }
+}
+
+TEST_CASE("op params: conv and pool parameters read back what they stored, in attrs.geometry's layout") {
+  Attrs conv;
+  ConvParams{.stride = {2, 3}, .padding = {1, 0}, .dilation = {2, 1}, .groups = 4}.store(conv);
+  const ConvParams c = ConvParams::from(conv);
+  CHECK(c.stride == Hw{2, 3});
+  CHECK(c.padding == Hw{1, 0});
+  CHECK(c.dilation == Hw{2, 1});
+  CHECK(c.groups == 4);
+  // The layout code that builds Attrs by field relies on (tests, benchmarks).
+  CHECK(conv.geometry == Shape{2, 3, 1, 0, 2, 1, 0, 0});
+  Attrs pool;
+  PoolParams{.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false}
+      .store(pool);
+  const PoolParams p = PoolParams::from(pool, "avg_pool2d");
+  CHECK(p.kernel == Hw{3, 2});
+  CHECK(p.stride == Hw{2, 1});
+  CHECK(p.padding == Hw{1, 1});
+  CHECK(p.dilation == Hw{1, 1});
+  CHECK(p.ceil_mode);
+  CHECK_FALSE(p.count_include_pad);
+  CHECK(pool.geometry == Shape{2, 1, 1, 1, 1, 1, 3, 2});
+  Attrs bad;
+  bad.geometry = {1, 1};
+  const std::string e = error_of([&] { PoolParams::from(bad, "max_pool2d"); });
+  CHECK_MESSAGE(e.find("max_pool2d: attrs.geometry must hold 8 values") != std::string::npos, e);
 }
 
 }  // namespace

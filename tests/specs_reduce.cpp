@@ -1,4 +1,4 @@
-// tests/specs_reduce.cpp: specs of the reductions, softmax and losses (engine/ops/reduce.cpp),
+// tests/specs_reduce.cpp: specs of the reductions (logsumexp included), softmax and losses (engine/ops/reduce.cpp),
 // each against a plain-loop F64 reference, plus the checks that do not fit the table: errors on
 // empty max/argmax and bad targets, ties, accuracy of long F32 sums, large logits, autocast,
 // double backward. A reduction case carries its dims and keepdim as two extra I64 inputs, so
@@ -153,6 +153,18 @@ V ref_log_softmax(const V& v) {
   for (double& x : p) x = std::log(x);
   return p;
 }
+// torch.logsumexp: NaN propagates, an infinite maximum is the result, no elements give -inf.
+double ref_logsumexp(const V& v) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (double x : v) {
+    if (x != x) return x;
+    m = std::max(m, x);
+  }
+  if (std::isinf(m)) return m;
+  double s = 0;
+  for (double x : v) s += std::exp(x - m);
+  return m + std::log(s);
+}
 
 // ---- specs
 using ReduceFn = std::function<Tensor(const Tensor&, const Shape&, bool)>;
@@ -269,6 +281,22 @@ void add_specs(std::vector<OpSpec>& specs) {
   specs.push_back(reduce_spec(
       "min (all elements)", OpId::Amin, [](const Tensor& x, const Shape&, bool) { return min(x); }, ref_min, general));
   specs.back().reference = [](const std::vector<Tensor>& in) { return reduce_reference(in[0], {}, false, ref_min); };
+  // logsumexp, and its edge values (infinite and NaN elements, huge values)
+  {
+    ReduceFn lse = [](const Tensor& x, const Shape& d, bool k) { return logsumexp(x, d, k); };
+    specs.push_back(reduce_spec("logsumexp", OpId::Logsumexp, lse, ref_logsumexp, concat(general, empty)));
+    const double inf = std::numeric_limits<double>::infinity();
+    OpSpec e = reduce_spec("logsumexp (edge values)", OpId::Logsumexp, lse, ref_logsumexp, [inf] {
+      Tensor x = from_vector({-inf, -inf, -inf, -inf, 1, inf, 2, 3, kNaN, 1, inf, -inf, inf, -inf, 0, 0, -inf, 1000,
+                              1000, -inf, -1e4, -1e4, -1e4 + 1, -inf},
+                             {6, 4}, DType::F64);
+      return std::vector<OpCase>{reduce_case("rows of edge values, dim 1", x, {1}, false),
+                                 reduce_case("columns of edge values, dim 0, keepdim", x, {0}, true)};
+    });
+    e.grad = false;
+    e.dtypes = {DType::F32};
+    specs.push_back(e);
+  }
   // var, std: cases where every output has more elements than the correction
   {
     auto several = [] {
@@ -652,6 +680,24 @@ TEST_CASE("softmax, log_softmax, cross_entropy: large logits stay finite") {
   CHECK(cross_entropy(x, ints({0}, {1})).item<double>() == doctest::Approx(2.40760596));
 }
 
+TEST_CASE("logsumexp: stays finite for huge values, and its gradient is exp(x - y) as in PyTorch") {
+  const double inf = std::numeric_limits<double>::infinity();
+  CHECK(logsumexp(from_vector({1000, 1000}, {2})).item<double>() == doctest::Approx(1000 + std::log(2.0)));
+  CHECK(logsumexp(from_vector({-1000, -1000}, {2})).item<double>() == doctest::Approx(-1000 + std::log(2.0)));
+  // PyTorch's logsumexp_backward is grad * exp(x - y): NaN where x and y are the same infinity.
+  Tensor x = leaf(from_vector({-inf, -inf, inf, 1, 0, std::log(3.0)}, {3, 2}, DType::F64));
+  sum(logsumexp(x, {1})).backward();
+  const V g = x.grad().to_vector<double>();
+  CHECK(std::isnan(g[0]));
+  CHECK(std::isnan(g[1]));
+  CHECK(std::isnan(g[2]));
+  CHECK(g[3] == 0);
+  CHECK(g[4] == doctest::Approx(0.25));
+  CHECK(g[5] == doctest::Approx(0.75));
+  CHECK_THROWS_WITH_AS(logsumexp(ints({1, 2}, {2})), doctest::Contains("logsumexp: needs a floating input"), Error);
+  CHECK_THROWS_WITH_AS(logsumexp(zeros({2, 3}), {0, -2}), doctest::Contains("appears more than once"), Error);
+}
+
 TEST_CASE("cross_entropy: an out-of-range target is an error naming the op, the index and C") {
   Tensor logits = zeros({2, 5});
   CHECK_THROWS_WITH_AS(cross_entropy(logits, ints({1, 5}, {2})),
@@ -690,6 +736,7 @@ TEST_CASE("autocast: sums, softmax and cross_entropy run in F32; amax keeps the 
   AutocastGuard guard(DeviceType::CPU, DType::BF16);
   CHECK(sum(x).dtype() == DType::F32);
   CHECK(softmax(x, 1).dtype() == DType::F32);
+  CHECK(logsumexp(x, {1}).dtype() == DType::F32);
   CHECK(cross_entropy(x, ints({0, 1, 2, 3}, {4})).dtype() == DType::F32);
   CHECK(amax(x).dtype() == DType::BF16);
 }
@@ -698,6 +745,7 @@ TEST_CASE("reductions: double backward matches finite differences") {
   Tensor x = uniform_values({3, 4}, -1, 1, 5);
   SUBCASE("softmax") { check_double_backward([](const Tensor& t) { return softmax(t, 1); }, x); }
   SUBCASE("log_softmax") { check_double_backward([](const Tensor& t) { return log_softmax(t, 0); }, x); }
+  SUBCASE("logsumexp") { check_double_backward([](const Tensor& t) { return logsumexp(t, {1}); }, x); }
   SUBCASE("var") { check_double_backward([](const Tensor& t) { return var(t, {1}); }, x); }
   SUBCASE("amax") { check_double_backward([](const Tensor& t) { return amax(t, {0}) * amax(t, {0}); }, x); }
   SUBCASE("sum") { check_double_backward([](const Tensor& t) { return sum(t * t, {1}); }, x); }

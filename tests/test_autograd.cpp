@@ -145,6 +145,26 @@ TEST_CASE("autograd: grad() returns gradients without touching .grad") {
   CHECK_FALSE(g2[1].defined());
 }
 
+TEST_CASE("autograd: grad() runs only the nodes on a path to its inputs, and no leaf's accumulator") {
+  Tensor a = vec({1, 2}).requires_grad_();
+  Tensor b = vec({3, 4}).requires_grad_();
+  CHECK(gradient_edge(a).node->is_accumulator());
+  Tensor e = b.exp();  // exp saves its output: running its backward after the change below throws
+  Tensor y = (a * 2.0).sum() + e.sum();
+  CHECK_FALSE(y.grad_fn()->is_accumulator());
+  {
+    NoGradGuard ng;
+    e.add_(full({}, 1.0, DType::F64));
+  }
+  Tensor outs[1] = {y};
+  Tensor ins[1] = {a};
+  std::vector<Tensor> g = grad(outs, ins, {}, /*retain_graph=*/true);
+  CHECK(g[0].to_vector<double>() == std::vector<double>{2, 2});
+  CHECK_FALSE(a.grad().defined());
+  // backward() runs every node, so the changed saved tensor is found there.
+  CHECK_THROWS_WITH_AS(y.backward(), doctest::Contains("exp"), Error);
+}
+
 TEST_CASE("autograd: grad() with respect to an intermediate tensor") {
   Tensor x = vec({1, 2}).requires_grad_();
   Tensor h = x * 3.0;

@@ -1,7 +1,8 @@
-// tests/test_checkpoint.cpp: training checkpoints (optim/checkpoint.h): a round trip restores
+// tests/test_checkpoint.cpp: training checkpoints (train/checkpoint.h): a round trip restores
 // model, optimizer, scheduler, plateau, early stopping, RNG, loader, counters and user strings,
 // and training continues bit for bit; an incompatible model, optimizer or scheduler is refused
-// with the offending key named and nothing changed; truncated, corrupt or foreign files are
+// with the offending key named and nothing changed; a part refused by its own check_state_dict
+// changes no part (not even those loaded before it); truncated, corrupt or foreign files are
 // clear errors; and the kill test: tests/checkpoint_child.cpp SIGKILLed at random moments and
 // restarted ends with weights bit-identical to an uninterrupted run.
 // Not here: the safetensors format itself (test_serialize.cpp) or each state_dict (test_optim*).
@@ -28,9 +29,9 @@
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "optim/adam.h"
-#include "optim/checkpoint.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
+#include "train/checkpoint.h"
 
 extern char** environ;
 
@@ -125,8 +126,8 @@ struct Run {
     loader = std::make_unique<data::DataLoader>(toy_dataset(), lo);
   }
 
-  optim::TrainingState state() {
-    optim::TrainingState s;
+  train::TrainingState state() {
+    train::TrainingState s;
     s.model = model.get();
     s.optimizer = opt.get();
     s.scheduler = sched.get();
@@ -162,18 +163,18 @@ TEST_CASE("checkpoint: a round trip restores every state and training continues 
   manual_seed(42);
   Run a;
   a.train(19);  // two epochs and a bit: mid-epoch loader position, stepped schedules
-  optim::TrainingState sa = a.state();
+  train::TrainingState sa = a.state();
   sa.epoch = 2;
   sa.step = 19;
   sa.user_metadata = {{"note", "hello \"world\""}, {"run", "7"}};
-  optim::save_checkpoint(path, sa);
+  train::save_checkpoint(path, sa);
   const uint64_t seed = default_generator().seed(), offset = default_generator().offset();
 
   // A fresh run built with other random numbers, then loaded.
   manual_seed(999);
   Run b;
-  optim::TrainingState sb = b.state();
-  optim::load_checkpoint(path, sb);
+  train::TrainingState sb = b.state();
+  train::load_checkpoint(path, sb);
   CHECK(sb.epoch == 2);
   CHECK(sb.step == 19);
   CHECK(sb.user_metadata == sa.user_metadata);
@@ -192,7 +193,7 @@ TEST_CASE("checkpoint: a round trip restores every state and training continues 
   // Both continue identically (dropout draws, batch order, learning rates, Adam moments).
   a.train(13);
   Generator after_a = default_generator();
-  optim::load_checkpoint(path, sb);
+  train::load_checkpoint(path, sb);
   b.train(13);
   CHECK(default_generator().offset() == after_a.offset());
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
@@ -200,7 +201,7 @@ TEST_CASE("checkpoint: a round trip restores every state and training continues 
 
   // The file is plain safetensors: weights load without brisk's checkpoint code.
   SafetensorsFile f = load_safetensors(path);
-  CHECK(f.metadata.count(optim::kCheckpointMetadataKey) == 1);
+  CHECK(f.metadata.count(train::kCheckpointMetadataKey) == 1);
   bool has_weight = false, has_moment = false;
   for (auto& [k, t] : f.tensors) {
     has_weight |= k == "model.0.weight";
@@ -216,35 +217,35 @@ TEST_CASE("checkpoint: optional parts are left out and a model-only load ignores
   manual_seed(1);
   Run a;
   a.train(3);
-  optim::save_checkpoint(path, a.state());
+  train::save_checkpoint(path, a.state());
   Run b;
-  optim::TrainingState only_model;
+  train::TrainingState only_model;
   only_model.model = b.model.get();
   only_model.rng = false;
   const uint64_t offset = default_generator().offset();
-  optim::load_checkpoint(path, only_model);
+  train::load_checkpoint(path, only_model);
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
   CHECK(default_generator().offset() == offset);
 
   // Non-finite scalars (a plateau's and an early stopper's best before any metric is +inf).
   Run fresh;
-  optim::save_checkpoint(path, fresh.state());
+  train::save_checkpoint(path, fresh.state());
   Run stepped;
   stepped.plateau->step(0.5);
   stepped.stopping.step(0.5);
-  optim::TrainingState st = stepped.state();
-  optim::load_checkpoint(path, st);
+  train::TrainingState st = stepped.state();
+  train::load_checkpoint(path, st);
   CHECK(std::isinf(stepped.plateau->best()));
   CHECK(stepped.plateau->best() > 0);
   CHECK(stepped.stopping.best() == fresh.stopping.best());
   CHECK(stepped.stopping.best_epoch() == -1);
 
   // Saved without an optimizer, loaded with one: the optimizer part is missing.
-  optim::TrainingState save_model_only;
+  train::TrainingState save_model_only;
   save_model_only.model = a.model.get();
-  optim::save_checkpoint(path, save_model_only);
-  optim::TrainingState sb = b.state();
-  std::string msg = error_text([&] { optim::load_checkpoint(path, sb); });
+  train::save_checkpoint(path, save_model_only);
+  train::TrainingState sb = b.state();
+  std::string msg = error_text([&] { train::load_checkpoint(path, sb); });
   CHECK(msg.find("'optimizer' is missing") != std::string::npos);
   CHECK(msg.find(path) != std::string::npos);
 }
@@ -255,7 +256,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   manual_seed(3);
   Run a;
   a.train(5);
-  optim::save_checkpoint(path, a.state());
+  train::save_checkpoint(path, a.state());
   const std::string good_bytes = slurp(path);
 
   // A wider hidden layer: the first mis-shaped key is named, and nothing is changed.
@@ -266,8 +267,8 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   optim::OptimizerState opt_before = wide.opt->state_dict();
   optim::Scalars sched_before = wide.sched->state_dict();
   const uint64_t offset_before = default_generator().offset();
-  optim::TrainingState sw = wide.state();
-  std::string msg = error_text([&] { optim::load_checkpoint(path, sw); });
+  train::TrainingState sw = wide.state();
+  std::string msg = error_text([&] { train::load_checkpoint(path, sw); });
   CHECK(msg.find("'model.0.weight'") != std::string::npos);
   CHECK(msg.find("(16, 8)") != std::string::npos);
   CHECK(msg.find(path) != std::string::npos);
@@ -280,45 +281,154 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   // A model with a layer more: the missing key is named.
   Run deeper;
   deeper.model->push_back(std::make_shared<nn::Linear>(4, 4));
-  optim::TrainingState sd = deeper.state();
+  train::TrainingState sd = deeper.state();
   sd.optimizer = nullptr;
-  msg = error_text([&] { optim::load_checkpoint(path, sd); });
+  msg = error_text([&] { train::load_checkpoint(path, sd); });
   CHECK(msg.find("'model.4.weight' is missing") != std::string::npos);
 
   // A model with a layer less: the unexpected key is named.
   auto shallow = std::make_shared<nn::Sequential>();
   shallow->push_back(std::make_shared<nn::Linear>(8, 16));
-  optim::TrainingState ss;
+  train::TrainingState ss;
   ss.model = shallow.get();
-  msg = error_text([&] { optim::load_checkpoint(path, ss); });
+  msg = error_text([&] { train::load_checkpoint(path, ss); });
   CHECK(msg.find("'model.3.weight' is unexpected") != std::string::npos);
 
   // Another optimizer kind.
   Run other;
   optim::SGD sgd(other.model->named_parameters(), {.lr = 0.1, .momentum = 0.9});
-  optim::TrainingState so;
+  train::TrainingState so;
   so.model = other.model.get();
   so.optimizer = &sgd;
-  msg = error_text([&] { optim::load_checkpoint(path, so); });
+  msg = error_text([&] { train::load_checkpoint(path, so); });
   CHECK(msg.find("\"Adam\" in the checkpoint but SGD") != std::string::npos);
 
   // The same optimizer over differently named parameters.
   auto renamed = std::make_shared<nn::Sequential>();
   renamed->push_back("fc1", std::make_shared<nn::Linear>(8, 16));
   optim::Adam adam2(renamed->named_parameters(), {.lr = 0.01, .amsgrad = true});
-  optim::TrainingState sr;
+  train::TrainingState sr;
   sr.model = other.model.get();
   sr.optimizer = &adam2;
-  msg = error_text([&] { optim::load_checkpoint(path, sr); });
+  msg = error_text([&] { train::load_checkpoint(path, sr); });
   CHECK(msg.find("'group.0.num_params'") != std::string::npos);
 
   // Another schedule kind: its keys differ.
   Run sched_run;
   optim::CosineAnnealingWarmRestarts warm(*sched_run.opt, 5);
-  optim::TrainingState sc = sched_run.state();
+  train::TrainingState sc = sched_run.state();
   sc.scheduler = &warm;
-  msg = error_text([&] { optim::load_checkpoint(path, sc); });
+  msg = error_text([&] { train::load_checkpoint(path, sc); });
   CHECK(msg.find("scheduler key 'T_cur' is missing") != std::string::npos);
+}
+
+namespace {
+
+// Everything a failed load must leave as it was.
+struct Snapshot {
+  NamedTensors model, opt_tensors;
+  optim::Scalars opt_scalars, sched, plateau, stopping;
+  data::LoaderState loader;
+  uint64_t seed = 0, offset = 0;
+
+  explicit Snapshot(Run& r) {
+    for (auto& [k, t] : r.model->state_dict()) model.emplace_back(k, t.clone());
+    optim::OptimizerState os = r.opt->state_dict();
+    for (auto& [k, t] : os.tensors) opt_tensors.emplace_back(k, t.clone());
+    opt_scalars = os.scalars;
+    sched = r.sched->state_dict();
+    plateau = r.plateau->state_dict();
+    stopping = r.stopping.state_dict();
+    loader = r.loader->state();
+    seed = default_generator().seed();
+    offset = default_generator().offset();
+  }
+  bool same_as(Run& r) const {
+    optim::OptimizerState os = r.opt->state_dict();
+    return bit_equal(model, r.model->state_dict()) && bit_equal(opt_tensors, os.tensors) &&
+           opt_scalars == os.scalars && sched == r.sched->state_dict() && plateau == r.plateau->state_dict() &&
+           stopping == r.stopping.state_dict() && loader.epoch == r.loader->state().epoch &&
+           loader.batch == r.loader->state().batch && seed == default_generator().seed() &&
+           offset == default_generator().offset();
+  }
+};
+
+// The metadata with the number at <section>.<key> replaced by `value`.
+std::string with_value(std::string meta, const std::string& section, const std::string& key,
+                       const std::string& value) {
+  const size_t at = meta.find("\"" + section + "\":{");
+  REQUIRE(at != std::string::npos);
+  const size_t k = meta.find("\"" + key + "\":", at);
+  REQUIRE(k != std::string::npos);
+  const size_t num = k + key.size() + 3, end = meta.find_first_of(",}", num);
+  meta.replace(num, end - num, value);
+  return meta;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a bad part refused by its own check changes no part, not even the ones loaded first") {
+  CkptDir dir;
+  const std::string path = dir.file("good.safetensors"), bad = dir.file("bad.safetensors");
+  manual_seed(8);
+  Run a;
+  a.train(21);
+  train::save_checkpoint(path, a.state());
+  SafetensorsFile f = load_safetensors(path);
+  const std::string meta = f.metadata.at(train::kCheckpointMetadataKey);
+
+  manual_seed(9);
+  Run b;
+  b.train(10);
+  train::TrainingState sb = b.state();
+  const Snapshot before(b);
+  struct Case {
+    const char *section, *key, *value, *expect;
+  };
+  for (const Case& c : {Case{"loader", "batch", "999", "loader position"},
+                        Case{"early_stopping", "epoch", "2.5", "early_stopping state"},
+                        Case{"plateau", "num_bad_epochs", "1e300", "plateau state"},
+                        Case{"scheduler", "last_epoch", "\"nan\"", "scheduler state"}}) {
+    CAPTURE(c.section);
+    save_safetensors(bad, f.tensors, {{train::kCheckpointMetadataKey, with_value(meta, c.section, c.key, c.value)}});
+    const std::string msg = error_text([&] { train::load_checkpoint(bad, sb); });
+    CHECK(msg.find(c.expect) != std::string::npos);
+    CHECK(msg.find(bad) != std::string::npos);
+    CHECK(before.same_as(b));  // the optimizer is loaded first, yet nothing changed
+  }
+  train::load_checkpoint(path, sb);  // and the good file still loads
+  CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
+}
+
+TEST_CASE("checkpoint: each part's check_state_dict changes nothing, and a refused load_state_dict neither") {
+  manual_seed(10);
+  Run a, b;
+  a.train(12);
+  b.train(3);
+  const Snapshot before(b);
+  b.opt->check_state_dict(a.opt->state_dict());
+  b.sched->check_state_dict(a.sched->state_dict());
+  b.plateau->check_state_dict(a.plateau->state_dict());
+  b.stopping.check_state_dict(a.stopping.state_dict());
+  b.loader->check_state(a.loader->state());
+  CHECK(before.same_as(b));
+
+  // The optimizer's check is strict: an unknown key or a missing option is refused.
+  optim::OptimizerState extra = a.opt->state_dict();
+  extra.scalars["momentum"] = 0.9;
+  CHECK_THROWS_WITH_AS(b.opt->load_state_dict(extra), doctest::Contains("unexpected scalar key 'momentum'"), Error);
+  optim::OptimizerState no_lr = a.opt->state_dict();
+  no_lr.scalars.erase("group.0.lr");
+  CHECK_THROWS_WITH_AS(b.opt->load_state_dict(no_lr), doctest::Contains("key 'group.0.lr' is missing"), Error);
+  // A counter that is not whole, after keys that load fine: nothing of it is applied.
+  optim::Scalars stop = a.stopping.state_dict();
+  stop["num_bad_epochs"] = 2.5;
+  CHECK_THROWS_WITH_AS(b.stopping.load_state_dict(stop), doctest::Contains("not a whole number"), Error);
+  optim::Scalars plat = a.plateau->state_dict();
+  plat["last_epoch"] = 1e300;
+  CHECK_THROWS_WITH_AS(b.plateau->load_state_dict(plat), doctest::Contains("not a whole number"), Error);
+  CHECK_THROWS_WITH_AS(b.loader->load_state({0, 9}), doctest::Contains("8 batches per epoch"), Error);
+  CHECK(before.same_as(b));
 }
 
 TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
@@ -327,16 +437,16 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   manual_seed(4);
   Run a;
   a.train(2);
-  optim::save_checkpoint(path, a.state());
+  train::save_checkpoint(path, a.state());
   const std::string bytes = slurp(path);
   const std::string bad = dir.file("bad.safetensors");
 
   Run b;
-  optim::TrainingState sb = b.state();
+  train::TrainingState sb = b.state();
   for (size_t cut : {size_t(0), size_t(5), size_t(8), size_t(20), bytes.size() / 2, bytes.size() - 1}) {
     CAPTURE(cut);
     spit(bad, bytes.substr(0, cut));
-    std::string msg = error_text([&] { optim::load_checkpoint(bad, sb); });
+    std::string msg = error_text([&] { train::load_checkpoint(bad, sb); });
     CHECK(msg != "(no error)");
     CHECK(msg.find(bad) != std::string::npos);
   }
@@ -345,27 +455,27 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   std::string garbled = bytes;
   garbled[10] = '\x01';
   spit(bad, garbled);
-  CHECK(error_text([&] { optim::load_checkpoint(bad, sb); }).find(bad) != std::string::npos);
+  CHECK(error_text([&] { train::load_checkpoint(bad, sb); }).find(bad) != std::string::npos);
 
   // A flipped bit in the tensor data (the last bytes belong to the last tensor written).
   std::string flipped = bytes;
   flipped[flipped.size() - 3] ^= 0x10;
   spit(bad, flipped);
-  std::string crc_msg = error_text([&] { optim::load_checkpoint(bad, sb); });
+  std::string crc_msg = error_text([&] { train::load_checkpoint(bad, sb); });
   CHECK(crc_msg.find("fails its CRC-32 check") != std::string::npos);
   CHECK(crc_msg.find("'optimizer.state.") != std::string::npos);
 
   // A weights-only safetensors file is not a training checkpoint.
   save_safetensors(bad, a.model->state_dict());
-  CHECK(error_text([&] { optim::load_checkpoint(bad, sb); }).find("not a brisk training checkpoint") !=
+  CHECK(error_text([&] { train::load_checkpoint(bad, sb); }).find("not a brisk training checkpoint") !=
         std::string::npos);
 
   // Metadata from another version, or broken JSON, or a missing field.
   SafetensorsFile f = load_safetensors(path);
-  std::string meta = f.metadata.at(optim::kCheckpointMetadataKey);
+  std::string meta = f.metadata.at(train::kCheckpointMetadataKey);
   auto with_meta = [&](const std::string& m) {
-    save_safetensors(bad, f.tensors, {{optim::kCheckpointMetadataKey, m}});
-    return error_text([&] { optim::load_checkpoint(bad, sb); });
+    save_safetensors(bad, f.tensors, {{train::kCheckpointMetadataKey, m}});
+    return error_text([&] { train::load_checkpoint(bad, sb); });
   };
   std::string v2 = meta;
   v2.replace(v2.find("\"version\":1"), 11, "\"version\":2");
@@ -390,14 +500,14 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   }
 
   // A save that fails (a user string that is not UTF-8) leaves the previous file as it was.
-  optim::TrainingState sa = a.state();
+  train::TrainingState sa = a.state();
   sa.user_metadata["bad"] = "\xff";
-  CHECK(error_text([&] { optim::save_checkpoint(path, sa); }).find("cannot be written as JSON") !=
+  CHECK(error_text([&] { train::save_checkpoint(path, sa); }).find("cannot be written as JSON") !=
         std::string::npos);
 
   // None of it touched the good file or the objects' ability to load it.
   CHECK(slurp(path) == bytes);
-  optim::load_checkpoint(path, sb);
+  train::load_checkpoint(path, sb);
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
 }
 

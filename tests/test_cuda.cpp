@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -217,25 +218,30 @@ TEST_CASE("cuda: device discovery never fails and an absent GPU is a clear error
   MESSAGE("no CUDA device: the GPU tests below skip themselves");
 }
 
-TEST_CASE("cuda: every op in ops.def has a CUDA kernel") {
+TEST_CASE("cuda: every op in ops.def has a CUDA kernel, except the listed ones") {
+  // Ops that have no CUDA kernel on purpose, with the reason. An op missing from the CUDA
+  // backend and not listed here fails this test, so a new op cannot leave the GPU behind
+  // unnoticed.
+  std::map<std::string, const char*> allowed;
+#ifndef BRISK_WITH_CUDNN
+  for (const char* op : {"conv2d", "conv2d_backward_input", "conv2d_backward_weight", "batch_norm"}) {
+    allowed[op] = "built without cuDNN (configure found none; see docs/DECISIONS.md, Without cuDNN)";
+  }
+#endif
   std::vector<std::string> missing;
   for (int i = 0; i < kNumOps; ++i) {
     const OpDef& d = op_def(OpId(i));
-    if (!d.view && !d.kernels[int(DeviceType::CUDA)]) missing.push_back(d.name);
+    if (d.view || d.kernels[int(DeviceType::CUDA)]) continue;
+    auto it = allowed.find(d.name);
+    if (it != allowed.end()) {
+      MESSAGE(d.name, ": no CUDA kernel (", it->second, ")");
+      continue;
+    }
+    missing.push_back(d.name);
   }
   std::string list;
   for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
-  if (!missing.empty()) MESSAGE("ops without a CUDA kernel yet: " << list);
-  std::vector<const char*> core = {"add", "matmul", "sum", "softmax", "cross_entropy", "index_select", "dropout",
-                                   "cast", "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
-                                   "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward", "layer_norm"};
-#ifdef BRISK_WITH_CUDNN
-  // Built with cuDNN: convolution and batch norm run there (without it they are missing by design).
-  for (const char* op : {"conv2d", "conv2d_backward_input", "conv2d_backward_weight", "batch_norm"}) core.push_back(op);
-#endif
-  for (const char* op : core) {
-    CHECK_MESSAGE(std::find(missing.begin(), missing.end(), op) == missing.end(), std::string(op), " has no CUDA kernel");
-  }
+  CHECK_MESSAGE(missing.empty(), "ops without a CUDA kernel: ", list);
 }
 
 TEST_CASE("cuda: op specs match the CPU forward and backward, on dense, strided and transposed inputs") {

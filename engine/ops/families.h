@@ -15,7 +15,8 @@ void define_reduce_ops();       // engine/ops/reduce.cpp
 void define_linalg_ops();       // engine/ops/linalg.cpp
 void define_shape_ops();        // engine/ops/shape.cpp (views, copies between devices)
 void define_index_ops();        // engine/ops/index.cpp (cat, index_select, gather, ...)
-void define_nn_ops();           // engine/ops/nn.cpp (conv, pooling)
+void define_conv_ops();         // engine/ops/conv.cpp (conv2d and its backward ops)
+void define_pool_ops();         // engine/ops/pool.cpp (max, average, adaptive pooling)
 void define_norm_ops();         // engine/ops/norm.cpp (layer norm, batch norm)
 
 inline void define_all_ops() {
@@ -25,7 +26,8 @@ inline void define_all_ops() {
   define_linalg_ops();
   define_shape_ops();
   define_index_ops();
-  define_nn_ops();
+  define_conv_ops();
+  define_pool_ops();
   define_norm_ops();
 }
 
@@ -38,6 +40,31 @@ inline void define(OpId id, OpDef def) {
   def.n_out = slot.n_out;
   for (int d = 0; d < kNumDeviceTypes; ++d) def.kernels[d] = slot.kernels[d];
   slot = def;
+}
+
+// Masks of an OpDef row by position: mask(0, 1) is inputs (or outputs) 0 and 1.
+template <class... I>
+constexpr uint32_t mask(I... i) {
+  return ((1u << i) | ... | 0u);
+}
+
+// ---- checks shared by the conv and pooling families
+
+inline void check_4d(const Shape& s, const char* op, const char* what) {
+  BRISK_CHECK(s.size() == 4, op, ": ", what, " must be 4-D (B, C, H, W), got ", s);
+}
+
+inline void check_floating(const Tensor& t, const char* op) {
+  BRISK_CHECK(is_floating(t.dtype()), op, ": expects a floating tensor, got ", t.str());
+}
+
+// x * mul + add for a geometry value and a size, or an error naming the op: a user's padding
+// or dilation near 2^63 must not wrap (see Note [Checked sizes] in engine/shape.h).
+inline int64_t checked_term(int64_t x, int64_t mul, int64_t add, const char* op, const char* what) {
+  int64_t r = 0;
+  const bool ok = !__builtin_mul_overflow(x, mul, &r) && !__builtin_add_overflow(r, add, &r);
+  BRISK_CHECK(ok, op, ": ", what, " (", x, " x ", mul, " + ", add, ") overflows 64 bits");
+  return r;
 }
 
 }  // namespace brisk::detail

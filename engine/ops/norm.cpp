@@ -1,8 +1,10 @@
 // engine/ops/norm.cpp: OpDefs of the normalization ops, layer_norm and batch_norm: inference
 // (shape and dtype checks that name the op and the shapes), backward formulas written with
-// ordinary ops (so they run on every device and differentiate again), autocast policy Fp32.
+// ordinary ops (so they run on every device and differentiate again), autocast policy Fp32;
+// one block per op. Parameters: LayerNormParams, BatchNormParams (engine/op_params.h).
 // Not here: the kernels (kernels/<device>/norm.cpp), the running-statistics update and the
 // public forms layer_norm / batch_norm / group_norm (nn/functional_norm.cpp).
+#include "engine/op_params.h"
 #include "engine/ops/families.h"
 
 namespace brisk {
@@ -10,9 +12,7 @@ namespace brisk {
 namespace {
 
 using detail::define;
-
-constexpr uint32_t kIn0 = 1, kIn1 = 2, kIn2 = 4;
-constexpr uint32_t kOut1 = 2, kOut2 = 4;
+using detail::mask;
 
 // Statistics (mean, rstd) are F64 for F64 inputs and F32 otherwise (see ops.def).
 DType stat_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
@@ -22,50 +22,6 @@ void check_param(const Tensor& p, const Shape& want, DType dtype, const char* op
   BRISK_CHECK(p.sizes() == want, op, ": ", what, " has shape ", p.sizes(), " but the input ", x.sizes(),
               " needs ", want);
   BRISK_CHECK(p.dtype() == dtype, op, ": ", what, " is ", p.str(), " but the input is ", x.str());
-}
-
-// ---- inference
-// x (*, N1..Nd), weight/bias (N1..Nd) -> y like x, mean/rstd (*, 1..1)
-void layer_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
-  const Tensor& x = in[0];
-  BRISK_CHECK(is_floating(x.dtype()), "layer_norm: input must be floating, got ", x.str());
-  BRISK_CHECK(attrs.dim >= 1 && attrs.dim <= x.dim(), "layer_norm: cannot normalize over the last ", attrs.dim,
-              " dims of an input of shape ", x.sizes());
-  const int lead = x.dim() - int(attrs.dim);
-  Shape normalized;
-  Shape stats = x.sizes();
-  for (int d = lead; d < x.dim(); ++d) {
-    normalized.push_back(x.sizes()[d]);
-    stats[d] = 1;
-  }
-  check_param(in[1], normalized, x.dtype(), "layer_norm", "weight", x);
-  check_param(in[2], normalized, x.dtype(), "layer_norm", "bias", x);
-  BRISK_CHECK(attrs.a >= 0, "layer_norm: eps must be non-negative, got ", attrs.a);
-  out[0] = {x.sizes(), x.dtype()};
-  out[1] = {stats, stat_dtype(x.dtype())};
-  out[2] = {stats, stat_dtype(x.dtype())};
-}
-
-// x (B, C, *), weight/bias/running_mean/running_var (C) -> y like x, mean/rstd (C)
-void batch_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
-  const Tensor& x = in[0];
-  BRISK_CHECK(is_floating(x.dtype()), "batch_norm: input must be floating, got ", x.str());
-  BRISK_CHECK(x.dim() >= 2, "batch_norm: input must have shape (B, C, *), got ", x.sizes());
-  const int64_t channels = x.sizes()[1];
-  const Shape c{channels};
-  check_param(in[1], c, x.dtype(), "batch_norm", "weight", x);
-  check_param(in[2], c, x.dtype(), "batch_norm", "bias", x);
-  check_param(in[3], c, x.dtype(), "batch_norm", "running_mean", x);
-  check_param(in[4], c, x.dtype(), "batch_norm", "running_var", x);
-  BRISK_CHECK(attrs.b >= 0, "batch_norm: eps must be non-negative, got ", attrs.b);
-  if (attrs.flag) {
-    const int64_t per_channel = channels == 0 ? 0 : x.numel() / channels;
-    BRISK_CHECK(per_channel != 1, "batch_norm: expected more than 1 value per channel when training, got input size ",
-                x.sizes());
-  }
-  out[0] = {x.sizes(), x.dtype()};
-  out[1] = {c, stat_dtype(x.dtype())};
-  out[2] = {c, stat_dtype(x.dtype())};
 }
 
 // Note [Normalization backward]
@@ -91,13 +47,35 @@ Tensor stats_grad(const Tensor& gm, const Tensor& gr, const Tensor& xhat, const 
   return gx;
 }
 
+// ---- layer_norm: x (*, N1..Nd), weight/bias (N1..Nd) -> y like x, mean/rstd (*, 1..1)
+void layer_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const LayerNormParams p = LayerNormParams::from(attrs);
+  BRISK_CHECK(is_floating(x.dtype()), "layer_norm: input must be floating, got ", x.str());
+  BRISK_CHECK(p.normalized_dims >= 1 && p.normalized_dims <= x.dim(), "layer_norm: cannot normalize over the last ",
+              p.normalized_dims, " dims of an input of shape ", x.sizes());
+  const int lead = x.dim() - int(p.normalized_dims);
+  Shape normalized;
+  Shape stats = x.sizes();
+  for (int d = lead; d < x.dim(); ++d) {
+    normalized.push_back(x.sizes()[d]);
+    stats[d] = 1;
+  }
+  check_param(in[1], normalized, x.dtype(), "layer_norm", "weight", x);
+  check_param(in[2], normalized, x.dtype(), "layer_norm", "bias", x);
+  BRISK_CHECK(p.eps >= 0, "layer_norm: eps must be non-negative, got ", p.eps);
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {stats, stat_dtype(x.dtype())};
+  out[2] = {stats, stat_dtype(x.dtype())};
+}
+
 void layer_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor& x = c.inputs[0];
   const Tensor& w = c.inputs[1];
   const Tensor& mu = c.outputs[1];
   const Tensor& rstd = c.outputs[2];
   const Tensor& gy = c.grads[0];
-  const int nd = int(c.attrs.dim);
+  const int nd = int(LayerNormParams::from(c.attrs).normalized_dims);
   const int ndim = x.dim();
   Shape norm_dims, lead_dims;
   for (int d = 0; d < ndim; ++d) (d < ndim - nd ? lead_dims : norm_dims).push_back(d);
@@ -119,10 +97,41 @@ void layer_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   }
 }
 
+const OpDef kLayerNorm{.infer = layer_norm_infer,
+                       .backward = layer_norm_bw,
+                       .save_inputs = mask(0, 1),         // x, weight
+                       .save_outputs = mask(1, 2),        // mean, rstd
+                       .diff_inputs = mask(0, 1, 2),      // x, weight, bias
+                       .autocast = CastPolicy::Fp32};
+
+// ---- batch_norm: x (B, C, *), weight/bias/running_mean/running_var (C) -> y like x, mean/rstd (C)
+void batch_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const BatchNormParams p = BatchNormParams::from(attrs);
+  BRISK_CHECK(is_floating(x.dtype()), "batch_norm: input must be floating, got ", x.str());
+  BRISK_CHECK(x.dim() >= 2, "batch_norm: input must have shape (B, C, *), got ", x.sizes());
+  const int64_t channels = x.sizes()[1];
+  const Shape c{channels};
+  check_param(in[1], c, x.dtype(), "batch_norm", "weight", x);
+  check_param(in[2], c, x.dtype(), "batch_norm", "bias", x);
+  check_param(in[3], c, x.dtype(), "batch_norm", "running_mean", x);
+  check_param(in[4], c, x.dtype(), "batch_norm", "running_var", x);
+  BRISK_CHECK(p.eps >= 0, "batch_norm: eps must be non-negative, got ", p.eps);
+  if (p.training) {
+    const int64_t per_channel = channels == 0 ? 0 : x.numel() / channels;
+    BRISK_CHECK(per_channel != 1, "batch_norm: expected more than 1 value per channel when training, got input size ",
+                x.sizes());
+  }
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {c, stat_dtype(x.dtype())};
+  out[2] = {c, stat_dtype(x.dtype())};
+}
+
 void batch_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor& x = c.inputs[0];
   const Tensor& w = c.inputs[1];
   const Tensor& gy = c.grads[0];
+  const bool training = BatchNormParams::from(c.attrs).training;
   const int ndim = x.dim();
   const int64_t channels = x.sizes()[1];
   // (C) -> (1, C, 1, ...), to broadcast against x
@@ -139,7 +148,7 @@ void batch_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   if (gy.defined()) {
     if (c.needs_grad(0)) {
       Tensor gxhat = gy * wb;
-      if (c.attrs.flag) {
+      if (training) {
         gi[0] = rstd * (gxhat - mean(gxhat, dims, true) - xhat * mean(gxhat * xhat, dims, true));
       } else {
         gi[0] = gxhat * rstd;
@@ -149,7 +158,7 @@ void batch_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
     if (c.needs_grad(2)) gi[2] = sum(gy, dims);
   }
   // In eval mode mean/rstd come from the running statistics, which take no gradient.
-  if (c.needs_grad(0) && c.attrs.flag) {
+  if (c.needs_grad(0) && training) {
     const double n = double(x.numel() / std::max<int64_t>(channels, 1));
     const Tensor gm = c.grads[1].defined() ? view(c.grads[1], bshape) : Tensor();
     const Tensor gr = c.grads[2].defined() ? view(c.grads[2], bshape) : Tensor();
@@ -158,23 +167,20 @@ void batch_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   }
 }
 
+const OpDef kBatchNorm{.infer = batch_norm_infer,
+                       .backward = batch_norm_bw,
+                       .save_inputs = mask(0, 1),         // x, weight
+                       .save_outputs = mask(1, 2),        // mean, rstd
+                       .diff_inputs = mask(0, 1, 2),      // x, weight, bias (not the running stats)
+                       .autocast = CastPolicy::Fp32};
+
 }  // namespace
 
 namespace detail {
 
 void define_norm_ops() {
-  define(OpId::LayerNorm, {.infer = layer_norm_infer,
-                           .backward = layer_norm_bw,
-                           .save_inputs = kIn0 | kIn1,
-                           .save_outputs = kOut1 | kOut2,
-                           .diff_inputs = kIn0 | kIn1 | kIn2,
-                           .autocast = CastPolicy::Fp32});
-  define(OpId::BatchNorm, {.infer = batch_norm_infer,
-                           .backward = batch_norm_bw,
-                           .save_inputs = kIn0 | kIn1,
-                           .save_outputs = kOut1 | kOut2,
-                           .diff_inputs = kIn0 | kIn1 | kIn2,
-                           .autocast = CastPolicy::Fp32});
+  define(OpId::LayerNorm, kLayerNorm);
+  define(OpId::BatchNorm, kBatchNorm);
 }
 
 }  // namespace detail

@@ -1,12 +1,14 @@
-// engine/ops/reduce.cpp: OpDefs and public functions of the reductions (sum, amax/amin, var,
-// argmax/argmin), softmax/log_softmax and the losses (cross_entropy, fused with log_softmax,
-// and mse_loss). Backward formulas are written with ordinary ops, so they run on every device
-// and differentiate again; mean, std, max/min, sum_to and mse_loss are composites with no
-// backward of their own. Semantics follow PyTorch: empty dims = all dims, keepdim, negative dims.
-// Not here: the kernels (kernels/<device>/reduce.*).
+// engine/ops/reduce.cpp: the reductions (sum, amax/amin, var, argmax/argmin, logsumexp),
+// softmax/log_softmax and the losses (cross_entropy, fused with log_softmax, and mse_loss), one
+// block per op: inference, backward formula, OpDef row, public function. Backward formulas are
+// written with ordinary ops, so they run on every device and differentiate again; mean, std,
+// max/min, sum_to and mse_loss are composites with no OpDef of their own. Semantics follow
+// PyTorch: empty dims = all dims, keepdim, negative dims.
+// Not here: the kernels (kernels/<device>/reduce.*) and their arithmetic (kernels/reduce_ops.h).
 #include <algorithm>
 #include <cmath>
 
+#include "engine/op_params.h"
 #include "engine/ops/families.h"
 
 namespace brisk {
@@ -14,8 +16,8 @@ namespace brisk {
 namespace {
 
 using detail::define;
-
-constexpr uint32_t kIn0 = 1, kIn1 = 2, kIn2 = 4, kOut0 = 1;
+using detail::mask;
+using P = CastPolicy;
 
 // ---- dims
 // Bit d set: dim d of an ndim-dim tensor is reduced. Empty dims: all of them. A 0-dim tensor
@@ -23,19 +25,19 @@ constexpr uint32_t kIn0 = 1, kIn1 = 2, kIn2 = 4, kOut0 = 1;
 uint32_t reduced_mask(int ndim, const Shape& dims, const char* op) {
   const uint32_t all = ndim == 0 ? 0u : (1u << ndim) - 1u;
   if (dims.empty()) return all;
-  uint32_t mask = 0;
+  uint32_t bits = 0;
   for (int64_t d : dims) {
     const uint32_t bit = 1u << wrap_dim(d, ndim, op);
-    BRISK_CHECK(!(mask & bit), op, ": dim ", d, " appears more than once in dims ", dims);
-    mask |= bit;
+    BRISK_CHECK(!(bits & bit), op, ": dim ", d, " appears more than once in dims ", dims);
+    bits |= bit;
   }
-  return mask & all;
+  return bits & all;
 }
 
-Shape reduced_shape(const Shape& sizes, uint32_t mask, bool keepdim) {
+Shape reduced_shape(const Shape& sizes, uint32_t bits, bool keepdim) {
   Shape out;
   for (int d = 0; d < sizes.size(); ++d) {
-    if (!((mask >> d) & 1u)) {
+    if (!((bits >> d) & 1u)) {
       out.push_back(sizes[d]);
     } else if (keepdim) {
       out.push_back(1);
@@ -45,95 +47,45 @@ Shape reduced_shape(const Shape& sizes, uint32_t mask, bool keepdim) {
 }
 
 // Number of elements that reduce into each output.
-int64_t reduced_count(const Shape& sizes, uint32_t mask) {
+int64_t reduced_count(const Shape& sizes, uint32_t bits) {
   int64_t n = 1;
   for (int d = 0; d < sizes.size(); ++d) {
-    if ((mask >> d) & 1u) n *= sizes[d];
+    if ((bits >> d) & 1u) n *= sizes[d];
   }
   return n;
 }
 
 // max, min, argmax, argmin have no identity: every output needs at least one element.
-void check_nonempty(const Tensor& x, uint32_t mask, const Shape& out, const Attrs& a, const char* op) {
-  BRISK_CHECK(reduced_count(x.sizes(), mask) > 0 || out.numel() == 0, op, ": cannot reduce input ", x.str(),
+void check_nonempty(const Tensor& x, uint32_t bits, const Shape& out, const Attrs& a, const char* op) {
+  BRISK_CHECK(reduced_count(x.sizes(), bits) > 0 || out.numel() == 0, op, ": cannot reduce input ", x.str(),
               " over dims ", a.dims, " (one has size 0): the ", op, " of no elements is undefined");
 }
 
-void check_floating(const Tensor& x, const char* op) {
+void check_floating_input(const Tensor& x, const char* op) {
   BRISK_CHECK(is_floating(x.dtype()), op, ": needs a floating input, got ", x.str());
 }
 
-// ---- inference
-void sum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  const Tensor& x = in[0];
-  const uint32_t mask = reduced_mask(x.dim(), a.dims, "sum");
-  const DType dtype = is_floating(x.dtype()) ? x.dtype() : DType::I64;  // integers and Bool sum to I64
-  out[0] = {reduced_shape(x.sizes(), mask, a.keepdim), dtype};
+// The output of a reduction over attrs.dims: x's dtype (or `dtype`), reduced shape.
+TensorSpec reduced_spec(const Tensor& x, const Attrs& a, const char* op, DType dtype) {
+  return {reduced_shape(x.sizes(), reduced_mask(x.dim(), a.dims, op), a.keepdim), dtype};
 }
 
-template <OpId Id>
-void extremum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  const Tensor& x = in[0];
-  const uint32_t mask = reduced_mask(x.dim(), a.dims, op_name(Id));
-  const Shape shape = reduced_shape(x.sizes(), mask, a.keepdim);
-  check_nonempty(x, mask, shape, a, op_name(Id));
-  out[0] = {shape, x.dtype()};
+// Attrs of a reduction over `dims` of x, with dims checked, wrapped and sorted (empty: all).
+Attrs reduce_attrs(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
+  BRISK_CHECK(x.defined(), op, ": undefined input");
+  Attrs a;
+  const uint32_t bits = reduced_mask(x.dim(), dims, op);
+  if (!dims.empty()) {
+    for (int d = 0; d < x.dim(); ++d) {
+      if ((bits >> d) & 1u) a.dims.push_back(d);
+    }
+  }
+  a.keepdim = keepdim;
+  return a;
 }
 
-void var_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  const Tensor& x = in[0];
-  check_floating(x, "var");
-  const uint32_t mask = reduced_mask(x.dim(), a.dims, "var");
-  out[0] = {reduced_shape(x.sizes(), mask, a.keepdim), x.dtype()};
-}
-
-// flag: over all elements (flat index); else over attrs.dim.
-template <OpId Id>
-void arg_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  const Tensor& x = in[0];
-  const char* op = op_name(Id);
-  BRISK_CHECK(x.dtype() != DType::Bool, op, ": no kernel for dtype Bool (", x.str(), ")");
-  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
-  const uint32_t mask = a.flag ? all : (1u << wrap_dim(a.dim, x.dim(), op)) & all;
-  const Shape shape = (a.flag && !a.keepdim) ? Shape{} : reduced_shape(x.sizes(), mask, a.keepdim);
-  check_nonempty(x, mask, shape, a, op);
-  out[0] = {shape, DType::I64};
-}
-
-template <OpId Id>
-void softmax_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  const Tensor& x = in[0];
-  check_floating(x, op_name(Id));
-  wrap_dim(a.dim, x.dim(), op_name(Id));
-  out[0] = {x.sizes(), x.dtype()};
-}
-
-// Shape of cross_entropy's output: (N) without reduction, 0-dim with one.
-Shape ce_output_shape(const Tensor& logits, const Attrs& a) {
-  return a.reduction == Reduction::None ? Shape{logits.sizes()[0]} : Shape{};
-}
-
-void check_ce_inputs(const Tensor& logits, const Tensor& target, const Attrs& a, const char* op) {
-  BRISK_CHECK(logits.dim() == 2 && is_floating(logits.dtype()), op, ": logits must be floating (N, C), got ",
-              logits.str());
-  BRISK_CHECK(target.dtype() == DType::I64 && target.dim() == 1 && target.sizes()[0] == logits.sizes()[0], op,
-              ": target must be I64 class indices of shape (", logits.sizes()[0], ") for logits ", logits.str(),
-              ", got ", target.str());
-  BRISK_CHECK(a.a >= 0 && a.a <= 1, op, ": label_smoothing must be in [0, 1], got ", a.a);
-}
-
-void ce_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  check_ce_inputs(in[0], in[1], a, "cross_entropy");
-  out[0] = {ce_output_shape(in[0], a), in[0].dtype()};
-}
-
-void ce_backward_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  const Tensor& grad = in[0];
-  const Tensor& logits = in[1];
-  check_ce_inputs(logits, in[2], a, "cross_entropy_backward");
-  BRISK_CHECK(grad.dtype() == logits.dtype() && grad.sizes() == ce_output_shape(logits, a),
-              "cross_entropy_backward: grad ", grad.str(), " does not match the loss of logits ", logits.str());
-  out[0] = {logits.sizes(), logits.dtype()};
+Tensor reduce_call(OpId id, const Tensor& x, const Shape& dims, bool keepdim) {
+  return call1(id, {x}, reduce_attrs(x, dims, keepdim, op_name(id)));
 }
 
 // ---- helpers for backward formulas
@@ -147,152 +99,17 @@ Tensor as_keepdim(const BackwardCtx& c, const Tensor& t, const char* op) {
   return reshape(t, reduced_shape(sizes, reduced_mask(sizes.size(), c.attrs.dims, op), true));
 }
 
-// ---- backward formulas (grad g, input x, output y)
+// ---- sum: integers and Bool sum to I64
+void sum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  out[0] = reduced_spec(x, a, "sum", is_floating(x.dtype()) ? x.dtype() : DType::I64);
+}
+
 void sum_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   gi[0] = expand(as_keepdim(c, g0(c), "sum"), input_sizes(c));
 }
 
-// Tied extremes share the gradient evenly, as PyTorch's amax/amin; where the result is NaN no
-// element equals it, so the gradient is NaN (0 / 0), as theirs. attrs.flag (set by max(x) and
-// min(x), PyTorch's torch.max(x)) makes the NaN elements share it instead.
-void extremum_bw(const BackwardCtx& c, std::span<Tensor> gi, const char* op) {
-  const Tensor& x = c.inputs[0];
-  Tensor y = as_keepdim(c, c.outputs[0], op);
-  Tensor hit = cast(eq(x, y), x.dtype());
-  if (c.attrs.flag) hit = hit + cast(ne(x, x), x.dtype()) * cast(ne(y, y), x.dtype());
-  Tensor count = sum(hit, c.attrs.dims, true);
-  gi[0] = as_keepdim(c, g0(c), op) * hit / count;
-}
-void amax_bw(const BackwardCtx& c, std::span<Tensor> gi) { extremum_bw(c, gi, "amax"); }
-void amin_bw(const BackwardCtx& c, std::span<Tensor> gi) { extremum_bw(c, gi, "amin"); }
-
-// d var / dx = 2 (x - mean) / (n - correction).
-void var_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Tensor& x = c.inputs[0];
-  const Shape& sizes = input_sizes(c);
-  const int64_t n = reduced_count(sizes, reduced_mask(sizes.size(), c.attrs.dims, "var"));
-  const double divisor = std::max(0.0, double(n) - c.attrs.a);
-  Tensor centered = x - mean(x, c.attrs.dims, true);
-  gi[0] = as_keepdim(c, g0(c), "var") * centered * (2.0 / divisor);
-}
-
-void softmax_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Tensor& y = c.outputs[0];
-  const Tensor& g = g0(c);
-  gi[0] = y * (g - sum(g * y, {c.attrs.dim}, true));
-}
-
-void log_softmax_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Tensor& y = c.outputs[0];
-  const Tensor& g = g0(c);
-  gi[0] = g - exp(y) * sum(g, {c.attrs.dim}, true);
-}
-
-void cross_entropy_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  gi[0] = call1(OpId::CrossEntropyBackward, {g0(c), c.inputs[0], c.inputs[1]}, c.attrs);
-}
-
-// Note [Cross-entropy double backward]
-// cross_entropy_backward(g, logits, t) = s_i (p_i - q_i) on non-ignored rows, where p = softmax
-// (logits), q the smoothed one-hot target and s_i the per-row scale (g_i, g, or g / valid rows).
-// It is linear in g, and its derivative in the logits is the softmax Jacobian scaled by s_i:
-//   d/dg:      sum over (i, c) of gg * (p - q) on valid rows (per row for reduction None)
-//   d/dlogits: s_i p_i (gg_i - <gg_i, p_i>)
-// (p - q) on valid rows is this op itself with g = ones and reduction None.
-void cross_entropy_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Tensor& grad = c.inputs[0];
-  const Tensor& logits = c.inputs[1];
-  const Tensor& target = c.inputs[2];
-  const Tensor& gg = g0(c);
-  const Reduction reduction = c.attrs.reduction;
-  Tensor valid = cast(ne(target, scalar_tensor(double(c.attrs.start), DType::I64, target.device())), logits.dtype());
-  Tensor n_valid = sum(valid);
-  if (c.needs_grad(0)) {
-    Attrs unit = c.attrs;
-    unit.reduction = Reduction::None;
-    Tensor ones_n = ones({logits.sizes()[0]}, logits.dtype(), logits.device());
-    Tensor p_minus_q = call1(OpId::CrossEntropyBackward, {ones_n, logits, target}, unit);
-    Tensor per_row = sum(gg * p_minus_q, {1});
-    if (reduction == Reduction::None) {
-      gi[0] = per_row;
-    } else if (reduction == Reduction::Sum) {
-      gi[0] = sum(per_row);
-    } else {
-      gi[0] = sum(per_row) / n_valid;
-    }
-  }
-  if (c.needs_grad(1)) {
-    Tensor scale = reduction == Reduction::Mean ? grad / n_valid : grad;
-    Tensor row_scale = unsqueeze(scale * valid, 1);
-    Tensor p = softmax(logits, 1);
-    gi[1] = row_scale * p * (gg - sum(gg * p, {1}, true));
-  }
-}
-
-}  // namespace
-
-namespace detail {
-
-void define_reduce_ops() {
-  using P = CastPolicy;
-  define(OpId::Sum, {.infer = sum_infer, .backward = sum_bw, .autocast = P::Fp32});
-  // max/min are exact in every dtype: autocast leaves them alone (as PyTorch does).
-  define(OpId::Amax, {.infer = extremum_infer<OpId::Amax>, .backward = amax_bw, .save_inputs = kIn0,
-                      .save_outputs = kOut0});
-  define(OpId::Amin, {.infer = extremum_infer<OpId::Amin>, .backward = amin_bw, .save_inputs = kIn0,
-                      .save_outputs = kOut0});
-  define(OpId::Var, {.infer = var_infer, .backward = var_bw, .save_inputs = kIn0, .autocast = P::Fp32});
-  define(OpId::Argmax, {.infer = arg_infer<OpId::Argmax>});
-  define(OpId::Argmin, {.infer = arg_infer<OpId::Argmin>});
-  define(OpId::Softmax, {.infer = softmax_infer<OpId::Softmax>, .backward = softmax_bw, .save_outputs = kOut0,
-                         .autocast = P::Fp32});
-  define(OpId::LogSoftmax, {.infer = softmax_infer<OpId::LogSoftmax>, .backward = log_softmax_bw,
-                            .save_outputs = kOut0, .autocast = P::Fp32});
-  define(OpId::CrossEntropy, {.infer = ce_infer, .backward = cross_entropy_bw, .save_inputs = kIn0 | kIn1,
-                              .diff_inputs = kIn0, .autocast = P::Fp32});
-  define(OpId::CrossEntropyBackward, {.infer = ce_backward_infer, .backward = cross_entropy_backward_bw,
-                                      .save_inputs = kIn0 | kIn1 | kIn2, .diff_inputs = kIn0 | kIn1,
-                                      .autocast = P::Fp32});
-}
-
-}  // namespace detail
-
-// ---- public functions
-namespace {
-
-// Attrs of a reduction over `dims` of x, with dims checked, wrapped and sorted (empty: all).
-Attrs reduce_attrs(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
-  BRISK_CHECK(x.defined(), op, ": undefined input");
-  Attrs a;
-  const uint32_t mask = reduced_mask(x.dim(), dims, op);
-  if (!dims.empty()) {
-    for (int d = 0; d < x.dim(); ++d) {
-      if ((mask >> d) & 1u) a.dims.push_back(d);
-    }
-  }
-  a.keepdim = keepdim;
-  return a;
-}
-
-Tensor reduce_call(OpId id, const Tensor& x, const Shape& dims, bool keepdim) {
-  return call1(id, {x}, reduce_attrs(x, dims, keepdim, op_name(id)));
-}
-
-Tensor arg_call(OpId id, const Tensor& x, int64_t dim, bool keepdim, bool flat) {
-  BRISK_CHECK(x.defined(), op_name(id), ": undefined input");
-  Attrs a;
-  a.dim = flat ? 0 : wrap_dim(dim, x.dim(), op_name(id));
-  a.keepdim = keepdim;
-  a.flag = flat;
-  return call1(id, {x}, a);
-}
-
-Tensor softmax_call(OpId id, const Tensor& x, int64_t dim) {
-  BRISK_CHECK(x.defined(), op_name(id), ": undefined input");
-  Attrs a;
-  a.dim = wrap_dim(dim, x.dim(), op_name(id));
-  return call1(id, {x}, a);
-}
+const OpDef kSum{.infer = sum_infer, .backward = sum_bw, .autocast = P::Fp32};
 
 }  // namespace
 
@@ -308,43 +125,6 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   const int64_t n = reduced_count(x.sizes(), reduced_mask(x.dim(), dims, "mean"));
   return sum(x, dims, keepdim) / double(n);  // empty: 0 / 0 = NaN, as in PyTorch
 }
-
-Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amax, x, dims, keepdim); }
-Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amin, x, dims, keepdim); }
-// amax / amin of everything, with torch.max(x)'s gradient at a NaN result (see extremum_bw).
-Tensor max(const Tensor& x) {
-  Attrs a = reduce_attrs(x, {}, false, "max");
-  a.flag = true;
-  return call1(OpId::Amax, {x}, a);
-}
-Tensor min(const Tensor& x) {
-  Attrs a = reduce_attrs(x, {}, false, "min");
-  a.flag = true;
-  return call1(OpId::Amin, {x}, a);
-}
-
-Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
-  Attrs a = reduce_attrs(x, dims, keepdim, "var");
-  a.a = double(correction);
-  return call1(OpId::Var, {x}, a);
-}
-
-// sqrt(var) with PyTorch's conventions: for F32 and 16-bit inputs the variance is taken in F64
-// and the root rounded once (as PyTorch's CPU kernel accumulates in double), so that a variance
-// beyond the dtype's range (|x| ~ 1e20 in F32) or below it (denormals) still gives the right
-// std; and the gradient is 0 where the std is 0 (PyTorch masks it), not 0 * inf = NaN.
-Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
-  BRISK_CHECK(x.defined(), "std: undefined input");
-  const bool widen = is_floating(x.dtype()) && x.dtype() != DType::F64;
-  Tensor v = var(widen ? cast(x, DType::F64) : x, dims, correction, keepdim);
-  Tensor zero = eq(v, scalar_tensor(0.0, v.dtype(), v.device()));
-  Tensor s = where(zero, zeros_like(v), sqrt(masked_fill(v, zero, 1.0)));  // no sqrt'(0) = inf in backward
-  return widen ? cast(s, x.dtype()) : s;
-}
-
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_call(OpId::Argmax, x, dim, keepdim, false); }
-Tensor argmax(const Tensor& x) { return arg_call(OpId::Argmax, x, 0, false, true); }
-Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_call(OpId::Argmin, x, dim, keepdim, false); }
 
 // Sums the dims that broadcasting added (leading) or stretched (size 1 in `shape`); a plain
 // view when only size-1 leading dims differ, and x itself when nothing does.
@@ -369,8 +149,292 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return reshape(sum(x, dims, true), shape);
 }
 
+namespace {
+
+// ---- amax, amin (max/min are exact in every dtype: autocast leaves them alone, as PyTorch)
+template <OpId Id>
+void extremum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const char* op = op_name(Id);
+  const TensorSpec spec = reduced_spec(x, a, op, x.dtype());
+  check_nonempty(x, reduced_mask(x.dim(), a.dims, op), spec.sizes, a, op);
+  out[0] = spec;
+}
+
+// Tied extremes share the gradient evenly, as PyTorch's amax/amin; where the result is NaN no
+// element equals it, so the gradient is NaN (0 / 0), as theirs. attrs.flag (set by max(x) and
+// min(x), PyTorch's torch.max(x)) makes the NaN elements share it instead.
+template <OpId Id>
+void extremum_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const char* op = op_name(Id);
+  const Tensor& x = c.inputs[0];
+  Tensor y = as_keepdim(c, c.outputs[0], op);
+  Tensor hit = cast(eq(x, y), x.dtype());
+  if (c.attrs.flag) hit = hit + cast(ne(x, x), x.dtype()) * cast(ne(y, y), x.dtype());
+  Tensor count = sum(hit, c.attrs.dims, true);
+  gi[0] = as_keepdim(c, g0(c), op) * hit / count;
+}
+
+template <OpId Id>
+constexpr OpDef kExtremum{.infer = extremum_infer<Id>,
+                          .backward = extremum_bw<Id>,
+                          .save_inputs = mask(0),    // x
+                          .save_outputs = mask(0)};  // y
+
+// amax / amin of everything, with torch.max(x)'s gradient at a NaN result (see extremum_bw).
+Tensor extremum_all(OpId id, const Tensor& x) {
+  Attrs a = reduce_attrs(x, {}, false, id == OpId::Amax ? "max" : "min");
+  a.flag = true;
+  return call1(id, {x}, a);
+}
+
+}  // namespace
+
+Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amax, x, dims, keepdim); }
+Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Amin, x, dims, keepdim); }
+Tensor max(const Tensor& x) { return extremum_all(OpId::Amax, x); }
+Tensor min(const Tensor& x) { return extremum_all(OpId::Amin, x); }
+
+namespace {
+
+// ---- var: attrs.a = correction (1 = unbiased)
+void var_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  check_floating_input(in[0], "var");
+  out[0] = reduced_spec(in[0], a, "var", in[0].dtype());
+}
+
+// d var / dx = 2 (x - mean) / (n - correction).
+void var_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  const Shape& sizes = input_sizes(c);
+  const int64_t n = reduced_count(sizes, reduced_mask(sizes.size(), c.attrs.dims, "var"));
+  const double divisor = std::max(0.0, double(n) - c.attrs.a);
+  Tensor centered = x - mean(x, c.attrs.dims, true);
+  gi[0] = as_keepdim(c, g0(c), "var") * centered * (2.0 / divisor);
+}
+
+const OpDef kVar{.infer = var_infer, .backward = var_bw, .save_inputs = mask(0), .autocast = P::Fp32};
+
+}  // namespace
+
+Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  Attrs a = reduce_attrs(x, dims, keepdim, "var");
+  a.a = double(correction);
+  return call1(OpId::Var, {x}, a);
+}
+
+// sqrt(var) with PyTorch's conventions: for F32 and 16-bit inputs the variance is taken in F64
+// and the root rounded once (as PyTorch's CPU kernel accumulates in double), so that a variance
+// beyond the dtype's range (|x| ~ 1e20 in F32) or below it (denormals) still gives the right
+// std; and the gradient is 0 where the std is 0 (PyTorch masks it), not 0 * inf = NaN.
+Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  BRISK_CHECK(x.defined(), "std: undefined input");
+  const bool widen = is_floating(x.dtype()) && x.dtype() != DType::F64;
+  Tensor v = var(widen ? cast(x, DType::F64) : x, dims, correction, keepdim);
+  Tensor zero = eq(v, scalar_tensor(0.0, v.dtype(), v.device()));
+  Tensor s = where(zero, zeros_like(v), sqrt(masked_fill(v, zero, 1.0)));  // no sqrt'(0) = inf in backward
+  return widen ? cast(s, x.dtype()) : s;
+}
+
+namespace {
+
+// ---- argmax, argmin: over attrs.dim, or with attrs.flag over all elements (a flat index).
+// Not differentiable.
+template <OpId Id>
+void arg_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const char* op = op_name(Id);
+  BRISK_CHECK(x.dtype() != DType::Bool, op, ": no kernel for dtype Bool (", x.str(), ")");
+  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
+  const uint32_t bits = a.flag ? all : (1u << wrap_dim(a.dim, x.dim(), op)) & all;
+  const Shape shape = (a.flag && !a.keepdim) ? Shape{} : reduced_shape(x.sizes(), bits, a.keepdim);
+  check_nonempty(x, bits, shape, a, op);
+  out[0] = {shape, DType::I64};
+}
+
+template <OpId Id>
+constexpr OpDef kArg{.infer = arg_infer<Id>};
+
+Tensor arg_call(OpId id, const Tensor& x, int64_t dim, bool keepdim, bool flat) {
+  BRISK_CHECK(x.defined(), op_name(id), ": undefined input");
+  Attrs a;
+  a.dim = flat ? 0 : wrap_dim(dim, x.dim(), op_name(id));
+  a.keepdim = keepdim;
+  a.flag = flat;
+  return call1(id, {x}, a);
+}
+
+}  // namespace
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_call(OpId::Argmax, x, dim, keepdim, false); }
+Tensor argmax(const Tensor& x) { return arg_call(OpId::Argmax, x, 0, false, true); }
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_call(OpId::Argmin, x, dim, keepdim, false); }
+
+namespace {
+
+// ---- softmax, log_softmax over attrs.dim
+template <OpId Id>
+void softmax_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  check_floating_input(x, op_name(Id));
+  wrap_dim(a.dim, x.dim(), op_name(Id));
+  out[0] = {x.sizes(), x.dtype()};
+}
+
+void softmax_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& y = c.outputs[0];
+  const Tensor& g = g0(c);
+  gi[0] = y * (g - sum(g * y, {c.attrs.dim}, true));
+}
+
+void log_softmax_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& y = c.outputs[0];
+  const Tensor& g = g0(c);
+  gi[0] = g - exp(y) * sum(g, {c.attrs.dim}, true);
+}
+
+const OpDef kSoftmax{.infer = softmax_infer<OpId::Softmax>,
+                     .backward = softmax_bw,
+                     .save_outputs = mask(0),  // y
+                     .autocast = P::Fp32};
+const OpDef kLogSoftmax{.infer = softmax_infer<OpId::LogSoftmax>,
+                        .backward = log_softmax_bw,
+                        .save_outputs = mask(0),  // y
+                        .autocast = P::Fp32};
+
+Tensor softmax_call(OpId id, const Tensor& x, int64_t dim) {
+  BRISK_CHECK(x.defined(), op_name(id), ": undefined input");
+  Attrs a;
+  a.dim = wrap_dim(dim, x.dim(), op_name(id));
+  return call1(id, {x}, a);
+}
+
+}  // namespace
+
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_call(OpId::Softmax, x, dim); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_call(OpId::LogSoftmax, x, dim); }
+
+namespace {
+
+// ---- logsumexp over attrs.dims, as torch.logsumexp: every element -inf gives -inf, a +inf
+// gives +inf, NaN propagates, no elements give -inf (kernels: RowLse::logsumexp).
+void logsumexp_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  check_floating_input(in[0], "logsumexp");
+  out[0] = reduced_spec(in[0], a, "logsumexp", in[0].dtype());
+}
+
+// d/dx = exp(x - y): the softmax over the reduced dims, as PyTorch's logsumexp_backward.
+void logsumexp_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  const Tensor y = as_keepdim(c, c.outputs[0], "logsumexp");
+  gi[0] = as_keepdim(c, g0(c), "logsumexp") * exp(x - y);
+}
+
+const OpDef kLogsumexp{.infer = logsumexp_infer,
+                       .backward = logsumexp_bw,
+                       .save_inputs = mask(0),   // x
+                       .save_outputs = mask(0),  // y
+                       .autocast = P::Fp32};
+
+}  // namespace
+
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+  return reduce_call(OpId::Logsumexp, x, dims, keepdim);
+}
+
+namespace {
+
+// ---- cross_entropy: (logits (N, C), target I64 (N)) -> loss, fused with log_softmax; its
+// parameters are CrossEntropyParams (engine/op_params.h).
+// Shape of the loss: (N) without reduction, 0-dim with one.
+Shape ce_output_shape(const Tensor& logits, const CrossEntropyParams& p) {
+  return p.reduction == Reduction::None ? Shape{logits.sizes()[0]} : Shape{};
+}
+
+void check_ce_inputs(const Tensor& logits, const Tensor& target, const CrossEntropyParams& p, const char* op) {
+  BRISK_CHECK(logits.dim() == 2 && is_floating(logits.dtype()), op, ": logits must be floating (N, C), got ",
+              logits.str());
+  BRISK_CHECK(target.dtype() == DType::I64 && target.dim() == 1 && target.sizes()[0] == logits.sizes()[0], op,
+              ": target must be I64 class indices of shape (", logits.sizes()[0], ") for logits ", logits.str(),
+              ", got ", target.str());
+  BRISK_CHECK(p.label_smoothing >= 0 && p.label_smoothing <= 1, op, ": label_smoothing must be in [0, 1], got ",
+              p.label_smoothing);
+}
+
+void ce_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const CrossEntropyParams p = CrossEntropyParams::from(a);
+  check_ce_inputs(in[0], in[1], p, "cross_entropy");
+  out[0] = {ce_output_shape(in[0], p), in[0].dtype()};
+}
+
+void cross_entropy_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = call1(OpId::CrossEntropyBackward, {g0(c), c.inputs[0], c.inputs[1]}, c.attrs);
+}
+
+const OpDef kCrossEntropy{.infer = ce_infer,
+                          .backward = cross_entropy_bw,
+                          .save_inputs = mask(0, 1),  // logits, target
+                          .diff_inputs = mask(0),     // logits
+                          .autocast = P::Fp32};
+
+// ---- cross_entropy_backward: (grad, logits, target) -> dlogits; CrossEntropyParams as above
+void ce_backward_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  const Tensor& grad = in[0];
+  const Tensor& logits = in[1];
+  const CrossEntropyParams p = CrossEntropyParams::from(a);
+  check_ce_inputs(logits, in[2], p, "cross_entropy_backward");
+  BRISK_CHECK(grad.dtype() == logits.dtype() && grad.sizes() == ce_output_shape(logits, p),
+              "cross_entropy_backward: grad ", grad.str(), " does not match the loss of logits ", logits.str());
+  out[0] = {logits.sizes(), logits.dtype()};
+}
+
+// Note [Cross-entropy double backward]
+// cross_entropy_backward(g, logits, t) = s_i (p_i - q_i) on non-ignored rows, where p = softmax
+// (logits), q the smoothed one-hot target and s_i the per-row scale (g_i, g, or g / valid rows).
+// It is linear in g, and its derivative in the logits is the softmax Jacobian scaled by s_i:
+//   d/dg:      sum over (i, c) of gg * (p - q) on valid rows (per row for reduction None)
+//   d/dlogits: s_i p_i (gg_i - <gg_i, p_i>)
+// (p - q) on valid rows is this op itself with g = ones and reduction None.
+void cross_entropy_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& grad = c.inputs[0];
+  const Tensor& logits = c.inputs[1];
+  const Tensor& target = c.inputs[2];
+  const Tensor& gg = g0(c);
+  const CrossEntropyParams p = CrossEntropyParams::from(c.attrs);
+  const Tensor ignore = scalar_tensor(double(p.ignore_index), DType::I64, target.device());
+  const Tensor valid = cast(ne(target, ignore), logits.dtype());
+  const Tensor n_valid = sum(valid);
+  if (c.needs_grad(0)) {
+    CrossEntropyParams unit = p;
+    unit.reduction = Reduction::None;
+    Attrs unit_attrs = c.attrs;
+    unit.store(unit_attrs);
+    Tensor ones_n = ones({logits.sizes()[0]}, logits.dtype(), logits.device());
+    Tensor p_minus_q = call1(OpId::CrossEntropyBackward, {ones_n, logits, target}, unit_attrs);
+    Tensor per_row = sum(gg * p_minus_q, {1});
+    if (p.reduction == Reduction::None) {
+      gi[0] = per_row;
+    } else if (p.reduction == Reduction::Sum) {
+      gi[0] = sum(per_row);
+    } else {
+      gi[0] = sum(per_row) / n_valid;
+    }
+  }
+  if (c.needs_grad(1)) {
+    Tensor scale = p.reduction == Reduction::Mean ? grad / n_valid : grad;
+    Tensor row_scale = unsqueeze(scale * valid, 1);
+    Tensor prob = softmax(logits, 1);
+    gi[1] = row_scale * prob * (gg - sum(gg * prob, {1}, true));
+  }
+}
+
+const OpDef kCrossEntropyBackward{.infer = ce_backward_infer,
+                                  .backward = cross_entropy_backward_bw,
+                                  .save_inputs = mask(0, 1, 2),  // grad, logits, target
+                                  .diff_inputs = mask(0, 1),     // grad, logits
+                                  .autocast = P::Fp32};
+
+}  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing,
                      int64_t ignore_index) {
@@ -397,12 +461,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     return reduction == Reduction::None ? reshape(loss, target.sizes()) : loss;
   }
   Attrs a;
-  a.start = ignore_index;
-  a.a = label_smoothing;
-  a.reduction = reduction;
+  CrossEntropyParams{.ignore_index = ignore_index, .label_smoothing = label_smoothing, .reduction = reduction}.store(a);
   return call1(OpId::CrossEntropy, {logits, target}, a);
 }
 
+// ---- mse_loss (composite)
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   BRISK_CHECK(input.defined() && target.defined(), "mse_loss: undefined input");
   // PyTorch broadcasts here with a warning; a silent (N) vs (N, 1) broadcast is a classic bug.
@@ -414,5 +477,23 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   if (reduction == Reduction::Sum) return sum(sq);
   return mean(sq);
 }
+
+namespace detail {
+
+void define_reduce_ops() {
+  define(OpId::Sum, kSum);
+  define(OpId::Amax, kExtremum<OpId::Amax>);
+  define(OpId::Amin, kExtremum<OpId::Amin>);
+  define(OpId::Var, kVar);
+  define(OpId::Argmax, kArg<OpId::Argmax>);
+  define(OpId::Argmin, kArg<OpId::Argmin>);
+  define(OpId::Softmax, kSoftmax);
+  define(OpId::LogSoftmax, kLogSoftmax);
+  define(OpId::Logsumexp, kLogsumexp);
+  define(OpId::CrossEntropy, kCrossEntropy);
+  define(OpId::CrossEntropyBackward, kCrossEntropyBackward);
+}
+
+}  // namespace detail
 
 }  // namespace brisk

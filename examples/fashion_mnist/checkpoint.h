@@ -1,5 +1,5 @@
 // examples/fashion_mnist/checkpoint.h: the trainer's resumable checkpoint, a thin layer over
-// optim/checkpoint.h (one atomic safetensors file: model, optimizer, schedule, default
+// train/checkpoint.h (one atomic safetensors file: model, optimizer, schedule, default
 // generator, loader position, epoch). What this adds, as the checkpoint's user strings: the best
 // test accuracy, the per-epoch history (so a resumed run redraws the same curves) and the run's
 // configuration, which must match on --resume. Not here: the best-model file
@@ -13,9 +13,9 @@
 #include "data/dataloader.h"
 #include "examples/fashion_mnist/report.h"
 #include "nn/module.h"
-#include "optim/checkpoint.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "train/checkpoint.h"
 
 namespace fashion_mnist {
 
@@ -35,7 +35,7 @@ inline std::string full_precision(double v) {
 
 inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, brisk::optim::Optimizer& opt,
                             brisk::optim::LRScheduler* sched, brisk::data::DataLoader& loader, const TrainState& st) {
-  brisk::optim::TrainingState ts;
+  brisk::train::TrainingState ts;
   ts.model = &model;
   ts.optimizer = &opt;
   ts.scheduler = sched;
@@ -44,7 +44,7 @@ inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, b
   ts.user_metadata["best_acc"] = full_precision(st.best_acc);
   ts.user_metadata["history"] = history_to_string(st.history);
   for (auto& [key, v] : st.config) ts.user_metadata["config." + key] = v;
-  brisk::optim::save_checkpoint(path, ts);
+  brisk::train::save_checkpoint(path, ts);
 }
 
 // Restores model, optimizer, schedule, default generator and loader in place (all built exactly
@@ -53,12 +53,12 @@ inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, b
 inline TrainState load_checkpoint(const std::string& path, brisk::nn::Module& model, brisk::optim::Optimizer& opt,
                                   brisk::optim::LRScheduler* sched, brisk::data::DataLoader& loader,
                                   const std::map<std::string, std::string>& config) {
-  brisk::optim::TrainingState ts;
+  brisk::train::TrainingState ts;
   ts.model = &model;
   ts.optimizer = &opt;
   ts.scheduler = sched;
   ts.loader = &loader;
-  brisk::optim::load_checkpoint(path, ts);
+  brisk::train::load_checkpoint(path, ts);
   auto user = [&](const std::string& key) -> const std::string& {
     auto it = ts.user_metadata.find(key);
     if (it == ts.user_metadata.end()) throw std::runtime_error(path + ": checkpoint has no '" + key + "'");

@@ -2,7 +2,7 @@
 // (784-256-128-10) on Fashion-MNIST with Adam/AdamW/SGD and a OneCycle or cosine schedule,
 // shows a progress bar, evaluates on the test set each epoch, keeps the best model
 // (<out>/best.safetensors), writes <out>/log.jsonl and <out>/curves.svg, and checkpoints every
-// epoch (<out>/checkpoint.safetensors, optim/checkpoint.h) so --resume continues bit for bit.
+// epoch (<out>/checkpoint.safetensors, train/checkpoint.h) so --resume continues bit for bit.
 // `fashion_mnist --help` lists the options. Not here: the engine (see README) or benchmarks
 // against PyTorch (examples/bench/compare_pytorch.sh).
 #include <omp.h>

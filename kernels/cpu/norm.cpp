@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "engine/op.h"
+#include "engine/op_params.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
+#include "kernels/cpu/scratch.h"
 
 namespace brisk::kernels::cpu {
 
@@ -21,17 +23,6 @@ namespace {
 // Statistic type: what mean/rstd are stored as.
 template <class T>
 using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-// A dense copy of `t` when it is strided; the kernels below index rows and channels directly.
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor d = make_empty(t.sizes(), t.dtype(), t.device());
-  dispatch_float(t.dtype(), "norm", [&](auto tag) {
-    using T = decltype(tag);
-    elementwise<T, T>(d, {&t}, [](auto v) { return v; });
-  });
-  return d;
-}
 
 void check_out(const Tensor& t, const char* op) {
   BRISK_CHECK(t.is_contiguous(), op, ": outputs must be contiguous, got strides ", t.strides());
@@ -111,9 +102,10 @@ void layer_norm_rows(const T* x, const T* w, const T* b, T* y, stat_t<T>* mean, 
   }
 }
 
-// in: (x, weight, bias); attrs.dim trailing dims normalized, attrs.a = eps
+// in: (x, weight, bias), normalized over the trailing dims that weight covers (LayerNormParams)
 void layer_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   for (const Tensor& t : out) check_out(t, "layer_norm");
+  const double eps = LayerNormParams::from(attrs).eps;
   const Tensor x = dense(in[0]), w = dense(in[1]), b = dense(in[2]);
   const int64_t n = w.numel();
   const int64_t rows = n == 0 ? out[1].numel() : x.numel() / n;
@@ -122,7 +114,7 @@ void layer_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
     using S = stat_t<T>;
     layer_norm_rows<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
                        static_cast<const T*>(b.data_ptr()), static_cast<T*>(out[0].data_ptr()),
-                       static_cast<S*>(out[1].data_ptr()), static_cast<S*>(out[2].data_ptr()), rows, n, attrs.a);
+                       static_cast<S*>(out[1].data_ptr()), static_cast<S*>(out[2].data_ptr()), rows, n, eps);
   });
 }
 
@@ -214,20 +206,21 @@ void channel_affine(const T* x, T* y, const ChannelAffine<compute_t<T>>& p, int6
   }
 }
 
-// in: (x (B, C, *), weight, bias, running_mean, running_var); attrs.flag = training, b = eps
+// in: (x (B, C, *), weight, bias, running_mean, running_var); BatchNormParams
 void batch_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   for (const Tensor& t : out) check_out(t, "batch_norm");
   const Tensor x = dense(in[0]), w = dense(in[1]), b = dense(in[2]);
   const int64_t batch = x.sizes()[0], channels = x.sizes()[1];
   const int64_t spatial = batch * channels == 0 ? 0 : x.numel() / (batch * channels);
-  const double eps = attrs.b;
+  const BatchNormParams params = BatchNormParams::from(attrs);
+  const double eps = params.eps;
   dispatch_float(x.dtype(), "batch_norm", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
     using S = stat_t<T>;
     const size_t nc = size_t(channels);
     std::vector<double> shift(nc), dmean(nc), var(nc);
-    if (attrs.flag) {
+    if (params.training) {
       channel_moments<T>(static_cast<const T*>(x.data_ptr()), batch, channels, spatial, shift.data(), dmean.data(),
                          var.data());
     } else {

@@ -1,21 +1,24 @@
-// kernels/cpu/reduce.cpp: CPU kernels of the reductions (sum, amax/amin, var, argmax/argmin),
-// softmax/log_softmax, and the fused cross-entropy forward and backward.
-// sum, amax/amin and var share one engine (see Note [Reduction plan]); sums are pairwise over
-// blocks so that F32 sums of millions of elements stay accurate, and results do not depend on
-// the number of threads. F16/BF16 compute in float, F64 in double, integers in int64.
-// Not here: inference, dims checking and backward formulas (engine/ops/reduce.cpp).
+// kernels/cpu/reduce.cpp: the CPU reduction engine and the kernels on it: sum, amax/amin, var,
+// argmax/argmin run the ops of kernels/reduce_ops.h over one engine (Note [Reduction plan]);
+// softmax, log_softmax, logsumexp and the fused cross-entropy forward and backward share one
+// row-wise log-sum-exp (row_lse). Sums are pairwise over blocks so that F32 sums of millions of
+// elements stay accurate, and results do not depend on the number of threads. F16/BF16
+// compute in float, F64 in double, integers in int64.
+// Not here: the ops' arithmetic (kernels/reduce_ops.h), inference, dims checking and backward
+// formulas (engine/ops/reduce.cpp).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "engine/op.h"
+#include "engine/op_params.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
+#include "kernels/reduce_ops.h"
 #include "kernels/reduce_plan.h"
 
 namespace brisk::kernels::cpu {
@@ -26,6 +29,7 @@ using kernels::Group;
 using kernels::make_plan;
 using kernels::reduce_mask;
 using kernels::ReducePlan;
+using kernels::RowLse;
 
 constexpr int kLanes = 16;            // independent accumulators of a run (one zmm of floats)
 constexpr int64_t kLeaf = 1024;       // elements reduced directly before pairwise combining
@@ -38,15 +42,6 @@ constexpr int64_t kFewOutputs = 8;    // below this many outputs, split the redu
 template <class A, class T>
 BRISK_INLINE A load_as(const T* p) {
   return static_cast<A>(static_cast<compute_t<T>>(*p));
-}
-
-template <class A>
-BRISK_INLINE bool is_nan(A v) {
-  if constexpr (std::is_floating_point_v<A>) {
-    return v != v;
-  } else {
-    return false;
-  }
 }
 
 // Accumulator of a sum: double for F64, float for F32/F16/BF16, int64 for integers and Bool.
@@ -65,6 +60,8 @@ using sum_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, com
 //          striding through memory per element.
 // Parallelism goes over outputs, or over fixed chunks of the reduced elements when there are
 // few outputs; chunk partials combine pairwise, so results do not depend on the thread count.
+// The op (Note [Reduction contract] in kernels/reduce_ops.h) sees each element with its flat
+// reduced index, so argmax keeps its index in the accumulator on both paths.
 // Input and output offsets of flat (row-major) index i over the first `n` dims of group g.
 BRISK_INLINE void offsets(const Group& g, int n, int64_t i, int64_t& in_off, int64_t& out_off) {
   in_off = 0;
@@ -86,49 +83,6 @@ BRISK_INLINE int64_t in_offset(const Group& g, int64_t i) {
   return off;
 }
 
-// ---- reduction arithmetic: identity, step(acc, value, flat output index), combine
-template <class A>
-struct SumOp {
-  using Acc = A;
-  A identity() const { return A(0); }
-  A step(A acc, A v, int64_t) const { return acc + v; }
-  A combine(A a, A b) const { return a + b; }
-};
-
-// max / min; NaN wins, as in PyTorch.
-template <class A, bool IsMax>
-struct ExtremumOp {
-  using Acc = A;
-  A identity() const {
-    if constexpr (std::is_floating_point_v<A>) {
-      return IsMax ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::infinity();
-    } else {
-      return IsMax ? std::numeric_limits<A>::lowest() : std::numeric_limits<A>::max();
-    }
-  }
-  A step(A acc, A v, int64_t) const { return combine(acc, v); }
-  A combine(A a, A b) const {
-    if constexpr (IsMax) {
-      return (b > a || is_nan(b)) ? b : a;
-    } else {
-      return (b < a || is_nan(b)) ? b : a;
-    }
-  }
-};
-
-// Sum of squared deviations from each output's mean (the second pass of var).
-template <class A>
-struct SquaredDeviationOp {
-  using Acc = A;
-  const A* mean;
-  A identity() const { return A(0); }
-  A step(A acc, A v, int64_t o) const {
-    const A d = v - mean[o];
-    return acc + d * d;
-  }
-  A combine(A a, A b) const { return a + b; }
-};
-
 template <class Op>
 typename Op::Acc combine_pairwise(typename Op::Acc* parts, int64_t n, const Op& op) {
   for (int64_t w = 1; w < n; w *= 2) {
@@ -138,34 +92,36 @@ typename Op::Acc combine_pairwise(typename Op::Acc* parts, int64_t n, const Op& 
 }
 
 // ---- inner path
-// Accumulates q[0], q[s], ..., q[(n-1)s] into the lanes (lane l takes every kLanes-th element).
+// Accumulates q[0], q[s], ..., q[(n-1)s], the reduced elements r0, r0 + 1, ..., into the lanes
+// (lane l takes every kLanes-th element).
 template <class T, class Op>
 BRISK_INLINE void accumulate_run(typename Op::Acc* lanes, const T* q, int64_t n, int64_t s, const Op& op,
-                                 int64_t o) {
-  using A = typename Op::Acc;
+                                 int64_t r0) {
+  using V = typename Op::Value;
   int64_t i = 0;
   // `omp simd` lets GCC vectorize the NaN-aware max/min lanes too (plain sums vectorize anyway).
   if (s == 1) {
     for (; i + kLanes <= n; i += kLanes) {
 #pragma omp simd
-      for (int l = 0; l < kLanes; ++l) lanes[l] = op.step(lanes[l], load_as<A>(q + i + l), o);
+      for (int l = 0; l < kLanes; ++l) lanes[l] = op.step(lanes[l], load_as<V>(q + i + l), r0 + i + l);
     }
   } else {
     for (; i + kLanes <= n; i += kLanes) {
 #pragma omp simd
-      for (int l = 0; l < kLanes; ++l) lanes[l] = op.step(lanes[l], load_as<A>(q + (i + l) * s), o);
+      for (int l = 0; l < kLanes; ++l) lanes[l] = op.step(lanes[l], load_as<V>(q + (i + l) * s), r0 + i + l);
     }
   }
-  for (int l = 0; i < n; ++i, ++l) lanes[l] = op.step(lanes[l], load_as<A>(q + i * s), o);
+  for (int l = 0; i < n; ++i, ++l) lanes[l] = op.step(lanes[l], load_as<V>(q + i * s), r0 + i);
 }
 
-// Reduces the elements [b, e) (flat, row-major) of group r, starting at x, for output o.
+// Reduces the elements [b, e) (flat, row-major) of group r, starting at x, with the op of one
+// output.
 template <class T, class Op>
-typename Op::Acc reduce_span(const Group& r, const T* x, int64_t b, int64_t e, const Op& op, int64_t o) {
+typename Op::Acc reduce_span(const Group& r, const T* x, int64_t b, int64_t e, const Op& op) {
   using A = typename Op::Acc;
   if (e - b > kLeaf) {
     const int64_t mid = b + (e - b) / 2;
-    return op.combine(reduce_span(r, x, b, mid, op, o), reduce_span(r, x, mid, e, op, o));
+    return op.combine(reduce_span(r, x, b, mid, op), reduce_span(r, x, mid, e, op));
   }
   A lanes[kLanes];
   std::fill(lanes, lanes + kLanes, op.identity());
@@ -173,7 +129,7 @@ typename Op::Acc reduce_span(const Group& r, const T* x, int64_t b, int64_t e, c
   const int64_t inner = r.size[last];
   for (int64_t pos = b; pos < e;) {
     const int64_t n = std::min(inner - pos % inner, e - pos);
-    accumulate_run(lanes, x + in_offset(r, pos), n, r.in[last], op, o);
+    accumulate_run(lanes, x + in_offset(r, pos), n, r.in[last], op, pos);
     pos += n;
   }
   for (int w = kLanes / 2; w > 0; w /= 2) {
@@ -193,11 +149,12 @@ void reduce_inner(const ReducePlan& p, const T* x, const Op& op, const Store& st
     for (int64_t o = 0; o < p.n_out; ++o) {
       int64_t in_off, out_off;
       offsets(p.kept, p.kept.n, o, in_off, out_off);
+      const Op op_o = op.at(o);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
       for (int64_t c = 0; c < n_chunks; ++c) {
-        parts[c] = reduce_span(p.red, x + in_off, c * kChunk, std::min(p.n_red, (c + 1) * kChunk), op, o);
+        parts[c] = reduce_span(p.red, x + in_off, c * kChunk, std::min(p.n_red, (c + 1) * kChunk), op_o);
       }
-      store(o, out_off, combine_pairwise(parts.get(), n_chunks, op));
+      store(o, out_off, op.finish(combine_pairwise(parts.get(), n_chunks, op)));
     }
     return;
   }
@@ -206,7 +163,7 @@ void reduce_inner(const ReducePlan& p, const T* x, const Op& op, const Store& st
   for (int64_t o = 0; o < p.n_out; ++o) {
     int64_t in_off, out_off;
     offsets(p.kept, p.kept.n, o, in_off, out_off);
-    store(o, out_off, reduce_span(p.red, x + in_off, 0, p.n_red, op, o));
+    store(o, out_off, op.finish(reduce_span(p.red, x + in_off, 0, p.n_red, op.at(o))));
   }
 }
 
@@ -217,6 +174,7 @@ template <class T, class Op>
 void reduce_rows_span(const Group& r, const T* x, int64_t w, int64_t b, int64_t e, const Op& op, int64_t o0,
                       typename Op::Acc* acc) {
   using A = typename Op::Acc;
+  using V = typename Op::Value;
   if (e - b > kRowLeaf) {
     const int64_t mid = b + (e - b) / 2;
     reduce_rows_span(r, x, w, b, mid, op, o0, acc);
@@ -229,7 +187,7 @@ void reduce_rows_span(const Group& r, const T* x, int64_t w, int64_t b, int64_t 
   for (int64_t i = b; i < e; ++i) {
     const T* q = x + in_offset(r, i);
 #pragma omp simd
-    for (int64_t j = 0; j < w; ++j) acc[j] = op.step(acc[j], load_as<A>(q + j), o0 + j);
+    for (int64_t j = 0; j < w; ++j) acc[j] = op.at(o0 + j).step(acc[j], load_as<V>(q + j), i);
   }
 }
 
@@ -254,7 +212,7 @@ void reduce_rows(const ReducePlan& p, const T* x, const Op& op, const Store& sto
     return Item{x + in_off + j0, std::min(kTile, cols - j0), outer * cols + j0, out_off + j0 * k.out[last]};
   };
   auto finish = [&](const Item& it, const A* acc) {
-    for (int64_t j = 0; j < it.w; ++j) store(it.o0 + j, it.out_off + j * k.out[last], acc[j]);
+    for (int64_t j = 0; j < it.w; ++j) store(it.o0 + j, it.out_off + j * k.out[last], op.finish(acc[j]));
   };
   if (items < kFewOutputs && p.n_red >= 2 * kChunkRows) {
     // Few column tiles over many rows: chunks of rows in parallel, then pairwise.
@@ -289,8 +247,8 @@ void reduce_rows(const ReducePlan& p, const T* x, const Op& op, const Store& sto
   }
 }
 
-// Runs `op` over the plan; store(o, out_offset, acc) receives each output's accumulator, o being
-// the flat (row-major) output index.
+// Runs `op` over the plan; store(o, out_offset, value) receives each output's finished value,
+// o being the flat (row-major) output index.
 template <class T, class Op, class Store>
 void reduce(const ReducePlan& p, const T* x, const Op& op, const Store& store) {
   if (p.n_out == 0) return;
@@ -298,7 +256,7 @@ void reduce(const ReducePlan& p, const T* x, const Op& op, const Store& store) {
     for (int64_t o = 0; o < p.n_out; ++o) {
       int64_t in_off, out_off;
       offsets(p.kept, p.kept.n, o, in_off, out_off);
-      store(o, out_off, op.identity());
+      store(o, out_off, op.finish(op.identity()));
     }
     return;
   }
@@ -310,17 +268,24 @@ void reduce(const ReducePlan& p, const T* x, const Op& op, const Store& store) {
   }
 }
 
-// ---- kernels: sum, amax/amin, var
+// Runs `op` over x's dims in `mask` into out[0], rounding each finished value to O.
+template <class T, class O, class Op>
+void reduce_into(const Tensor& x, const Tensor& out, uint32_t mask, const Op& op) {
+  const ReducePlan p = make_plan(x, out, mask);
+  O* y = static_cast<O*>(out.data_ptr());
+  auto store = [y](int64_t, int64_t off, auto v) { y[off] = static_cast<O>(v); };
+  reduce(p, static_cast<const T*>(x.data_ptr()), op, store);
+}
+
+// ---- kernels: sum, amax/amin, var, argmax/argmin
 void sum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
-  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "sum"));
+  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), "sum");
   dispatch_all(x.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
     using A = sum_acc_t<T>;
     using O = std::conditional_t<std::is_floating_point_v<compute_t<T>>, T, int64_t>;  // integers sum to I64
-    O* y = static_cast<O*>(out[0].data_ptr());
-    auto store = [y](int64_t, int64_t off, A acc) { y[off] = static_cast<O>(acc); };
-    reduce(p, static_cast<const T*>(x.data_ptr()), SumOp<A>{}, store);
+    reduce_into<T, O>(x, out[0], mask, kernels::SumOp<A>{});
   });
 }
 
@@ -328,92 +293,73 @@ template <bool IsMax>
 void extremum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const char* name = IsMax ? "amax" : "amin";
   const Tensor& x = in[0];
-  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), name));
+  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), name);
   dispatch_all(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    using A = compute_t<T>;
-    T* y = static_cast<T*>(out[0].data_ptr());
-    auto store = [y](int64_t, int64_t off, A acc) { y[off] = static_cast<T>(acc); };
-    reduce(p, static_cast<const T*>(x.data_ptr()), ExtremumOp<A, IsMax>{}, store);
+    reduce_into<T, T>(x, out[0], mask, kernels::ExtremumOp<compute_t<T>, IsMax>{});
   });
 }
 
-// Two passes: the mean of each output, then the squared deviations from it (exact where the
-// one-pass formula sum(x^2) - n mean^2 cancels catastrophically).
+// Two passes: the mean of each output (MeanOp), then the squared deviations from it.
 void var_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
-  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "var"));
+  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), "var");
+  const ReducePlan p = make_plan(x, out[0], mask);
   dispatch_float(x.dtype(), "var", [&](auto tag) {
     using T = decltype(tag);
     using A = compute_t<T>;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    T* y = static_cast<T*>(out[0].data_ptr());
     auto mean = std::make_unique<A[]>(size_t(std::max<int64_t>(p.n_out, 1)));
-    const A count = A(p.n_red);
-    reduce(p, xp, SumOp<A>{}, [&](int64_t o, int64_t, A s) { mean[o] = s / count; });
-    const A divisor = A(std::max(0.0, double(p.n_red) - attrs.a));  // 0 gives NaN/Inf, as in PyTorch
-    auto store = [y, divisor](int64_t, int64_t off, A s) { y[off] = static_cast<T>(s / divisor); };
-    reduce(p, xp, SquaredDeviationOp<A>{mean.get()}, store);
+    reduce(p, static_cast<const T*>(x.data_ptr()), kernels::MeanOp<A>{{}, A(p.n_red)},
+           [&](int64_t o, int64_t, A m) { mean[o] = m; });
+    const A divisor = A(std::max(0.0, double(p.n_red) - attrs.a));
+    reduce_into<T, T>(x, out[0], mask, kernels::SquaredDeviationOp<A>{mean.get(), A(0), divisor});
   });
 }
 
-// ---- argmax / argmin: the first extreme element; NaN counts as the extreme, as in PyTorch.
-// Two passes: the extreme value (the vectorized amax/amin reduction), then the first element
-// equal to it, which stops early.
-template <bool IsMax, class T>
-int64_t arg_extremum(const Group& r, const T* x, int64_t n) {
-  using A = compute_t<T>;
-  const A best = reduce_span(r, x, 0, n, ExtremumOp<A, IsMax>{}, 0);
-  const bool nan = is_nan(best);
-  const int last = r.n - 1;
-  const int64_t inner = r.size[last];
-  const int64_t s = r.in[last];
-  for (int64_t pos = 0; pos < n;) {
-    const int64_t len = std::min(inner - pos % inner, n - pos);
-    const T* q = x + in_offset(r, pos);
-    for (int64_t i = 0; i < len; ++i) {
-      const A v = load_as<A>(q + i * s);
-      if (v == best || (nan && is_nan(v))) return pos + i;
-    }
-    pos += len;
-  }
-  return 0;  // not reached: best is one of the elements
+// The reduced dims of argmax/argmin: attrs.dim, or every dim with attrs.flag (a flat index).
+uint32_t arg_mask(const Tensor& x, const Attrs& attrs, const char* op) {
+  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
+  return attrs.flag ? all : (1u << wrap_dim(attrs.dim, x.dim(), op)) & all;
 }
 
 template <bool IsMax>
 void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const char* name = IsMax ? "argmax" : "argmin";
   const Tensor& x = in[0];
-  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
-  const uint32_t mask = attrs.flag ? all : (1u << wrap_dim(attrs.dim, x.dim(), name)) & all;
-  const ReducePlan p = make_plan(x, out[0], mask);
-  int64_t* y = out[0].data<int64_t>();
-  if (p.n_out == 0) return;
+  const uint32_t mask = arg_mask(x, attrs, name);
   dispatch_numeric(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    const int nt = threads_for(p.n_out * p.n_red);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t o = 0; o < p.n_out; ++o) {
-      int64_t in_off, out_off;
-      offsets(p.kept, p.kept.n, o, in_off, out_off);
-      y[out_off] = arg_extremum<IsMax>(p.red, xp + in_off, p.n_red);
-    }
+    reduce_into<T, int64_t>(x, out[0], mask, kernels::ArgOp<compute_t<T>, IsMax>{});
   });
 }
 
-// Maximum of the row x[0], x[s], ..., x[(n-1)s] (vectorized; NaN wins).
-template <class T>
-compute_t<T> row_max(const T* x, int64_t n, int64_t s) {
+// ---- the row-wise log-sum-exp: max (NaN wins), then the sum of exp(x - max) in element order
+// over the row x[0], x[s], ..., x[(n-1)s]; sink(i, e) sees every exponential (softmax keeps
+// them). Softmax, log_softmax, logsumexp and cross-entropy (forward and backward) start here.
+struct NoSink {
+  template <class A>
+  BRISK_INLINE void operator()(int64_t, A) const {}
+};
+
+template <class T, class Sink = NoSink>
+BRISK_INLINE RowLse<compute_t<T>> row_lse(const T* x, int64_t n, int64_t s, const Sink& sink = {}) {
+  using A = compute_t<T>;
   Group row;
   row.add(n, s, 0);
   row.finish();
-  return reduce_span(row, x, 0, n, ExtremumOp<compute_t<T>, true>{}, 0);
+  const A m = reduce_span(row, x, 0, n, kernels::ExtremumOp<A, true>{});
+  A sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const A e = std::exp(load_as<A>(x + i * s) - m);
+    sink(i, e);
+    sum += e;
+  }
+  return {m, sum};
 }
 
 // ---- softmax / log_softmax over one dim: x (rows, n) with any strides
-// Three passes over a row: max, sum of exp(x - max), output. Dense rows take constant strides
-// so that the loops vectorize.
+// Passes over a row: row_lse, then the output. Dense rows take constant strides so that the
+// loops vectorize.
 template <bool Log, bool Dense, class T>
 void softmax_row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n) {
   using A = compute_t<T>;
@@ -421,26 +367,20 @@ void softmax_row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n) {
     sx = 1;
     sy = 1;
   }
-  const A m = row_max(x, n, sx);
-  A s = 0;
   if constexpr (!Log && std::is_same_v<T, A>) {
     // Full-precision output: store exp once, then scale.
-    for (int64_t i = 0; i < n; ++i) {
-      const A e = std::exp(load_as<A>(x + i * sx) - m);
-      y[i * sy] = e;
-      s += e;
-    }
-    const A inv = A(1) / s;
+    const RowLse<A> r = row_lse(x, n, sx, [y, sy](int64_t i, A e) { y[i * sy] = e; });
+    const A inv = A(1) / r.sum;
     for (int64_t i = 0; i < n; ++i) y[i * sy] *= inv;
     return;
   }
-  for (int64_t i = 0; i < n; ++i) s += std::exp(load_as<A>(x + i * sx) - m);
+  const RowLse<A> r = row_lse(x, n, sx);
   if constexpr (Log) {
-    const A log_s = std::log(s);
-    for (int64_t i = 0; i < n; ++i) y[i * sy] = static_cast<T>(load_as<A>(x + i * sx) - m - log_s);
+    const A log_s = std::log(r.sum);
+    for (int64_t i = 0; i < n; ++i) y[i * sy] = static_cast<T>(load_as<A>(x + i * sx) - r.max - log_s);
   } else {
-    const A inv = A(1) / s;
-    for (int64_t i = 0; i < n; ++i) y[i * sy] = static_cast<T>(std::exp(load_as<A>(x + i * sx) - m) * inv);
+    const A inv = A(1) / r.sum;
+    for (int64_t i = 0; i < n; ++i) y[i * sy] = static_cast<T>(std::exp(load_as<A>(x + i * sx) - r.max) * inv);
   }
 }
 
@@ -475,6 +415,39 @@ void softmax_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Att
   });
 }
 
+// ---- logsumexp over dims: one row_lse per output. An output whose elements are not one
+// strided run (dims that do not merge) is gathered into a per-thread buffer first.
+void logsumexp_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "logsumexp"));
+  if (p.n_out == 0) return;
+  dispatch_float(x.dtype(), "logsumexp", [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* y = static_cast<T*>(out[0].data_ptr());
+    const bool run = p.red.n == 1;
+    const int nt = threads_for(p.n_out * p.n_red);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      std::vector<A> gathered(run ? 0 : size_t(p.n_red));
+#pragma omp for schedule(static)
+      for (int64_t o = 0; o < p.n_out; ++o) {
+        int64_t in_off, out_off;
+        offsets(p.kept, p.kept.n, o, in_off, out_off);
+        RowLse<A> r;
+        if (run) {
+          r = row_lse(xp + in_off, p.n_red, p.red.in[0]);
+        } else {
+          for (int64_t i = 0; i < p.n_red; ++i) gathered[size_t(i)] = load_as<A>(xp + in_off + in_offset(p.red, i));
+          r = row_lse(gathered.data(), p.n_red, 1);
+        }
+        y[out_off] = static_cast<T>(r.logsumexp());
+      }
+    }
+  });
+}
+
 // ---- cross-entropy, fused with log_softmax. logits (N, C), target I64 (N).
 // loss_i = lse_i - (1 - eps) x_i[t_i] - (eps / C) sum_c x_i[c]  (label smoothing eps), 0 where
 // t_i == ignore_index; Mean divides the sum by the number of non-ignored rows.
@@ -483,21 +456,21 @@ struct CeRows {
   int64_t row_stride, col_stride;
   const int64_t* target;
   int64_t target_stride;
-  int64_t ignore;
-  double eps;
+  CrossEntropyParams params;
 
   int64_t t(int64_t i) const { return target[i * target_stride]; }
-  bool ignored(int64_t i) const { return t(i) == ignore; }
+  bool ignored(int64_t i) const { return t(i) == params.ignore_index; }
 };
 
 CeRows ce_rows(const Tensor& logits, const Tensor& target, const Attrs& a, const char* op) {
-  CeRows r{logits.sizes()[0], logits.sizes()[1], logits.strides()[0], logits.strides()[1],
-           target.data<int64_t>(), target.strides()[0], a.start, a.a};
+  CeRows r{logits.sizes()[0],     logits.sizes()[1],  logits.strides()[0],        logits.strides()[1],
+           target.data<int64_t>(), target.strides()[0], CrossEntropyParams::from(a)};
   // Checked here, before the parallel loops (which cannot throw).
+  const int64_t ignore = r.params.ignore_index;
   for (int64_t i = 0; i < r.n; ++i) {
     const int64_t t = r.t(i);
-    BRISK_CHECK(t == r.ignore || (t >= 0 && t < r.c), op, ": target index ", t, " (row ", i,
-                ") is out of range for ", r.c, " classes (C = ", r.c, ", ignore_index = ", r.ignore, ")");
+    BRISK_CHECK(t == ignore || (t >= 0 && t < r.c), op, ": target index ", t, " (row ", i,
+                ") is out of range for ", r.c, " classes (C = ", r.c, ", ignore_index = ", ignore, ")");
   }
   return r;
 }
@@ -508,19 +481,23 @@ int64_t count_valid(const CeRows& r) {
   return v;
 }
 
-// Max and log-sum-exp of one row.
+// The loss of row i (not ignored).
 template <class T, class A = compute_t<T>>
-void row_lse(const T* x, int64_t n, int64_t s, A& max, A& lse) {
-  const A m = row_max(x, n, s);
-  A sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += std::exp(load_as<A>(x + j * s) - m);
-  max = m;
-  lse = m + std::log(sum);
+A ce_row_loss(const CeRows& r, const T* row, int64_t t) {
+  const double eps = r.params.label_smoothing;
+  A l = row_lse(row, r.c, r.col_stride).lse() - A(1 - eps) * load_as<A>(row + t * r.col_stride);
+  if (eps > 0) {
+    A s = 0;
+    for (int64_t j = 0; j < r.c; ++j) s += load_as<A>(row + j * r.col_stride);
+    l -= A(eps / double(r.c)) * s;
+  }
+  return l;
 }
 
 void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& logits = in[0];
   const CeRows r = ce_rows(logits, in[1], attrs, "cross_entropy");
+  const Reduction reduction = r.params.reduction;
   dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     using A = compute_t<T>;
@@ -529,30 +506,17 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
     const int nt = threads_for(r.n * r.c);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t i = 0; i < r.n; ++i) {
-      if (r.ignored(i)) {
-        loss[i] = 0;
-        continue;
-      }
-      const T* row = x + i * r.row_stride;
-      A m, lse;
-      row_lse(row, r.c, r.col_stride, m, lse);
-      A l = lse - A(1 - r.eps) * load_as<A>(row + r.t(i) * r.col_stride);
-      if (r.eps > 0) {
-        A s = 0;
-        for (int64_t j = 0; j < r.c; ++j) s += load_as<A>(row + j * r.col_stride);
-        l -= A(r.eps / double(r.c)) * s;
-      }
-      loss[i] = l;
+      loss[i] = r.ignored(i) ? A(0) : ce_row_loss(r, x + i * r.row_stride, r.t(i));
     }
     T* y = static_cast<T*>(out[0].data_ptr());
-    if (attrs.reduction == Reduction::None) {
+    if (reduction == Reduction::None) {
       const int64_t ys = out[0].dim() == 1 ? out[0].strides()[0] : 0;
       for (int64_t i = 0; i < r.n; ++i) y[i * ys] = static_cast<T>(loss[i]);
       return;
     }
     double total = 0;  // N row losses: summed in double, serially (deterministic)
     for (int64_t i = 0; i < r.n; ++i) total += double(loss[i]);
-    if (attrs.reduction == Reduction::Mean) total /= double(count_valid(r));  // 0/0 = NaN, as PyTorch
+    if (reduction == Reduction::Mean) total /= double(count_valid(r));  // 0/0 = NaN, as PyTorch
     y[0] = static_cast<T>(total);
   });
 }
@@ -564,7 +528,7 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
   const Tensor& logits = in[1];
   const Tensor& dx = out[0];
   const CeRows r = ce_rows(logits, in[2], attrs, "cross_entropy_backward");
-  const int64_t valid = attrs.reduction == Reduction::Mean ? count_valid(r) : 1;
+  const int64_t valid = r.params.reduction == Reduction::Mean ? count_valid(r) : 1;
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
     using A = compute_t<T>;
@@ -574,7 +538,8 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
     T* d = static_cast<T*>(dx.data_ptr());
     const int64_t ds0 = dx.strides()[0];
     const int64_t ds1 = dx.strides()[1];
-    const A smooth = A(r.eps / double(r.c));
+    const double eps = r.params.label_smoothing;
+    const A smooth = A(eps / double(r.c));
     const int nt = threads_for(r.n * r.c);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t i = 0; i < r.n; ++i) {
@@ -584,13 +549,12 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
         continue;
       }
       const T* row = x + i * r.row_stride;
-      A m, lse;
-      row_lse(row, r.c, r.col_stride, m, lse);
+      const A lse = row_lse(row, r.c, r.col_stride).lse();
       const A scale = load_as<A>(g + i * gs) / A(valid);
       const int64_t t = r.t(i);
       for (int64_t j = 0; j < r.c; ++j) {
         A p = std::exp(load_as<A>(row + j * r.col_stride) - lse) - smooth;
-        if (j == t) p -= A(1 - r.eps);
+        if (j == t) p -= A(1 - eps);
         drow[j * ds1] = static_cast<T>(scale * p);
       }
     }
@@ -609,6 +573,7 @@ void register_reduce() {
   register_kernel(OpId::Argmin, cpu, arg_kernel<false>);
   register_kernel(OpId::Softmax, cpu, softmax_kernel<false>);
   register_kernel(OpId::LogSoftmax, cpu, softmax_kernel<true>);
+  register_kernel(OpId::Logsumexp, cpu, logsumexp_kernel);
   register_kernel(OpId::CrossEntropy, cpu, cross_entropy_kernel);
   register_kernel(OpId::CrossEntropyBackward, cpu, cross_entropy_backward_kernel);
 }

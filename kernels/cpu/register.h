@@ -4,14 +4,15 @@
 
 namespace brisk::kernels::cpu {
 
-void register_backend();
+void register_backend();      // kernels/cpu/cpu_backend.cpp
 void register_elementwise();  // kernels/cpu/elementwise.cpp
 void register_reduce();       // kernels/cpu/reduce.cpp
 void register_linalg();       // kernels/cpu/gemm.cpp
 void register_shape();        // kernels/cpu/shape.cpp
 void register_index();        // kernels/cpu/index.cpp
 void register_random();       // kernels/cpu/random.cpp
-void register_conv();         // kernels/cpu/conv.cpp (conv, pooling)
+void register_conv();         // kernels/cpu/conv.cpp (conv2d and its backward ops; depthwise in conv_depthwise.cpp)
+void register_pool();         // kernels/cpu/pool.cpp (max, average, adaptive pooling)
 void register_norm();         // kernels/cpu/norm.cpp
 
 inline void register_all() {
@@ -23,6 +24,7 @@ inline void register_all() {
   register_index();
   register_random();
   register_conv();
+  register_pool();
   register_norm();
 }
 

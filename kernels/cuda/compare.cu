@@ -1,14 +1,15 @@
-// kernels/cuda/compare.cu: CUDA kernels of the comparisons (Bool output), where and
-// masked_fill, through the shared functors and the generic launcher (kernels/cuda/loops.cuh).
-// Comparisons are typed for the float dtypes and int64-based for integers and Bool (Note
-// [Integer elementwise on CUDA]); where and masked_fill only move bytes, so they dispatch on
-// element size. Kept apart from elementwise.cu so the two compile in parallel.
+// kernels/cuda/compare.cu: CUDA kernels of the comparisons (Bool output; the Compare entries
+// of the elementwise list in kernels/functors.h), where and masked_fill, through the shared
+// functors and the generic launcher (kernels/cuda/loops.cuh). Comparisons are typed for the
+// float dtypes and int64-based for integers and Bool (Note [Integer elementwise on CUDA]);
+// where and masked_fill only move bytes, so they dispatch on element size. Kept apart from
+// elementwise.cu so the two compile in parallel.
 #include <cstring>
 
 #include "engine/op.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
-#include "kernels/functor_attrs.h"
+#include "kernels/functors.h"
 
 namespace brisk::kernels::cuda {
 
@@ -16,15 +17,27 @@ namespace {
 
 namespace F = ::brisk::functors;
 
-// Bool output, inputs of one dtype (any).
-template <OpId Id, class Fn>
-void compare(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+// The kernel of one Compare entry of the elementwise list (kernels/functors.h): Bool output,
+// inputs of one dtype (any).
+template <class E>
+void list_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const auto f = F::make<typename E::F>(attrs);
   const DType t = in[0].dtype();
-  if (is_integral(t)) return launch_elementwise_int<2>(out[0], {&in[0], &in[1]}, F::make<Fn>(attrs));
-  dispatch_float(t, op_name(Id), [&](auto tag) {
+  if (is_integral(t)) return launch_elementwise_int<2>(out[0], {&in[0], &in[1]}, f);
+  dispatch_float(t, op_name(E::id), [&](auto tag) {
     using T = decltype(tag);
-    launch_elementwise<bool, T, T>(out[0], {&in[0], &in[1]}, F::make<Fn>(attrs));
+    launch_elementwise<bool, T, T>(out[0], {&in[0], &in[1]}, f);
   });
+}
+
+// Registers the list's Compare entries (the others are elementwise.cu's).
+template <class E>
+void register_entry() {
+  if constexpr (E::dtypes == F::AnyToBool) register_kernel(E::id, DeviceType::CUDA, list_kernel<E>);
+}
+template <class... E>
+void register_list(F::List<E...>) {
+  (register_entry<E>(), ...);
 }
 
 // (cond Bool, x, y) -> x where cond else y; any dtype (moved as raw bits).
@@ -60,15 +73,9 @@ void masked_fill_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
 }  // namespace
 
 void register_compare() {
-  constexpr DeviceType gpu = DeviceType::CUDA;
-  register_kernel(OpId::Eq, gpu, compare<OpId::Eq, F::Eq>);
-  register_kernel(OpId::Ne, gpu, compare<OpId::Ne, F::Ne>);
-  register_kernel(OpId::Lt, gpu, compare<OpId::Lt, F::Lt>);
-  register_kernel(OpId::Le, gpu, compare<OpId::Le, F::Le>);
-  register_kernel(OpId::Gt, gpu, compare<OpId::Gt, F::Gt>);
-  register_kernel(OpId::Ge, gpu, compare<OpId::Ge, F::Ge>);
-  register_kernel(OpId::Where, gpu, where_kernel);
-  register_kernel(OpId::MaskedFill, gpu, masked_fill_kernel);
+  register_list(F::Kernels{});
+  register_kernel(OpId::Where, DeviceType::CUDA, where_kernel);
+  register_kernel(OpId::MaskedFill, DeviceType::CUDA, masked_fill_kernel);
 }
 
 }  // namespace brisk::kernels::cuda

@@ -3,12 +3,13 @@
 // F32 and F64 natively, F16/BF16 with F32 compute; conv2d's optional bias added after). One plan per geometry (descriptors and the
 // algorithms cuDNN's heuristic ranks, tried in order until one runs), cached per thread and
 // device; workspaces come from brisk's caching allocator. F32 runs without TF32
-// unless set_allow_tf32(true), as matmul. Also register_nn(), the registrar of the nn family.
+// unless set_allow_tf32(true), as matmul. Parameters: ConvParams (engine/op_params.h).
 // Without cuDNN (no BRISK_WITH_CUDNN) the conv ops get no CUDA kernel: using them on CUDA is
 // the dispatcher's "no kernel for device cuda" error.
-// Not here: shapes, checks and backward formulas (engine/ops/nn.cpp); pooling (pool.cu); the
+// Not here: shapes, checks and backward formulas (engine/ops/conv.cpp); pooling (pool.cu); the
 // normalization kernels (norm.cu); the CPU kernels (kernels/cpu/conv.cpp).
 #include "engine/op.h"
+#include "engine/op_params.h"
 #include "kernels/cuda/register.h"
 
 #ifdef BRISK_WITH_CUDNN
@@ -241,8 +242,9 @@ void run_conv(ConvKind kind, const Tensor& x_in, const Tensor& w_in, const Tenso
   const Tensor x = kind == ConvKind::BackwardData ? out : dense(x_in);
   const Tensor w = kind == ConvKind::BackwardFilter ? out : dense(w_in);
   const Tensor y = kind == ConvKind::Forward ? out : dense(y_in);
-  const Shape& gm = attrs.geometry;
-  const ConvGeometry g{x.sizes(), w.sizes(), y.sizes(), gm[0], gm[1], gm[2], gm[3], gm[4], gm[5], attrs.dim};
+  const ConvParams cp = ConvParams::from(attrs, kind_name(kind));
+  const ConvGeometry g{x.sizes(),     w.sizes(),     y.sizes(),      cp.stride.h,    cp.stride.w,
+                       cp.padding.h,  cp.padding.w,  cp.dilation.h,  cp.dilation.w,  cp.groups};
   const int device = target.device().index;
   DeviceGuard guard(device);
   cudnnHandle_t h = cudnn_handle(device, kind_name(kind));
@@ -335,15 +337,13 @@ void conv2d_backward_weight_kernel(std::span<const Tensor> in, std::span<Tensor>
 
 namespace brisk::kernels::cuda {
 
-void register_nn() {
+void register_conv() {
 #ifdef BRISK_WITH_CUDNN
   constexpr DeviceType gpu = DeviceType::CUDA;
   register_kernel(OpId::Conv2d, gpu, conv2d_kernel);
   register_kernel(OpId::Conv2dBackwardInput, gpu, conv2d_backward_input_kernel);
   register_kernel(OpId::Conv2dBackwardWeight, gpu, conv2d_backward_weight_kernel);
 #endif
-  register_pool();
-  register_norm();
 }
 
 }  // namespace brisk::kernels::cuda

@@ -1,16 +1,15 @@
-// kernels/cuda/elementwise.cu: CUDA kernels of the unary and binary arithmetic ops, cast and
-// fill: each is the shared functor (kernels/functors.h) run by the generic launcher
-// (kernels/cuda/loops.cuh), dispatched on dtype like the CPU (kernels/cpu/elementwise.cpp).
-// Float-only math covers F32/F64/F16/BF16; arithmetic covers every numeric dtype. Ops that
-// only move bytes (same-dtype copies, fill) dispatch on element size to keep code small.
-// Not here: comparisons, where, masked_fill (compare.cu).
+// kernels/cuda/elementwise.cu: CUDA kernels of the unary and binary ops of the elementwise list
+// (kernels/functors.h), cast and fill: each list entry is its shared functor run by the
+// generic launcher (kernels/cuda/loops.cuh), dispatched on dtype like the CPU
+// (kernels/cpu/elementwise.cpp). Ops that only move bytes (same-dtype copies, fill) dispatch
+// on element size to keep code small. Not here: comparisons, where, masked_fill (compare.cu).
 #include <cstring>
 
 #include "engine/backend.h"
 #include "engine/op.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
-#include "kernels/functor_attrs.h"
+#include "kernels/functors.h"
 
 namespace brisk::kernels::cuda {
 
@@ -18,44 +17,39 @@ namespace {
 
 namespace F = ::brisk::functors;
 
-// out = f(x) for floating dtypes.
-template <OpId Id, class Fn>
-void unary_float(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  dispatch_float(out[0].dtype(), op_name(Id), [&](auto tag) {
-    using T = decltype(tag);
-    launch_elementwise<T, T>(out[0], {&in[0]}, F::make<Fn>(attrs));
-  });
-}
-
-// out = f(x) for every numeric dtype (integers: see Note [Integer elementwise on CUDA]).
-template <OpId Id, class Fn>
-void unary_numeric(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+// The kernel of one Unary or Binary entry of the elementwise list (kernels/functors.h): its
+// functor, built from the op's Attrs, over out's dtype (integers: see Note [Integer
+// elementwise on CUDA]).
+template <class E>
+void list_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  static_assert(E::dtypes != F::AnyToBool, "comparisons are registered by compare.cu");
+  const auto f = F::make<typename E::F>(attrs);
   const DType t = out[0].dtype();
-  BRISK_CHECK(t != DType::Bool, op_name(Id), ": no kernel for dtype Bool");
-  if (is_integral(t)) return launch_elementwise_int<1>(out[0], {&in[0]}, F::make<Fn>(attrs));
-  dispatch_float(t, op_name(Id), [&](auto tag) {
+  if constexpr (E::dtypes == F::Numeric) {
+    BRISK_CHECK(t != DType::Bool, op_name(E::id), ": no kernel for dtype Bool");
+    if (is_integral(t)) {
+      if constexpr (E::arity == 1) return launch_elementwise_int<1>(out[0], {&in[0]}, f);
+      else return launch_elementwise_int<2>(out[0], {&in[0], &in[1]}, f);
+    }
+  }
+  dispatch_float(t, op_name(E::id), [&](auto tag) {
     using T = decltype(tag);
-    launch_elementwise<T, T>(out[0], {&in[0]}, F::make<Fn>(attrs));
+    if constexpr (E::arity == 1) {
+      launch_elementwise<T, T>(out[0], {&in[0]}, f);
+    } else {
+      launch_elementwise<T, T, T>(out[0], {&in[0], &in[1]}, f);
+    }
   });
 }
 
-template <OpId Id, class Fn>
-void binary_numeric(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  const DType t = out[0].dtype();
-  BRISK_CHECK(t != DType::Bool, op_name(Id), ": no kernel for dtype Bool");
-  if (is_integral(t)) return launch_elementwise_int<2>(out[0], {&in[0], &in[1]}, F::make<Fn>(attrs));
-  dispatch_float(t, op_name(Id), [&](auto tag) {
-    using T = decltype(tag);
-    launch_elementwise<T, T, T>(out[0], {&in[0], &in[1]}, F::make<Fn>(attrs));
-  });
+// Registers the list's Unary and Binary entries (its comparisons are compare.cu's).
+template <class E>
+void register_entry() {
+  if constexpr (E::dtypes != F::AnyToBool) register_kernel(E::id, DeviceType::CUDA, list_kernel<E>);
 }
-
-template <OpId Id, class Fn>
-void binary_float(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  dispatch_float(out[0].dtype(), op_name(Id), [&](auto tag) {
-    using T = decltype(tag);
-    launch_elementwise<T, T, T>(out[0], {&in[0], &in[1]}, F::make<Fn>(attrs));
-  });
+template <class... E>
+void register_list(F::List<E...>) {
+  (register_entry<E>(), ...);
 }
 
 // ---- casts between dtypes that are not both floating: one kernel, dtypes read at run time.
@@ -190,32 +184,9 @@ void zero_(const Tensor& t) {
 }
 
 void register_elementwise() {
-  constexpr DeviceType gpu = DeviceType::CUDA;
-  register_kernel(OpId::Neg, gpu, unary_numeric<OpId::Neg, F::Neg>);
-  register_kernel(OpId::Exp, gpu, unary_float<OpId::Exp, F::Exp>);
-  register_kernel(OpId::Log, gpu, unary_float<OpId::Log, F::Log>);
-  register_kernel(OpId::Sqrt, gpu, unary_float<OpId::Sqrt, F::Sqrt>);
-  register_kernel(OpId::Rsqrt, gpu, unary_float<OpId::Rsqrt, F::Rsqrt>);
-  register_kernel(OpId::Abs, gpu, unary_numeric<OpId::Abs, F::Abs>);
-  register_kernel(OpId::Sign, gpu, unary_numeric<OpId::Sign, F::Sign>);
-  register_kernel(OpId::Relu, gpu, unary_numeric<OpId::Relu, F::Relu>);
-  register_kernel(OpId::Gelu, gpu, unary_float<OpId::Gelu, F::Gelu>);
-  register_kernel(OpId::ReluBackward, gpu, binary_float<OpId::ReluBackward, F::ReluBackward>);
-  register_kernel(OpId::GeluBackward, gpu, binary_float<OpId::GeluBackward, F::GeluBackward>);
-  register_kernel(OpId::Sigmoid, gpu, unary_float<OpId::Sigmoid, F::Sigmoid>);
-  register_kernel(OpId::Tanh, gpu, unary_float<OpId::Tanh, F::Tanh>);
-  register_kernel(OpId::Silu, gpu, unary_float<OpId::Silu, F::Silu>);
-  register_kernel(OpId::Clamp, gpu, unary_numeric<OpId::Clamp, F::Clamp>);
-  register_kernel(OpId::PowScalar, gpu, unary_float<OpId::PowScalar, F::PowScalar>);
-  register_kernel(OpId::Cast, gpu, cast_kernel);
-  register_kernel(OpId::Fill, gpu, fill_kernel);
-  register_kernel(OpId::Add, gpu, binary_numeric<OpId::Add, F::Add>);
-  register_kernel(OpId::Sub, gpu, binary_numeric<OpId::Sub, F::Sub>);
-  register_kernel(OpId::Mul, gpu, binary_numeric<OpId::Mul, F::Mul>);
-  register_kernel(OpId::Div, gpu, binary_numeric<OpId::Div, F::Div>);
-  register_kernel(OpId::Pow, gpu, binary_float<OpId::Pow, F::Pow>);
-  register_kernel(OpId::Maximum, gpu, binary_numeric<OpId::Maximum, F::Maximum>);
-  register_kernel(OpId::Minimum, gpu, binary_numeric<OpId::Minimum, F::Minimum>);
+  register_list(F::Kernels{});
+  register_kernel(OpId::Cast, DeviceType::CUDA, cast_kernel);
+  register_kernel(OpId::Fill, DeviceType::CUDA, fill_kernel);
 }
 
 }  // namespace brisk::kernels::cuda

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "engine/op.h"
+#include "engine/op_params.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
 #ifdef BRISK_WITH_CUDNN
@@ -89,8 +90,9 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, comp
   }
 }
 
-// in: (x, weight, bias); attrs.dim trailing dims normalized, attrs.a = eps
+// in: (x, weight, bias), normalized over the trailing dims that weight covers (LayerNormParams)
 void layer_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const double eps = LayerNormParams::from(attrs).eps;
   const Tensor x = dense(in[0]), w = dense(in[1]), b = dense(in[2]);
   DenseOut y(out[0]), mean(out[1]), rstd(out[2]);
   const int64_t n = w.numel();
@@ -109,7 +111,7 @@ void layer_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
       layer_norm_kernel<T><<<grid, block, 0, stream>>>(
           static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
           static_cast<const T*>(b.data_ptr()), static_cast<T*>(y.dense.data_ptr()),
-          static_cast<S*>(mean.dense.data_ptr()), static_cast<S*>(rstd.dense.data_ptr()), rows, n, attrs.a);
+          static_cast<S*>(mean.dense.data_ptr()), static_cast<S*>(rstd.dense.data_ptr()), rows, n, eps);
       BRISK_CUDA_CHECK_LAUNCH();
     });
   }
@@ -170,12 +172,13 @@ struct BnDescriptors {
   BnDescriptors& operator=(const BnDescriptors&) = delete;
 };
 
-// in: (x (B, C, *), weight, bias, running_mean, running_var); attrs.flag = training, b = eps
+// in: (x (B, C, *), weight, bias, running_mean, running_var); BatchNormParams
 void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const char* op = "batch_norm";
   const Tensor& x_in = in[0];
-  const bool training = attrs.flag;
-  const double eps = attrs.b;
+  const BatchNormParams params = BatchNormParams::from(attrs);
+  const bool training = params.training;
+  const double eps = params.eps;
   const int64_t batch = x_in.sizes()[0], channels = x_in.sizes()[1];
   const int64_t spatial = batch * channels == 0 ? 0 : x_in.numel() / (batch * channels);
   if (channels == 0) return;  // every output is empty

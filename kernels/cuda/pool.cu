@@ -3,14 +3,16 @@
 // count_include_pad) and its backward, adaptive_avg_pool2d and its backward. All hand-written
 // (Note [CUDA pooling]): one thread per output element forward, one thread per input element
 // backward (a gather, so no atomics and the same summation order on every run). 16-bit floats
-// compute in float and round once; F64 in double. Same window rules and tie/NaN rules as the
-// CPU kernels (kernels/cpu/conv.cpp), which are the reference.
-// Not here: shapes, checks and backward formulas (engine/ops/nn.cpp); convolution (conv.cu).
+// compute in float and round once; F64 in double. The windows are kernels/pool_window.h's, as
+// on the CPU (kernels/cpu/pool.cpp, the reference), and so are the tie/NaN rules.
+// Not here: shapes, checks and backward formulas (engine/ops/pool.cpp); convolution (conv.cu).
 #include <limits>
 
 #include "engine/op.h"
+#include "engine/op_params.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
+#include "kernels/pool_window.h"
 
 namespace brisk::kernels::cuda {
 
@@ -29,22 +31,11 @@ namespace brisk::kernels::cuda {
 
 namespace {
 
-// One pooling problem over dense planes: x (planes, H, W), y (planes, Ho, Wo).
-struct PoolGeom {
-  int64_t planes, H, W, Ho, Wo;
-  int64_t sh, sw, ph, pw, dh, dw, kh, kw;
-};
-
-PoolGeom pool_geom(const Shape& x, const Shape& y, const Attrs& a) {
-  const Shape& g = a.geometry;
-  return {x[0] * x[1], x[2], x[3], y[2], y[3], g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]};
-}
-
 // ---- max pooling
 // x (planes, H, W) -> y, idx (planes, Ho, Wo): the max of each window (padding never wins);
 // NaN wins, and the first of equal maxima (in window order), as on the CPU.
 template <class T>
-__global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolGeom p) {
+__global__ void max_pool_kernel(const T* x, T* y, int64_t* idx, PoolProblem p) {
   using A = compute_t<T>;
   const int64_t n = p.planes * p.Ho * p.Wo;
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
@@ -91,7 +82,7 @@ __device__ __forceinline__ int64_t end_window(int64_t i, int64_t pad, int64_t st
 // windows (`empty_windows`), element 0 of each plane scans every output of its plane instead,
 // in output order as the CPU sums.
 template <class T>
-__global__ void max_pool_backward_kernel(const T* g, const int64_t* idx, T* gx, PoolGeom p, bool empty_windows) {
+__global__ void max_pool_backward_kernel(const T* g, const int64_t* idx, T* gx, PoolProblem p, bool empty_windows) {
   using A = compute_t<T>;
   const int64_t n = p.planes * p.H * p.W;
   const int64_t ext_h = (p.kh - 1) * p.dh + 1, ext_w = (p.kw - 1) * p.dw + 1;
@@ -128,47 +119,29 @@ __global__ void check_indices_kernel(const int64_t* idx, int64_t n, int64_t hw, 
   }
 }
 
-// ---- average pooling
-// The window of output (oh, ow), clipped to the input, and its divisor (PyTorch's rule: the
-// window is first clipped to input + padding; count_include_pad counts that clipped size).
-struct AvgWindow {
-  int64_t hs, he, ws, we, divisor;
-};
-
-__device__ __forceinline__ AvgWindow avg_window(const PoolGeom& p, int64_t oh, int64_t ow, bool count_include_pad) {
-  int64_t hs = oh * p.sh - p.ph, ws = ow * p.sw - p.pw;
-  int64_t he = min(hs + p.kh, p.H + p.ph), we = min(ws + p.kw, p.W + p.pw);
-  const int64_t padded = (he - hs) * (we - ws);
-  hs = max(hs, int64_t(0));
-  ws = max(ws, int64_t(0));
-  he = min(he, p.H);
-  we = min(we, p.W);
-  return {hs, he, ws, we, count_include_pad ? padded : (he - hs) * (we - ws)};
-}
-
+// ---- average pooling (windows: avg_window, kernels/pool_window.h)
 // x (planes, H, W) -> y (planes, Ho, Wo)
 template <class T>
-__global__ void avg_pool_kernel(const T* x, T* y, PoolGeom p, bool count_include_pad) {
+__global__ void avg_pool_kernel(const T* x, T* y, PoolProblem p) {
   using A = compute_t<T>;
   const int64_t n = p.planes * p.Ho * p.Wo;
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ow = o % p.Wo;
     const int64_t oh = (o / p.Wo) % p.Ho;
     const T* xp = x + (o / (p.Ho * p.Wo)) * p.H * p.W;
-    const AvgWindow win = avg_window(p, oh, ow, count_include_pad);
+    const PoolWindow win = avg_window(p, oh, ow);
     A sum = 0;
     for (int64_t ih = win.hs; ih < win.he; ++ih) {
       for (int64_t iw = win.ws; iw < win.we; ++iw) sum += A(load_value(xp + ih * p.W + iw));
     }
-    const bool empty = win.he <= win.hs || win.we <= win.ws;
-    y[o] = Store<T>::to(empty ? A(0) : sum / A(win.divisor));
+    y[o] = Store<T>::to(win.empty() ? A(0) : sum / A(win.divisor));
   }
 }
 
 // g (planes, Ho, Wo) -> gx (planes, H, W): each input element sums g / divisor over the
 // windows that contain it.
 template <class T>
-__global__ void avg_pool_backward_kernel(const T* g, T* gx, PoolGeom p, bool count_include_pad) {
+__global__ void avg_pool_backward_kernel(const T* g, T* gx, PoolProblem p) {
   using A = compute_t<T>;
   const int64_t n = p.planes * p.H * p.W;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
@@ -180,8 +153,8 @@ __global__ void avg_pool_backward_kernel(const T* g, T* gx, PoolGeom p, bool cou
     A acc = 0;
     for (int64_t oh = first_window(ih, p.ph, p.kh, p.sh); oh < oh1; ++oh) {
       for (int64_t ow = ow0; ow < ow1; ++ow) {
-        const AvgWindow win = avg_window(p, oh, ow, count_include_pad);
-        if (ih < win.hs || ih >= win.he || iw < win.ws || iw >= win.we) continue;
+        const PoolWindow win = avg_window(p, oh, ow);
+        if (!win.contains(ih, iw)) continue;
         acc += A(load_value(gp + oh * p.Wo + ow)) / A(win.divisor);
       }
     }
@@ -189,28 +162,23 @@ __global__ void avg_pool_backward_kernel(const T* g, T* gx, PoolGeom p, bool cou
   }
 }
 
-// ---- adaptive average pooling: PyTorch's windows [floor(i * in / out), ceil((i + 1) * in / out)).
-__device__ __forceinline__ int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return i * in / out; }
-__device__ __forceinline__ int64_t adaptive_end(int64_t i, int64_t in, int64_t out) {
-  return ((i + 1) * in + out - 1) / out;
-}
+// ---- adaptive average pooling (windows: adaptive_window, kernels/pool_window.h)
 
 // x (planes, H, W) -> y (planes, Ho, Wo)
 template <class T>
-__global__ void adaptive_avg_pool_kernel(const T* x, T* y, PoolGeom p) {
+__global__ void adaptive_avg_pool_kernel(const T* x, T* y, PoolProblem p) {
   using A = compute_t<T>;
   const int64_t n = p.planes * p.Ho * p.Wo;
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ow = o % p.Wo;
     const int64_t oh = (o / p.Wo) % p.Ho;
     const T* xp = x + (o / (p.Ho * p.Wo)) * p.H * p.W;
-    const int64_t hs = adaptive_start(oh, p.H, p.Ho), he = adaptive_end(oh, p.H, p.Ho);
-    const int64_t ws = adaptive_start(ow, p.W, p.Wo), we = adaptive_end(ow, p.W, p.Wo);
+    const PoolWindow win = adaptive_window(p, oh, ow);
     A sum = 0;
-    for (int64_t ih = hs; ih < he; ++ih) {
-      for (int64_t iw = ws; iw < we; ++iw) sum += A(load_value(xp + ih * p.W + iw));
+    for (int64_t ih = win.hs; ih < win.he; ++ih) {
+      for (int64_t iw = win.ws; iw < win.we; ++iw) sum += A(load_value(xp + ih * p.W + iw));
     }
-    y[o] = Store<T>::to(sum / A((he - hs) * (we - ws)));
+    y[o] = Store<T>::to(sum / A(win.divisor));
   }
 }
 
@@ -218,7 +186,7 @@ __global__ void adaptive_avg_pool_kernel(const T* x, T* y, PoolGeom p) {
 // [floor(ih * Ho / H), ceil((ih + 1) * Ho / H)) (the same formula with in and out swapped);
 // membership is checked again against each window.
 template <class T>
-__global__ void adaptive_avg_pool_backward_kernel(const T* g, T* gx, PoolGeom p) {
+__global__ void adaptive_avg_pool_backward_kernel(const T* g, T* gx, PoolProblem p) {
   using A = compute_t<T>;
   const int64_t n = p.planes * p.H * p.W;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
@@ -267,7 +235,7 @@ void run_pool(const Tensor& any, int64_t work, const char* op, F&& launch) {
 void max_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor x = dense(in[0]);
   DenseOut y(out[0]), idx(out[1]);
-  const PoolGeom p = pool_geom(x.sizes(), y.dense.sizes(), attrs);
+  const PoolProblem p = pool_problem(x.sizes(), y.dense.sizes(), PoolParams::from(attrs, "max_pool2d"));
   const int64_t n = p.planes * p.Ho * p.Wo;
   run_pool(x, n, "max_pool2d", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
@@ -296,7 +264,7 @@ bool has_empty_window(int64_t n, int64_t n_out, int64_t k, int64_t s, int64_t pa
 void max_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor g = dense(in[0]), idx = dense(in[1]);
   DenseOut gx(out[0]);
-  const PoolGeom p = pool_geom(gx.dense.sizes(), g.sizes(), attrs);
+  const PoolProblem p = pool_problem(gx.dense.sizes(), g.sizes(), PoolParams::from(attrs, "max_pool2d_backward"));
   const int64_t n = p.planes * p.H * p.W, n_out = g.numel();
   if (n_out > 0) {  // also when the planes are empty: every index is then out of its plane
     const int device = g.device().index;
@@ -318,11 +286,11 @@ void max_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> ou
 void avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor x = dense(in[0]);
   DenseOut y(out[0]);
-  const PoolGeom p = pool_geom(x.sizes(), y.dense.sizes(), attrs);
+  const PoolProblem p = pool_problem(x.sizes(), y.dense.sizes(), PoolParams::from(attrs, "avg_pool2d"));
   const int64_t n = p.planes * p.Ho * p.Wo;
   run_pool(x, n, "avg_pool2d", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    avg_pool_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense), p, attrs.flag2);
+    avg_pool_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense), p);
   });
   y.finish();
 }
@@ -330,23 +298,19 @@ void avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
 void avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor g = dense(in[0]);
   DenseOut gx(out[0]);
-  const PoolGeom p = pool_geom(gx.dense.sizes(), g.sizes(), attrs);
+  const PoolProblem p = pool_problem(gx.dense.sizes(), g.sizes(), PoolParams::from(attrs, "avg_pool2d_backward"));
   const int64_t n = p.planes * p.H * p.W;
   run_pool(g, n, "avg_pool2d_backward", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    avg_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), mdata<T>(gx.dense), p,
-                                                                    attrs.flag2);
+    avg_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), mdata<T>(gx.dense), p);
   });
   gx.finish();
 }
 
-// Adaptive pooling reads no geometry attrs: only the sizes.
-PoolGeom adaptive_geom(const Shape& x, const Shape& y) { return {x[0] * x[1], x[2], x[3], y[2], y[3]}; }
-
 void adaptive_avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor x = dense(in[0]);
   DenseOut y(out[0]);
-  const PoolGeom p = adaptive_geom(x.sizes(), y.dense.sizes());
+  const PoolProblem p = adaptive_problem(x.sizes(), y.dense.sizes());
   const int64_t n = p.planes * p.Ho * p.Wo;
   run_pool(x, n, "adaptive_avg_pool2d", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
@@ -358,7 +322,7 @@ void adaptive_avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> ou
 void adaptive_avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const Tensor g = dense(in[0]);
   DenseOut gx(out[0]);
-  const PoolGeom p = adaptive_geom(gx.dense.sizes(), g.sizes());
+  const PoolProblem p = adaptive_problem(gx.dense.sizes(), g.sizes());
   const int64_t n = p.planes * p.H * p.W;
   run_pool(g, n, "adaptive_avg_pool2d_backward", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);

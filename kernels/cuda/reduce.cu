@@ -1,15 +1,21 @@
-// kernels/cuda/reduce.cu: CUDA kernels of the reductions (sum, amax/amin, var, argmax/argmin),
-// softmax/log_softmax and the fused cross-entropy forward and backward. The CPU reference is
-// kernels/cpu/reduce.cpp: same plan (kept and reduced dims, each coalesced), same arithmetic
-// (F16/BF16 in float, F64 in double, integers in int64, NaN wins in max/min, first index wins
-// in argmax), so results agree up to summation order.
-// Not here: inference, dims checking and backward formulas (engine/ops/reduce.cpp).
+// kernels/cuda/reduce.cu: the CUDA reduction engine and the kernels on it: sum, amax/amin, var,
+// argmax/argmin run the ops of kernels/reduce_ops.h (the same structs as the CPU engine) over
+// one kernel; softmax, log_softmax, logsumexp and the fused cross-entropy forward and backward
+// share one row-wise log-sum-exp (row_lse). The CPU reference is kernels/cpu/reduce.cpp: same
+// plan (kept and reduced dims, each coalesced), same arithmetic (F16/BF16 in float, F64 in
+// double, integers in int64, NaN wins in max/min, first index wins in argmax), so results
+// agree up to summation order.
+// Not here: inference, dims checking and backward formulas (engine/ops/reduce.cpp); block
+// reductions (kernels/cuda/block_reduce.cuh).
 #include <algorithm>
 #include <limits>
 
 #include "engine/op.h"
+#include "engine/op_params.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
+#include "kernels/reduce_ops.h"
 #include "kernels/reduce_plan.h"
 
 namespace brisk::kernels::cuda {
@@ -20,6 +26,7 @@ using kernels::Group;
 using kernels::make_plan;
 using kernels::reduce_mask;
 using kernels::ReducePlan;
+using kernels::RowLse;
 
 // The plan (kernels/reduce_plan.h) is made on the host and passed to kernels by value.
 
@@ -36,6 +43,7 @@ __device__ __forceinline__ void kept_offsets(const Group& g, int64_t o, int64_t&
 }
 
 __device__ __forceinline__ int64_t red_offset(const Group& g, int64_t r) {
+  if (g.n == 1) return r * g.in[0];
   int64_t off = 0;
   for (int d = g.n - 1; d >= 0; --d) {
     const int64_t q = r / g.size[d];
@@ -44,106 +52,6 @@ __device__ __forceinline__ int64_t red_offset(const Group& g, int64_t r) {
   }
   return off;
 }
-
-// ---- reduction arithmetic: identity, step(acc, value, flat reduced index), combine, finish
-template <class A>
-struct SumOp {
-  using Acc = A;
-  __device__ A identity() const { return A(0); }
-  __device__ A step(A acc, A v, int64_t) const { return acc + v; }
-  __device__ A combine(A a, A b) const { return a + b; }
-  template <class O>
-  __device__ O finish(A a) const {
-    return Store<O>::to(a);
-  }
-};
-
-// max / min; NaN wins, as in PyTorch.
-template <class A, bool IsMax>
-struct ExtremumOp {
-  using Acc = A;
-  __device__ A identity() const {
-    if constexpr (std::is_floating_point_v<A>) {
-      return IsMax ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::infinity();
-    } else {
-      return IsMax ? std::numeric_limits<A>::lowest() : std::numeric_limits<A>::max();
-    }
-  }
-  __device__ A step(A acc, A v, int64_t) const { return combine(acc, v); }
-  __device__ A combine(A a, A b) const {
-    if constexpr (IsMax) {
-      return (b > a || b != b) ? b : a;
-    } else {
-      return (b < a || b != b) ? b : a;
-    }
-  }
-  template <class O>
-  __device__ O finish(A a) const {
-    return Store<O>::to(a);
-  }
-};
-
-// Welford's running mean and sum of squared deviations, in double, merged with Chan's formula.
-struct WelfordAcc {
-  double mean;
-  double m2;
-  double n;
-};
-
-struct VarOp {
-  using Acc = WelfordAcc;
-  double correction;
-  __device__ Acc identity() const { return {0, 0, 0}; }
-  __device__ Acc step(Acc a, double v, int64_t) const {
-    const double n = a.n + 1;
-    const double d = v - a.mean;
-    const double mean = a.mean + d / n;
-    return {mean, a.m2 + d * (v - mean), n};
-  }
-  __device__ Acc combine(Acc a, Acc b) const {
-    if (a.n == 0) return b;
-    if (b.n == 0) return a;
-    const double n = a.n + b.n;
-    const double d = b.mean - a.mean;
-    return {a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n), n};
-  }
-  template <class O>
-  __device__ O finish(Acc a) const {
-    const double divisor = fmax(0.0, a.n - correction);  // 0 gives NaN/Inf, as in PyTorch
-    return Store<O>::to(a.m2 / divisor);
-  }
-};
-
-// The first extreme element (smallest flat reduced index among ties); NaN counts as the
-// extreme, as in PyTorch. index < 0: no element yet.
-template <class A>
-struct ArgAcc {
-  A v;
-  int64_t i;
-};
-
-template <class A, bool IsMax>
-struct ArgOp {
-  using Acc = ArgAcc<A>;
-  __device__ Acc identity() const { return {A(0), -1}; }
-  __device__ Acc step(Acc acc, A v, int64_t r) const { return combine(acc, Acc{v, r}); }
-  __device__ Acc combine(Acc a, Acc b) const {
-    if (a.i < 0) return b;
-    if (b.i < 0) return a;
-    const bool an = a.v != a.v, bn = b.v != b.v;
-    if (an || bn) {
-      if (an && bn) return b.i < a.i ? b : a;
-      return an ? a : b;
-    }
-    if (IsMax ? b.v > a.v : b.v < a.v) return b;
-    if (b.v == a.v && b.i < a.i) return b;
-    return a;
-  }
-  template <class O>
-  __device__ O finish(Acc a) const {
-    return O(a.i < 0 ? 0 : a.i);
-  }
-};
 
 // ---- the reduction kernel
 // Each output is reduced by `lanes` threads: along x when the reduced dims are innermost in
@@ -161,6 +69,7 @@ struct ReduceArgs {
 template <class T, class O, class Op>
 __global__ void reduce_kernel(ReduceArgs a, const T* x, O* y, typename Op::Acc* partial, Op op) {
   using A = typename Op::Acc;
+  using V = typename Op::Value;
   __shared__ alignas(16) unsigned char smem_raw[kBlock * sizeof(A)];
   A* smem = reinterpret_cast<A*>(smem_raw);
   const int lanes = a.row_mode ? blockDim.x : blockDim.y;
@@ -174,24 +83,15 @@ __global__ void reduce_kernel(ReduceArgs a, const T* x, O* y, typename Op::Acc* 
   if (o < a.n_out) {
     kept_offsets(a.kept, o, in_off, out_off);
     const T* xo = x + in_off;
-    if (a.red.n == 1) {
-      const int64_t s = a.red.in[0];
-      for (int64_t r = r0 + lane; r < r1; r += lanes) acc = op.step(acc, load_value(xo + r * s), r);
-    } else {
-      for (int64_t r = r0 + lane; r < r1; r += lanes) acc = op.step(acc, load_value(xo + red_offset(a.red, r)), r);
-    }
+    const Op op_o = op.at(o);
+    for (int64_t r = r0 + lane; r < r1; r += lanes) acc = op_o.step(acc, V(load_value(xo + red_offset(a.red, r))), r);
   }
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  const int lane_stride = a.row_mode ? 1 : blockDim.x;
   smem[tid] = acc;
-  __syncthreads();
-  for (int w = lanes / 2; w > 0; w /= 2) {  // lanes is a power of two
-    if (lane < w) smem[tid] = op.combine(smem[tid], smem[tid + w * lane_stride]);
-    __syncthreads();
-  }
+  lanes_reduce(smem, tid, lane, lanes, a.row_mode ? 1 : blockDim.x, op);
   if (lane == 0 && o < a.n_out) {
     if (gridDim.y == 1) {
-      y[out_off] = op.template finish<O>(smem[tid]);
+      y[out_off] = Store<O>::to(op.finish(smem[tid]));
     } else {
       partial[int64_t(blockIdx.y) * a.n_out + o] = smem[tid];
     }
@@ -206,7 +106,7 @@ __global__ void reduce_finish_kernel(ReduceArgs a, int splits, const typename Op
     for (int s = 1; s < splits; ++s) acc = op.combine(acc, partial[int64_t(s) * a.n_out + o]);
     int64_t in_off, out_off;
     kept_offsets(a.kept, o, in_off, out_off);
-    y[out_off] = op.template finish<O>(acc);
+    y[out_off] = Store<O>::to(op.finish(acc));
   }
 }
 
@@ -216,50 +116,66 @@ int pow2_at_least(int64_t n, int cap) {
   return p;
 }
 
-// Reduces x (type T) into y (type O) with `op` over the plan.
-template <class T, class O, class Op>
-void run_reduce(const ReducePlan& p, const Tensor& x, const Tensor& y, Op op) {
-  using A = typename Op::Acc;
-  if (p.n_out == 0) return;
-  const int device = y.device().index;
-  DeviceGuard guard(device);
-  cudaStream_t stream = stream_handle(device);
-  ReduceArgs a{p.kept, p.red, p.n_out, p.n_red, std::max<int64_t>(p.n_red, 1), true};
-  // Column mode when the kept dims are innermost in memory and the reduced ones are not.
-  a.row_mode = !(p.kept.in[p.kept.n - 1] == 1 && p.red.in[p.red.n - 1] != 1);
+// The launch shape of a plan: lanes per output, splits of the reduced range.
+struct ReduceLaunch {
+  ReduceArgs args;
   dim3 block;
-  if (a.row_mode) {
-    block.x = pow2_at_least(p.n_red, kBlock);
-    block.y = kBlock / block.x;
+  int64_t blocks_x;
+  int splits;
+};
+
+ReduceLaunch reduce_launch(const ReducePlan& p, int device) {
+  ReduceLaunch l{{p.kept, p.red, p.n_out, p.n_red, std::max<int64_t>(p.n_red, 1), true}, dim3(), 0, 1};
+  // Column mode when the kept dims are innermost in memory and the reduced ones are not.
+  l.args.row_mode = !(p.kept.in[p.kept.n - 1] == 1 && p.red.in[p.red.n - 1] != 1);
+  if (l.args.row_mode) {
+    l.block.x = pow2_at_least(p.n_red, kBlock);
+    l.block.y = kBlock / l.block.x;
   } else {
-    block.y = pow2_at_least(p.n_red, 8);
-    block.x = kBlock / block.y;
+    l.block.y = pow2_at_least(p.n_red, 8);
+    l.block.x = kBlock / l.block.y;
   }
-  const int lanes = a.row_mode ? block.x : block.y;
-  const int per_block = a.row_mode ? block.y : block.x;
-  const int64_t blocks_x = (p.n_out + per_block - 1) / per_block;
-  BRISK_CHECK(blocks_x < (int64_t(1) << 31), "reduce: too many outputs (", p.n_out, ")");
-  int splits = 1;
+  const int lanes = l.args.row_mode ? l.block.x : l.block.y;
+  const int per_block = l.args.row_mode ? l.block.y : l.block.x;
+  l.blocks_x = (p.n_out + per_block - 1) / per_block;
+  BRISK_CHECK(l.blocks_x < (int64_t(1) << 31), "reduce: too many outputs (", p.n_out, ")");
   const int64_t target = int64_t(sm_count(device)) * 4;
   const int64_t min_per_split = int64_t(lanes) * 256;  // at least 256 elements per thread
-  if (blocks_x < target && p.n_red >= 2 * min_per_split) {
-    splits = int(std::min<int64_t>({(target + blocks_x - 1) / blocks_x, p.n_red / min_per_split, 65535}));
+  if (l.blocks_x < target && p.n_red >= 2 * min_per_split) {
+    l.splits = int(std::min<int64_t>({(target + l.blocks_x - 1) / l.blocks_x, p.n_red / min_per_split, 65535}));
   }
-  a.chunk = (std::max<int64_t>(p.n_red, 1) + splits - 1) / splits;
-  const T* xp = static_cast<const T*>(x.data_ptr());
-  O* yp = static_cast<O*>(y.data_ptr());
+  l.args.chunk = (std::max<int64_t>(p.n_red, 1) + l.splits - 1) / l.splits;
+  return l;
+}
+
+// Reduces x (type T) into y (type O, at the plan's output offsets) with `op` on `device`.
+template <class T, class O, class Op>
+void run_reduce(const ReducePlan& p, const T* x, O* y, int device, Op op) {
+  using A = typename Op::Acc;
+  if (p.n_out == 0) return;
+  DeviceGuard guard(device);
+  cudaStream_t stream = stream_handle(device);
+  const ReduceLaunch l = reduce_launch(p, device);
   Tensor partial;
   A* pp = nullptr;
-  if (splits > 1) {
-    partial = make_empty({int64_t(splits) * p.n_out * int64_t(sizeof(A))}, DType::U8, y.device());
+  if (l.splits > 1) {
+    partial = make_empty({int64_t(l.splits) * p.n_out * int64_t(sizeof(A))}, DType::U8, Device::cuda(device));
     pp = static_cast<A*>(partial.data_ptr());
   }
-  reduce_kernel<T, O, Op><<<dim3(unsigned(blocks_x), unsigned(splits)), block, 0, stream>>>(a, xp, yp, pp, op);
+  const dim3 grid(unsigned(l.blocks_x), unsigned(l.splits));
+  reduce_kernel<T, O, Op><<<grid, l.block, 0, stream>>>(l.args, x, y, pp, op);
   BRISK_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    reduce_finish_kernel<O, Op><<<grid_for(p.n_out), kBlock, 0, stream>>>(a, splits, pp, yp, op);
+  if (l.splits > 1) {
+    reduce_finish_kernel<O, Op><<<grid_for(p.n_out), kBlock, 0, stream>>>(l.args, l.splits, pp, y, op);
     BRISK_CUDA_CHECK_LAUNCH();
   }
+}
+
+// Runs `op` over x's dims in `mask` into out, rounding each finished value to O.
+template <class T, class O, class Op>
+void reduce_into(const Tensor& x, const Tensor& out, uint32_t mask, Op op) {
+  const ReducePlan p = make_plan(x, out, mask);
+  run_reduce(p, static_cast<const T*>(x.data_ptr()), static_cast<O*>(out.data_ptr()), out.device().index, op);
 }
 
 // ---- kernels: sum, amax/amin, var, argmax/argmin
@@ -277,16 +193,16 @@ void dispatch_integral(DType t, const char* op, F&& f) {
 
 void sum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
-  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "sum"));
+  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), "sum");
   if (is_floating(x.dtype())) {
     dispatch_float(x.dtype(), "sum", [&](auto tag) {
       using T = decltype(tag);
-      run_reduce<T, T>(p, x, out[0], SumOp<compute_t<T>>{});
+      reduce_into<T, T>(x, out[0], mask, kernels::SumOp<compute_t<T>>{});
     });
   } else {
     dispatch_integral(x.dtype(), "sum", [&](auto tag) {  // integers and Bool sum to I64
       using T = decltype(tag);
-      run_reduce<T, int64_t>(p, x, out[0], SumOp<int64_t>{});
+      reduce_into<T, int64_t>(x, out[0], mask, kernels::SumOp<int64_t>{});
     });
   }
 }
@@ -295,19 +211,28 @@ template <bool IsMax>
 void extremum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const char* name = IsMax ? "amax" : "amin";
   const Tensor& x = in[0];
-  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), name));
+  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), name);
   dispatch_all(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    run_reduce<T, T>(p, x, out[0], ExtremumOp<compute_t<T>, IsMax>{});
+    reduce_into<T, T>(x, out[0], mask, kernels::ExtremumOp<compute_t<T>, IsMax>{});
   });
 }
 
+// Two passes, as on the CPU: each output's mean (MeanOp, into a flat buffer), then the squared
+// deviations from it.
 void var_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
   const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "var"));
+  const int device = out[0].device().index;
   dispatch_float(x.dtype(), "var", [&](auto tag) {
     using T = decltype(tag);
-    run_reduce<T, T>(p, x, out[0], VarOp{attrs.a});
+    using A = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    Tensor means = make_empty({std::max<int64_t>(p.n_out, 1) * int64_t(sizeof(A))}, DType::U8, out[0].device());
+    A* mp = static_cast<A*>(means.data_ptr());
+    run_reduce(kernels::with_flat_output(p), xp, mp, device, kernels::MeanOp<A>{{}, A(p.n_red)});
+    const A divisor = A(std::max(0.0, double(p.n_red) - attrs.a));
+    run_reduce(p, xp, static_cast<T*>(out[0].data_ptr()), device, kernels::SquaredDeviationOp<A>{mp, A(0), divisor});
   });
 }
 
@@ -317,50 +242,35 @@ void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
   const Tensor& x = in[0];
   const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
   const uint32_t mask = attrs.flag ? all : (1u << wrap_dim(attrs.dim, x.dim(), name)) & all;
-  const ReducePlan p = make_plan(x, out[0], mask);
   dispatch_numeric(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {  // dispatch_numeric rejects Bool at run time
-      run_reduce<T, int64_t>(p, x, out[0], ArgOp<compute_t<T>, IsMax>{});
+      reduce_into<T, int64_t>(x, out[0], mask, kernels::ArgOp<compute_t<T>, IsMax>{});
     }
   });
 }
 
-// ---- row kernels: softmax, log_softmax, cross-entropy
-// A block of (bx, by) threads handles `by` rows at a time, bx threads per row (bx a power of
-// two in [32, 256]). group_reduce combines the bx values of each row: shuffles within a warp,
-// then shared memory across the row's warps. Every thread of the block calls it (rows past
-// the end take part with neutral values), so __syncthreads is safe.
-template <class A, class F>
-__device__ A group_reduce(A v, F f) {
-  __shared__ A smem[kBlock / 32];
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v = f(v, __shfl_xor_sync(0xffffffffu, v, off));
-  if (blockDim.x == 32) return v;
-  const int warps = blockDim.x / 32;
-  A* s = smem + threadIdx.y * warps;
-  __syncthreads();  // the previous call's readers are done
-  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
-  __syncthreads();
-  A r = s[0];
-  for (int w = 1; w < warps; ++w) r = f(r, s[w]);
-  return r;
+// ---- the row-wise log-sum-exp: max (ExtremumOp: NaN wins, as on the CPU), then the sum of
+// exp(x - max), over a row of n elements read by load(j). Grouped: the block's x threads
+// share each row and every thread of the block must call it (rows past the end with valid =
+// false); else one thread reads its whole row.
+template <bool Grouped, class A, class Load>
+__device__ RowLse<A> row_lse(const Load& load, int64_t n, bool valid) {
+  const kernels::ExtremumOp<A, true> max_op;
+  const int64_t lane = Grouped ? threadIdx.x : 0;
+  const int64_t lanes = Grouped ? blockDim.x : 1;
+  A m = max_op.identity();
+  if (valid) {
+    for (int64_t j = lane; j < n; j += lanes) m = max_op.combine(m, load(j));
+  }
+  if constexpr (Grouped) m = group_reduce(m, [max_op](A a, A b) { return max_op.combine(a, b); });
+  A s = 0;
+  if (valid) {
+    for (int64_t j = lane; j < n; j += lanes) s += std::exp(load(j) - m);
+  }
+  if constexpr (Grouped) s = group_reduce(s, SumF{});
+  return {m, s};
 }
-
-struct MaxF {
-  template <class A>
-  __device__ A operator()(A a, A b) const {
-    // std::max: a NaN operand may be skipped here (the CPU's row max lets NaN win), but a NaN
-    // in a row makes its sum of exponentials NaN, so softmax and cross-entropy are NaN on both.
-    return a < b ? b : a;
-  }
-};
-struct SumF {
-  template <class A>
-  __device__ A operator()(A a, A b) const {
-    return a + b;
-  }
-};
 
 struct RowConfig {
   dim3 block;
@@ -375,7 +285,18 @@ RowConfig row_config(int64_t rows, int64_t cols) {
   return c;
 }
 
-// x: (rows, n) dense -> y: (rows, n) dense
+// ---- softmax / log_softmax
+// The output of one element from its row's statistics.
+template <bool Log, class A>
+__device__ __forceinline__ A softmax_value(A x, const RowLse<A>& r, A log_s, A inv) {
+  if constexpr (Log) {
+    return x - r.max - log_s;
+  } else {
+    return std::exp(x - r.max) * inv;
+  }
+}
+
+// x: (rows, n) dense -> y: (rows, n) dense; a group of threads per row
 template <class T, bool Log>
 __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n) {
   using A = compute_t<T>;
@@ -383,24 +304,13 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n) {
     const int64_t row = base + threadIdx.y;
     const bool valid = row < rows;
     const T* xr = x + (valid ? row : 0) * n;
-    A m = -std::numeric_limits<A>::infinity();
-    if (valid) {
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = MaxF{}(m, A(load_value(xr + j)));
-    }
-    m = group_reduce(m, MaxF{});
-    A s = 0;
-    if (valid) {
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += std::exp(A(load_value(xr + j)) - m);
-    }
-    s = group_reduce(s, SumF{});
+    const RowLse<A> r = row_lse<true, A>([xr](int64_t j) { return A(load_value(xr + j)); }, n, valid);
     if (!valid) continue;
     T* yr = y + row * n;
-    if constexpr (Log) {
-      const A log_s = std::log(s);
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] = Store<T>::to(A(load_value(xr + j)) - m - log_s);
-    } else {
-      const A inv = A(1) / s;
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] = Store<T>::to(std::exp(A(load_value(xr + j)) - m) * inv);
+    const A log_s = std::log(r.sum);
+    const A inv = A(1) / r.sum;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      yr[j] = Store<T>::to(softmax_value<Log>(A(load_value(xr + j)), r, log_s, inv));
     }
   }
 }
@@ -412,19 +322,13 @@ __global__ void softmax_cols_kernel(const T* x, T* y, int64_t outer, int64_t n, 
   const int64_t cols = outer * inner;
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
     const int64_t o = c / inner;
-    const int64_t base = o * n * inner + (c - o * inner);
-    A m = -std::numeric_limits<A>::infinity();
-    for (int64_t j = 0; j < n; ++j) m = MaxF{}(m, A(load_value(x + base + j * inner)));
-    A s = 0;
-    for (int64_t j = 0; j < n; ++j) s += std::exp(A(load_value(x + base + j * inner)) - m);
-    if constexpr (Log) {
-      const A log_s = std::log(s);
-      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = Store<T>::to(A(load_value(x + base + j * inner)) - m - log_s);
-    } else {
-      const A inv = A(1) / s;
-      for (int64_t j = 0; j < n; ++j) {
-        y[base + j * inner] = Store<T>::to(std::exp(A(load_value(x + base + j * inner)) - m) * inv);
-      }
+    const T* xc = x + o * n * inner + (c - o * inner);
+    const RowLse<A> r = row_lse<false, A>([xc, inner](int64_t j) { return A(load_value(xc + j * inner)); }, n, true);
+    T* yc = y + (xc - x);
+    const A log_s = std::log(r.sum);
+    const A inv = A(1) / r.sum;
+    for (int64_t j = 0; j < n; ++j) {
+      yc[j * inner] = Store<T>::to(softmax_value<Log>(A(load_value(xc + j * inner)), r, log_s, inv));
     }
   }
 }
@@ -460,6 +364,47 @@ void softmax_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Att
   y.finish();
 }
 
+// ---- logsumexp over the plan's reduced dims: a group of threads per output when the reduced
+// elements are innermost in memory, else one thread per output (neighbouring threads then
+// read neighbouring columns).
+template <class T, bool Grouped>
+__global__ void logsumexp_kernel(Group kept, Group red, int64_t n_out, int64_t n_red, const T* x, T* y) {
+  using A = compute_t<T>;
+  const int64_t per_block = Grouped ? blockDim.y : blockDim.x;
+  for (int64_t base = int64_t(blockIdx.x) * per_block; base < n_out; base += int64_t(gridDim.x) * per_block) {
+    const int64_t o = base + (Grouped ? threadIdx.y : threadIdx.x);
+    const bool valid = o < n_out;
+    int64_t in_off = 0, out_off = 0;
+    if (valid) kept_offsets(kept, o, in_off, out_off);
+    const T* xo = x + in_off;
+    auto load = [xo, red](int64_t j) { return A(load_value(xo + red_offset(red, j))); };
+    const RowLse<A> r = row_lse<Grouped, A>(load, n_red, valid);
+    if (valid && (!Grouped || threadIdx.x == 0)) y[out_off] = Store<T>::to(r.logsumexp());
+  }
+}
+
+void logsumexp_cuda_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const ReducePlan p = make_plan(x, out[0], reduce_mask(attrs.dims, x.dim(), "logsumexp"));
+  if (p.n_out == 0) return;
+  const int device = x.device().index;
+  DeviceGuard guard(device);
+  cudaStream_t stream = stream_handle(device);
+  const bool grouped = p.red.in[p.red.n - 1] == 1;
+  dispatch_float(x.dtype(), "logsumexp", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(out[0].data_ptr());
+    if (grouped) {
+      const RowConfig c = row_config(p.n_out, p.n_red);
+      logsumexp_kernel<T, true><<<c.grid, c.block, 0, stream>>>(p.kept, p.red, p.n_out, p.n_red, xp, yp);
+    } else {
+      logsumexp_kernel<T, false><<<grid_for(p.n_out), kBlock, 0, stream>>>(p.kept, p.red, p.n_out, p.n_red, xp, yp);
+    }
+    BRISK_CUDA_CHECK_LAUNCH();
+  });
+}
+
 // ---- cross-entropy, fused with log_softmax. logits (N, C) dense, target I64 (N) dense.
 // loss_i = lse_i - (1 - eps) x_i[t_i] - (eps / C) sum_c x_i[c], 0 where t_i == ignore_index.
 // A target outside [0, C) is reported through the error slot (Note [Device errors]) and its
@@ -483,22 +428,6 @@ __device__ __forceinline__ bool ce_row_used(const CeArgs& a, int64_t row, int64_
   return true;
 }
 
-// Row max and log-sum-exp, reduced over the row's threads (all threads must call).
-template <class T, class A = compute_t<T>>
-__device__ void row_lse(const T* xr, int64_t c, bool valid, A& m, A& lse) {
-  m = -std::numeric_limits<A>::infinity();
-  if (valid) {
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = MaxF{}(m, A(load_value(xr + j)));
-  }
-  m = group_reduce(m, MaxF{});
-  A s = 0;
-  if (valid) {
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += std::exp(A(load_value(xr + j)) - m);
-  }
-  s = group_reduce(s, SumF{});
-  lse = m + std::log(s);
-}
-
 // -> loss (N) in the compute type; with reduction None also y (N) with stride ys.
 template <class T>
 __global__ void ce_forward_kernel(CeArgs a, const T* x, compute_t<T>* loss, T* y, int64_t ys) {
@@ -508,8 +437,7 @@ __global__ void ce_forward_kernel(CeArgs a, const T* x, compute_t<T>* loss, T* y
     int64_t t = 0;
     const bool valid = row < a.n && ce_row_used(a, row, t);
     const T* xr = x + (row < a.n ? row : 0) * a.c;
-    A m, lse;
-    row_lse(xr, a.c, valid, m, lse);
+    const A lse = row_lse<true, A>([xr](int64_t j) { return A(load_value(xr + j)); }, a.c, valid).lse();
     A sx = 0;
     if (a.eps > 0) {
       if (valid) {
@@ -528,41 +456,33 @@ __global__ void ce_forward_kernel(CeArgs a, const T* x, compute_t<T>* loss, T* y
   }
 }
 
-// Sum (or mean over the non-ignored rows) of the row losses, in double: one block.
-template <class T>
-__global__ void ce_reduce_kernel(CeArgs a, const compute_t<T>* loss, bool mean, T* y) {
-  __shared__ double s_total[kBlock];
-  __shared__ double s_count[kBlock];
-  double total = 0, count = 0;
+// Sum of the row losses (none when loss is nullptr) and the number of non-ignored rows, in
+// double, over one block.
+template <class A>
+__device__ void ce_totals(const CeArgs& a, const A* loss, double& total, double& count) {
+  total = 0;
+  count = 0;
   for (int64_t i = threadIdx.x; i < a.n; i += blockDim.x) {
-    total += double(loss[i]);
+    if (loss) total += double(loss[i]);
     count += a.target[i] != a.ignore ? 1 : 0;
   }
-  s_total[threadIdx.x] = total;
-  s_count[threadIdx.x] = count;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) {
-      s_total[threadIdx.x] += s_total[threadIdx.x + w];
-      s_count[threadIdx.x] += s_count[threadIdx.x + w];
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) y[0] = Store<T>::to(mean ? s_total[0] / s_count[0] : s_total[0]);  // 0/0 = NaN
+  total = group_reduce(total, SumF{});
+  count = group_reduce(count, SumF{});
 }
 
-// Number of non-ignored rows (for the backward of a mean), one block.
+// Sum (or mean over the non-ignored rows) of the row losses: one block.
+template <class T>
+__global__ void ce_reduce_kernel(CeArgs a, const compute_t<T>* loss, bool mean, T* y) {
+  double total, count;
+  ce_totals(a, loss, total, count);
+  if (threadIdx.x == 0) y[0] = Store<T>::to(mean ? total / count : total);  // 0/0 = NaN
+}
+
+// Number of non-ignored rows (for the backward of a mean): one block.
 __global__ void ce_count_kernel(CeArgs a, double* count) {
-  __shared__ double s[kBlock];
-  double c = 0;
-  for (int64_t i = threadIdx.x; i < a.n; i += blockDim.x) c += a.target[i] != a.ignore ? 1 : 0;
-  s[threadIdx.x] = c;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *count = s[0];
+  double total, n;
+  ce_totals<float>(a, nullptr, total, n);
+  if (threadIdx.x == 0) *count = n;
 }
 
 // (grad g (N) with stride gs, or 0-dim with gs = 0; logits x (N, C)) -> dx (N, C) dense:
@@ -577,8 +497,7 @@ __global__ void ce_backward_kernel(CeArgs a, const T* g, int64_t gs, const T* x,
     int64_t t = 0;
     const bool valid = row < a.n && ce_row_used(a, row, t);
     const T* xr = x + (row < a.n ? row : 0) * a.c;
-    A m, lse;
-    row_lse(xr, a.c, valid, m, lse);
+    const A lse = row_lse<true, A>([xr](int64_t j) { return A(load_value(xr + j)); }, a.c, valid).lse();
     if (row >= a.n) continue;
     T* dr = dx + row * a.c;
     if (!valid) {
@@ -594,8 +513,8 @@ __global__ void ce_backward_kernel(CeArgs a, const T* g, int64_t gs, const T* x,
   }
 }
 
-CeArgs ce_args(const Tensor& logits, const Tensor& target, const Attrs& attrs, OpId op) {
-  return CeArgs{logits.sizes()[0], logits.sizes()[1], target.data<int64_t>(), attrs.start, attrs.a,
+CeArgs ce_args(const Tensor& logits, const Tensor& target, const CrossEntropyParams& p, OpId op) {
+  return CeArgs{logits.sizes()[0], logits.sizes()[1], target.data<int64_t>(), p.ignore_index, p.label_smoothing,
                 device_error_slot(logits.device().index), int(op)};
 }
 
@@ -603,19 +522,21 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
   const Tensor logits = dense(in[0]);
   const Tensor target = dense(in[1]);
   const Tensor& y = out[0];
-  const CeArgs a = ce_args(logits, target, attrs, OpId::CrossEntropy);
+  const CrossEntropyParams params = CrossEntropyParams::from(attrs);
+  const CeArgs a = ce_args(logits, target, params, OpId::CrossEntropy);
   const int device = logits.device().index;
   DeviceGuard guard(device);
   cudaStream_t stream = stream_handle(device);
   dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     using A = compute_t<T>;
-    const bool none = attrs.reduction == Reduction::None;
+    const bool none = params.reduction == Reduction::None;
+    const bool mean = params.reduction == Reduction::Mean;
+    T* yp = static_cast<T*>(y.data_ptr());
     if (a.n == 0) {
       if (!none) {
         // No rows: an empty sum is 0, an empty mean 0/0 = NaN (the kernel reads no losses).
-        ce_reduce_kernel<T><<<1, kBlock, 0, stream>>>(a, nullptr, attrs.reduction == Reduction::Mean,
-                                                      static_cast<T*>(y.data_ptr()));
+        ce_reduce_kernel<T><<<1, kBlock, 0, stream>>>(a, nullptr, mean, yp);
         BRISK_CUDA_CHECK_LAUNCH();
       }
       return;
@@ -623,13 +544,12 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
     Tensor loss = make_empty({a.n * int64_t(sizeof(A))}, DType::U8, y.device());
     A* lp = static_cast<A*>(loss.data_ptr());
     const RowConfig c = row_config(a.n, a.c);
-    T* y_none = none ? static_cast<T*>(y.data_ptr()) : nullptr;
     const int64_t ys = none ? y.strides()[0] : 0;
-    ce_forward_kernel<T><<<c.grid, c.block, 0, stream>>>(a, static_cast<const T*>(logits.data_ptr()), lp, y_none, ys);
+    ce_forward_kernel<T><<<c.grid, c.block, 0, stream>>>(a, static_cast<const T*>(logits.data_ptr()), lp,
+                                                         none ? yp : nullptr, ys);
     BRISK_CUDA_CHECK_LAUNCH();
     if (!none) {
-      ce_reduce_kernel<T><<<1, kBlock, 0, stream>>>(a, lp, attrs.reduction == Reduction::Mean,
-                                                    static_cast<T*>(y.data_ptr()));
+      ce_reduce_kernel<T><<<1, kBlock, 0, stream>>>(a, lp, mean, yp);
       BRISK_CUDA_CHECK_LAUNCH();
     }
   });
@@ -640,13 +560,14 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
   const Tensor logits = dense(in[1]);
   const Tensor target = dense(in[2]);
   DenseOut dx(out[0]);
-  const CeArgs a = ce_args(logits, target, attrs, OpId::CrossEntropyBackward);
+  const CrossEntropyParams params = CrossEntropyParams::from(attrs);
+  const CeArgs a = ce_args(logits, target, params, OpId::CrossEntropyBackward);
   if (a.n == 0 || a.c == 0) return;
   const int device = logits.device().index;
   DeviceGuard guard(device);
   cudaStream_t stream = stream_handle(device);
   Tensor count;
-  if (attrs.reduction == Reduction::Mean) {
+  if (params.reduction == Reduction::Mean) {
     count = make_empty({1}, DType::F64, logits.device());
     ce_count_kernel<<<1, kBlock, 0, stream>>>(a, count.data<double>());
     BRISK_CUDA_CHECK_LAUNCH();
@@ -675,6 +596,7 @@ void register_reduce() {
   register_kernel(OpId::Argmin, gpu, arg_kernel<false>);
   register_kernel(OpId::Softmax, gpu, softmax_kernel<false>);
   register_kernel(OpId::LogSoftmax, gpu, softmax_kernel<true>);
+  register_kernel(OpId::Logsumexp, gpu, logsumexp_cuda_kernel);
   register_kernel(OpId::CrossEntropy, gpu, cross_entropy_kernel);
   register_kernel(OpId::CrossEntropyBackward, gpu, cross_entropy_backward_kernel);
 }

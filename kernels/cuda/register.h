@@ -9,10 +9,10 @@ void register_backend();      // kernels/cuda/backend.cpp
 void register_elementwise();  // kernels/cuda/elementwise.cu (arithmetic, math, cast, fill)
 void register_compare();      // kernels/cuda/compare.cu (comparisons, where, masked_fill)
 void register_reduce();       // kernels/cuda/reduce.cu (reductions, softmax, cross-entropy)
-void register_linalg();       // kernels/cuda/matmul.cpp
+void register_linalg();       // kernels/cuda/matmul.cu
 void register_index();        // kernels/cuda/index.cu (cat, slice_backward, index ops)
 void register_random();       // kernels/cuda/random.cu (arange, rand, randn, dropout)
-void register_nn();           // kernels/cuda/conv.cu (cuDNN conv); calls the two below
+void register_conv();         // kernels/cuda/conv.cu (cuDNN conv)
 void register_pool();         // kernels/cuda/pool.cu (max/avg/adaptive pooling, hand-written)
 void register_norm();         // kernels/cuda/norm.cu (layer norm; batch norm through cuDNN)
 void register_optim();        // kernels/cuda/optim.cu (fused multi-tensor optimizer steps)
@@ -25,7 +25,9 @@ inline void register_all() {
   register_linalg();
   register_index();
   register_random();
-  register_nn();
+  register_conv();
+  register_pool();
+  register_norm();
   register_optim();
 }
 

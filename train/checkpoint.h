@@ -1,11 +1,11 @@
-// optim/checkpoint.h: training checkpoints: everything a run needs to continue bit for bit
+// train/checkpoint.h: training checkpoints: everything a run needs to continue bit for bit
 // (model, optimizer, LR schedule, plateau/early-stopping counters, the default generator's seed
 // and offset, the data loader's position, epoch/step counters, user strings) in ONE safetensors
-// file, written atomically. The reader checks the whole file against the objects it restores
-// before changing any of them: a corrupt or incompatible checkpoint is a brisk::Error naming the
-// file and the first offending key. Not here: weights-only files (nn/serialize_module.h), the
-// training loop, or restoring the objects' construction (build the same model, optimizer and
-// schedulers first, then load).
+// file, written atomically. It sits above nn, optim and data because it spans all three.
+// Loading is parse, validate every part, then load every part: a corrupt or incompatible file is
+// a brisk::Error naming the file and the first offending key, and changes nothing. Not here:
+// weights-only files (nn/serialize_module.h), the training loop, or building the objects (build
+// the same model, optimizer and schedulers first, then load).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace brisk::data {
 class DataLoader;
 }
 
-namespace brisk::optim {
+namespace brisk::train {
 
 // Bumped when the layout below changes incompatibly; older/newer versions are refused.
 inline constexpr int64_t kCheckpointVersion = 1;
@@ -40,12 +40,12 @@ inline constexpr const char* kCheckpointMetadataKey = "brisk.checkpoint";
 // strings "inf", "-inf", "nan"); 64-bit seeds and offsets are exact JSON integers.
 struct TrainingState {
   nn::Module* model = nullptr;
-  Optimizer* optimizer = nullptr;
-  LRScheduler* scheduler = nullptr;
-  ReduceLROnPlateau* plateau = nullptr;
-  EarlyStopping* early_stopping = nullptr;
+  optim::Optimizer* optimizer = nullptr;
+  optim::LRScheduler* scheduler = nullptr;
+  optim::ReduceLROnPlateau* plateau = nullptr;
+  optim::EarlyStopping* early_stopping = nullptr;
   data::DataLoader* loader = nullptr;
-  bool rng = true;   // save / restore default_generator()'s seed and offset
+  bool rng = true;    // save / restore default_generator()'s seed and offset
   int64_t epoch = 0;  // the caller's counters, restored as saved
   int64_t step = 0;
   std::map<std::string, std::string> user_metadata;
@@ -56,11 +56,13 @@ struct TrainingState {
 void save_checkpoint(const std::string& path, const TrainingState& state);
 
 // Restores every non-null object of `state` (and epoch, step, user_metadata, the generator)
-// from `path`. Validated first: the format and version; every tensor's CRC-32; every model key present with the
-// model's shape and no extra model keys; the optimizer of the same kind with the same groups,
-// parameter names and buffer shapes; the scheduler / plateau / early-stopping state with the
-// same keys as the objects given; a sane loader position. Any failure throws brisk::Error
-// ("load_checkpoint: <path>: ... '<key>' ...") and leaves every object as it was.
+// from `path`. Validated first, each part against its live object: the format and version;
+// every tensor's CRC-32; every model key present with the model's shape and no extra model
+// keys; the optimizer of the same kind, and its state as Optimizer::check_state_dict accepts
+// it; the scheduler / plateau / early-stopping state with the same keys as the objects given
+// and accepted by their check_state_dict; a position DataLoader::check_state accepts. Any
+// failure throws brisk::Error ("load_checkpoint: <path>: ... '<key>' ...") and leaves every
+// object as it was.
 void load_checkpoint(const std::string& path, TrainingState& state);
 
-}  // namespace brisk::optim
+}  // namespace brisk::train

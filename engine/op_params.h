@@ -1,0 +1,127 @@
+// engine/op_params.h: the named parameters of the op families whose attributes are more than
+// a field or two, one struct per family (convolution, pooling, layer norm, batch norm, ...),
+// read by the family's inference and backward formulas and by the kernels of every backend.
+// Each struct holds the ONE place that writes it into an op's Attrs (`store`) and reads it back
+// (`from`); no other code reads those Attrs fields for these ops. See Note [Op parameters].
+// Not here: the Attrs struct (engine/op.h), the checks of the values (each family's inference
+// in engine/ops/), PyTorch's argument defaults (nn/functional*.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/error.h"
+#include "engine/op.h"
+
+namespace brisk {
+
+// Note [Op parameters]
+// An op whose attributes are a handful of related values (a conv's stride, padding, dilation
+// and groups) reads them as one struct with named fields, never as Attrs' generic fields
+// (`dim` for groups, `flag2` for count_include_pad, eight packed geometry ints). The struct
+// keeps its values in Attrs' existing fields, through its `store`/`from` pair only, rather
+// than in a typed slot: Attrs keeps its size and layout (a Node copies it), and code that
+// builds Attrs by field keeps working. The layout of each family is written once, below.
+// Adding a family: a section here (struct, from, store), its ops.def comment naming it.
+
+// A (height, width) pair of a 2-D op.
+struct Hw {
+  int64_t h = 0, w = 0;
+  friend bool operator==(const Hw&, const Hw&) = default;
+};
+
+namespace detail {
+
+// attrs.geometry's layout, shared by conv and pooling: (stride, padding, dilation, kernel), each
+// height then width.
+inline constexpr int kGeometrySize = 8;
+
+inline Shape pack_geometry(Hw stride, Hw padding, Hw dilation, Hw kernel) {
+  return {stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, kernel.h, kernel.w};
+}
+
+inline const Shape& checked_geometry(const Attrs& a, const char* op) {
+  BRISK_CHECK(a.geometry.size() == kGeometrySize, op,
+              ": attrs.geometry must hold 8 values (stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, kernel_h, ",
+              "kernel_w), got ", a.geometry);
+  return a.geometry;
+}
+
+}  // namespace detail
+
+// ---- convolution: conv2d, conv2d_backward_input, conv2d_backward_weight
+// The kernel size comes from the weight. Stored in attrs.geometry (kernel entries 0) and
+// attrs.dim (groups).
+struct ConvParams {
+  Hw stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+
+  static ConvParams from(const Attrs& a, const char* op = "conv2d") {
+    const Shape& g = detail::checked_geometry(a, op);
+    return {{g[0], g[1]}, {g[2], g[3]}, {g[4], g[5]}, a.dim};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_geometry(stride, padding, dilation, {0, 0});
+    a.dim = groups;
+  }
+};
+
+// ---- pooling: max_pool2d, avg_pool2d and their backward ops
+// (adaptive_avg_pool2d reads only its output size, attrs.shape). Stored in attrs.geometry,
+// attrs.flag (ceil_mode) and attrs.flag2 (count_include_pad, avg_pool2d only).
+struct PoolParams {
+  Hw kernel, stride, padding, dilation{1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+
+  static PoolParams from(const Attrs& a, const char* op) {
+    const Shape& g = detail::checked_geometry(a, op);
+    return {{g[6], g[7]}, {g[0], g[1]}, {g[2], g[3]}, {g[4], g[5]}, a.flag, a.flag2};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_geometry(stride, padding, dilation, kernel);
+    a.flag = ceil_mode;
+    a.flag2 = count_include_pad;
+  }
+};
+
+// ---- layer_norm: over the last `normalized_dims` dims. Stored in attrs.dim and attrs.a.
+struct LayerNormParams {
+  int64_t normalized_dims = 1;
+  double eps = 1e-5;
+
+  static LayerNormParams from(const Attrs& a) { return {a.dim, a.a}; }
+  void store(Attrs& a) const {
+    a.dim = normalized_dims;
+    a.a = eps;
+  }
+};
+
+// ---- batch_norm: training (batch statistics) or eval (the running ones). Stored in
+// attrs.flag and attrs.b.
+struct BatchNormParams {
+  bool training = false;
+  double eps = 1e-5;
+
+  static BatchNormParams from(const Attrs& a) { return {a.flag, a.b}; }
+  void store(Attrs& a) const {
+    a.flag = training;
+    a.b = eps;
+  }
+};
+
+// ---- cross_entropy, cross_entropy_backward: rows whose target is ignore_index count for
+// nothing; label_smoothing in [0, 1]. Stored in attrs.start, attrs.a and attrs.reduction.
+struct CrossEntropyParams {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0;
+  Reduction reduction = Reduction::Mean;
+
+  static CrossEntropyParams from(const Attrs& a) { return {a.start, a.a, a.reduction}; }
+  void store(Attrs& a) const {
+    a.start = ignore_index;
+    a.a = label_smoothing;
+    a.reduction = reduction;
+  }
+};
+
+}  // namespace brisk

@@ -1,0 +1,128 @@
+// kernels/cpu/conv.h: what the CPU conv2d files share (internal to kernels/cpu): one conv2d
+// problem read from the operands' sizes and ConvParams, where a kernel tap reads, the per-thread
+// workspace, the threading rule, and the depthwise entry points. See Note [CPU conv] in
+// kernels/cpu/conv.cpp.
+// Not here: the GEMM path (kernels/cpu/conv.cpp), the depthwise loops
+// (kernels/cpu/conv_depthwise.cpp), shapes and checks (engine/ops/conv.cpp).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "engine/allocator.h"
+#include "engine/op_params.h"
+#include "engine/tensor.h"
+
+namespace brisk::kernels::cpu::conv {
+
+// A block from cpu_allocator(), kept per thread and grown on demand.
+class Workspace {
+ public:
+  ~Workspace() {
+    if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
+  }
+  template <class T>
+  T* get(int64_t n) {
+    const size_t bytes = size_t(n) * sizeof(T);
+    if (bytes > bytes_) {
+      if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
+      ptr_ = nullptr;
+      ptr_ = cpu_allocator().allocate(bytes);
+      bytes_ = bytes;
+    }
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// im2col / col2im columns of one sample and group; the depthwise loops' saved borders.
+inline thread_local Workspace t_cols;
+
+// Multiply-adds below which a conv runs on one thread (as in gemm.cpp).
+inline constexpr double kParallelMacs = 2.0 * 64 * 64 * 64;
+
+// Ceiling of n / d for d > 0 and any sign of n.
+inline int64_t ceil_div(int64_t n, int64_t d) { return n >= 0 ? (n + d - 1) / d : -((-n) / d); }
+
+// Conv computes F64 in F64 and everything else in F32.
+inline DType work_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+
+// Runs run(T{}) with T the work type of `t` (double for F64, else float).
+template <class F>
+void dispatch_work(DType t, F&& run) {
+  if (t == DType::F64) {
+    run(double{});
+  } else {
+    run(float{});
+  }
+}
+
+// One conv2d problem, read from the sizes of x (B, C, H, W), w (O, Cg, kh, kw), y (B, O, Ho, Wo).
+struct Conv {
+  int64_t B, C, H, W;
+  int64_t O, kh, kw;
+  int64_t Ho, Wo;
+  int64_t groups, Cg, Og;
+  int64_t sh, sw, ph, pw, dh, dw;
+
+  Conv(const Shape& x, const Shape& w, const Shape& y, const ConvParams& p)
+      : B(x[0]), C(x[1]), H(x[2]), W(x[3]), O(w[0]), kh(w[2]), kw(w[3]), Ho(y[2]), Wo(y[3]), groups(p.groups),
+        Cg(w[1]), Og(w[0] / p.groups), sh(p.stride.h), sw(p.stride.w), ph(p.padding.h), pw(p.padding.w),
+        dh(p.dilation.h), dw(p.dilation.w) {}
+
+  int64_t K() const { return Cg * kh * kw; }  // GEMM depth
+  int64_t P() const { return Ho * Wo; }        // output pixels per plane
+  double macs() const { return double(B) * double(O) * double(K()) * double(P()); }
+  // The input plane is the col matrix itself.
+  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+  // One input channel per group (groups == C, as MobileNetV2's): the direct loops of
+  // kernels/cpu/conv_depthwise.cpp instead of GEMM.
+  bool depthwise() const { return Cg == 1 && groups > 1; }
+};
+
+// Where kernel tap (i, j) reads: output (oh, ow) meets input (oh * sh + off_h, ow * sw + off_w);
+// output rows [oh_lo, oh_hi) and columns [lo, hi) meet the input, the rest meets padding.
+struct Tap {
+  int64_t off_h, off_w, oh_lo, oh_hi, lo, hi;
+  Tap(const Conv& p, int64_t i, int64_t j)
+      : off_h(i * p.dh - p.ph),
+        off_w(j * p.dw - p.pw),
+        oh_lo(std::clamp<int64_t>(ceil_div(-off_h, p.sh), 0, p.Ho)),
+        oh_hi(std::clamp<int64_t>(ceil_div(p.H - off_h, p.sh), oh_lo, p.Ho)),
+        lo(std::clamp<int64_t>(ceil_div(-off_w, p.sw), 0, p.Wo)),
+        hi(std::clamp<int64_t>(ceil_div(p.W - off_w, p.sw), lo, p.Wo)) {}
+};
+
+// Whether a run of output pixels across rows meets one run of input pixels (stride 1 and
+// "same" width: 3x3 / padding 1 and the like), so a tap's rows copy as one flat run.
+inline bool flat_rows(const Conv& p) { return p.sh == 1 && p.sw == 1 && p.Wo == p.W; }
+
+// Threads for a conv over the batch: >1 only outside a parallel region and for enough work.
+inline int conv_threads(double macs) {
+  if (omp_in_parallel() || macs < kParallelMacs) return 1;
+  return omp_get_max_threads();
+}
+
+// The input of a conv as the kernels read it: any strides (a strided x is read in place).
+template <class T>
+struct Input {
+  const T* data;
+  int64_t sB, sC, sH, sW;
+  explicit Input(const Tensor& x)
+      : data(static_cast<const T*>(x.data_ptr())), sB(x.stride(0)), sC(x.stride(1)), sH(x.stride(2)),
+        sW(x.stride(3)) {}
+  // Whether the (pointwise) col matrix of a sample is the input itself: each plane dense.
+  bool planes_dense(const Conv& p) const { return sW == 1 && (sH == p.W || p.H == 1); }
+};
+
+// ---- depthwise convolution (kernels/cpu/conv_depthwise.cpp), for p.depthwise() problems in
+// the work dtype: x any strides, everything else dense; bias undefined or (O).
+void depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv& p);
+void depthwise_backward_input(const Tensor& g, const Tensor& w, const Tensor& gx, const Conv& p);
+void depthwise_backward_weight(const Tensor& g, const Tensor& x, const Tensor& gw, const Conv& p);
+
+}  // namespace brisk::kernels::cpu::conv

@@ -1,0 +1,289 @@
+// kernels/cpu/pool.cpp: CPU kernels of the pooling ops and their backward ops: max_pool2d
+// (values and flat argmax per plane, with a tight path for the common 2x2 / stride 2 pool),
+// avg_pool2d, adaptive_avg_pool2d. Direct loops over dense planes, OpenMP over planes; 16-bit
+// floats compute in float and round once. Windows come from kernels/pool_window.h, shared with
+// the CUDA kernels, which these are the reference for.
+// Not here: output sizes, checks and backward formulas (engine/ops/pool.cpp); reference loops
+// for the tests (tests/specs_nn.cpp); the CUDA kernels (kernels/cuda/pool.cu).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/op.h"
+#include "engine/op_params.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/cpu/register.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/pool_window.h"
+
+namespace brisk::kernels::cpu {
+
+namespace {
+
+// Ceiling of n / d for d > 0 and any sign of n.
+int64_t ceil_div(int64_t n, int64_t d) { return n >= 0 ? (n + d - 1) / d : -((-n) / d); }
+
+int64_t window_work(const PoolProblem& p) { return p.planes * p.Ho * p.Wo * p.kh * p.kw; }
+
+// Runs body(plane) for every plane, over the OpenMP threads when the work is large.
+template <class F>
+void for_each_plane(int64_t planes, int64_t work, F&& body) {
+  const int nt = threads_for(work);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t i = 0; i < planes; ++i) body(i);
+}
+
+template <class T>
+const T* cdata(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+template <class T>
+T* mdata(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// ---- max pooling
+// Max pooling's rules: NaN wins, and the first of equal maxima (in window order), as in PyTorch.
+
+// Whether the plane pool is 2x2 / stride 2 / unpadded / undilated with windows inside the input.
+bool two_by_two(const PoolProblem& p) {
+  return p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1 &&
+         2 * p.Ho <= p.H && 2 * p.Wo <= p.W;
+}
+
+// One plane of a 2x2 / stride 2 pool. Branch-free selects (v != v is isnan) and sizes in
+// locals, so that the compiler vectorizes the row.
+template <class T>
+void max_pool_plane_2x2(const T* xp, T* yp, int64_t* ip, const PoolProblem& p) {
+  using A = compute_t<T>;
+  const int64_t W = p.W, Wo = p.Wo;
+  for (int64_t oh = 0; oh < p.Ho; ++oh) {
+    const T* r0 = xp + 2 * oh * W;
+    const T* r1 = r0 + W;
+    T* yr = yp + oh * Wo;
+    int64_t* ir = ip + oh * Wo;
+    const int64_t at = 2 * oh * W;
+    for (int64_t ow = 0; ow < Wo; ++ow) {
+      const A v0 = A(r0[2 * ow]), v1 = A(r0[2 * ow + 1]), v2 = A(r1[2 * ow]), v3 = A(r1[2 * ow + 1]);
+      A best = v0;
+      int64_t off = 0;
+      bool take = v1 > best || v1 != v1;
+      best = take ? v1 : best;
+      off = take ? 1 : off;
+      take = v2 > best || v2 != v2;
+      best = take ? v2 : best;
+      off = take ? W : off;
+      take = v3 > best || v3 != v3;
+      best = take ? v3 : best;
+      off = take ? W + 1 : off;
+      yr[ow] = T(best);
+      ir[ow] = at + 2 * ow + off;
+    }
+  }
+}
+
+// One plane of any max pool: each window's taps from the first inside the input.
+template <class T>
+void max_pool_plane(const T* xp, T* yp, int64_t* ip, const PoolProblem& p) {
+  using A = compute_t<T>;
+  for (int64_t oh = 0; oh < p.Ho; ++oh) {
+    const int64_t hs = oh * p.sh - p.ph;
+    const int64_t i0 = hs < 0 ? ceil_div(-hs, p.dh) : 0;  // first tap inside the input
+    for (int64_t ow = 0; ow < p.Wo; ++ow) {
+      const int64_t ws = ow * p.sw - p.pw;
+      const int64_t j0 = ws < 0 ? ceil_div(-ws, p.dw) : 0;
+      A best = -std::numeric_limits<A>::infinity();
+      int64_t bi = -1;
+      for (int64_t i = i0; i < p.kh; ++i) {
+        const int64_t ih = hs + i * p.dh;
+        if (ih >= p.H) break;
+        for (int64_t j = j0; j < p.kw; ++j) {
+          const int64_t iw = ws + j * p.dw;
+          if (iw >= p.W) break;
+          const A v = A(xp[ih * p.W + iw]);
+          if (bi < 0 || v > best || std::isnan(v)) best = v, bi = ih * p.W + iw;
+        }
+      }
+      yp[oh * p.Wo + ow] = T(best);
+      ip[oh * p.Wo + ow] = std::max<int64_t>(bi, 0);
+    }
+  }
+}
+
+// y, indices (planes, Ho, Wo) = max over each window of x (planes, H, W).
+template <class T>
+void max_pool_forward(const T* x, T* y, int64_t* idx, const PoolProblem& p) {
+  const bool fast = two_by_two(p);
+  for_each_plane(p.planes, window_work(p), [&](int64_t plane) {
+    const T* xp = x + plane * p.H * p.W;
+    T* yp = y + plane * p.Ho * p.Wo;
+    int64_t* ip = idx + plane * p.Ho * p.Wo;
+    fast ? max_pool_plane_2x2(xp, yp, ip, p) : max_pool_plane(xp, yp, ip, p);
+  });
+}
+
+// gx (planes, H, W) = 0, then gx[indices] += g. Returns false when an index is out of range.
+template <class T>
+bool max_pool_backward(const T* g, const int64_t* idx, T* gx, const PoolProblem& p) {
+  using A = compute_t<T>;
+  const int64_t HW = p.H * p.W, P = p.Ho * p.Wo;
+  bool bad = false;
+  const int nt = threads_for(p.planes * (HW + P));
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1) reduction(|| : bad)
+  for (int64_t plane = 0; plane < p.planes; ++plane) {
+    T* gp = gx + plane * HW;
+    std::fill(gp, gp + HW, T(0));
+    const T* gy = g + plane * P;
+    const int64_t* ip = idx + plane * P;
+    for (int64_t o = 0; o < P; ++o) {
+      const int64_t k = ip[o];
+      if (static_cast<uint64_t>(k) >= static_cast<uint64_t>(HW)) {
+        bad = true;
+        continue;
+      }
+      gp[k] = T(A(gp[k]) + A(gy[o]));
+    }
+  }
+  return !bad;
+}
+
+// ---- average pooling, fixed and adaptive windows
+// window(p, oh, ow) is avg_window or adaptive_window (kernels/pool_window.h).
+
+// y (planes, Ho, Wo) = mean of each window of x (planes, H, W); an empty window gives 0.
+template <class T, class Window>
+void mean_pool_forward(const T* x, T* y, const PoolProblem& p, int64_t work, Window window) {
+  using A = compute_t<T>;
+  for_each_plane(p.planes, work, [&](int64_t plane) {
+    const T* xp = x + plane * p.H * p.W;
+    T* yp = y + plane * p.Ho * p.Wo;
+    for (int64_t oh = 0; oh < p.Ho; ++oh) {
+      for (int64_t ow = 0; ow < p.Wo; ++ow) {
+        const PoolWindow win = window(p, oh, ow);
+        A sum = 0;
+        for (int64_t ih = win.hs; ih < win.he; ++ih) {
+          for (int64_t iw = win.ws; iw < win.we; ++iw) sum += A(xp[ih * p.W + iw]);
+        }
+        yp[oh * p.Wo + ow] = win.empty() ? T(0) : T(sum / A(win.divisor));
+      }
+    }
+  });
+}
+
+// gx (planes, H, W) = each g spread evenly over its window (the adjoint of mean_pool_forward).
+template <class T, class Window>
+void mean_pool_backward(const T* g, T* gx, const PoolProblem& p, int64_t work, Window window) {
+  using A = compute_t<T>;
+  for_each_plane(p.planes, work, [&](int64_t plane) {
+    T* gp = gx + plane * p.H * p.W;
+    const T* gy = g + plane * p.Ho * p.Wo;
+    std::fill(gp, gp + p.H * p.W, T(0));
+    for (int64_t oh = 0; oh < p.Ho; ++oh) {
+      for (int64_t ow = 0; ow < p.Wo; ++ow) {
+        const PoolWindow win = window(p, oh, ow);
+        if (win.empty()) continue;
+        const A share = A(gy[oh * p.Wo + ow]) / A(win.divisor);
+        for (int64_t ih = win.hs; ih < win.he; ++ih) {
+          for (int64_t iw = win.ws; iw < win.we; ++iw) gp[ih * p.W + iw] = T(A(gp[ih * p.W + iw]) + share);
+        }
+      }
+    }
+  });
+}
+
+int64_t adaptive_work(const PoolProblem& p) { return p.planes * std::max(p.H * p.W, p.Ho * p.Wo); }
+
+// The two window rules as function objects, so that the loops above inline them.
+constexpr auto kAvgWindow = [](const PoolProblem& p, int64_t oh, int64_t ow) { return avg_window(p, oh, ow); };
+constexpr auto kAdaptiveWindow = [](const PoolProblem& p, int64_t oh, int64_t ow) {
+  return adaptive_window(p, oh, ow);
+};
+
+// ---- kernels
+
+// x -> (y, indices)
+void max_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor x = dense(in[0]);
+  const DenseOut y(out[0]), idx(out[1], DType::I64);
+  const PoolProblem p = pool_problem(x.sizes(), y.dense.sizes(), PoolParams::from(attrs, "max_pool2d"));
+  dispatch_float(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_forward<T>(cdata<T>(x), mdata<T>(y.dense), mdata<int64_t>(idx.dense), p);
+  });
+  y.finish();
+  idx.finish();
+}
+
+// (grad, indices) -> gx
+void max_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor g = dense(in[0]), idx = dense(in[1], DType::I64);
+  const DenseOut gx(out[0]);
+  const PoolProblem p = pool_problem(gx.dense.sizes(), g.sizes(), PoolParams::from(attrs, "max_pool2d_backward"));
+  const bool ok = dispatch_float(g.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    return max_pool_backward<T>(cdata<T>(g), cdata<int64_t>(idx), mdata<T>(gx.dense), p);
+  });
+  BRISK_CHECK(ok, "max_pool2d_backward: an index is outside its plane of ", p.H, " x ", p.W, " (indices ",
+              idx.str(), ")");
+  gx.finish();
+}
+
+void avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor x = dense(in[0]);
+  const DenseOut y(out[0]);
+  const PoolProblem p = pool_problem(x.sizes(), y.dense.sizes(), PoolParams::from(attrs, "avg_pool2d"));
+  dispatch_float(x.dtype(), "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    mean_pool_forward<T>(cdata<T>(x), mdata<T>(y.dense), p, window_work(p), kAvgWindow);
+  });
+  y.finish();
+}
+
+void avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor g = dense(in[0]);
+  const DenseOut gx(out[0]);
+  const PoolProblem p = pool_problem(gx.dense.sizes(), g.sizes(), PoolParams::from(attrs, "avg_pool2d_backward"));
+  dispatch_float(g.dtype(), "avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    mean_pool_backward<T>(cdata<T>(g), mdata<T>(gx.dense), p, window_work(p), kAvgWindow);
+  });
+  gx.finish();
+}
+
+void adaptive_avg_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor x = dense(in[0]);
+  const DenseOut y(out[0]);
+  const PoolProblem p = adaptive_problem(x.sizes(), y.dense.sizes());
+  dispatch_float(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    mean_pool_forward<T>(cdata<T>(x), mdata<T>(y.dense), p, adaptive_work(p), kAdaptiveWindow);
+  });
+  y.finish();
+}
+
+void adaptive_avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor g = dense(in[0]);
+  const DenseOut gx(out[0]);
+  const PoolProblem p = adaptive_problem(gx.dense.sizes(), g.sizes());
+  dispatch_float(g.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    mean_pool_backward<T>(cdata<T>(g), mdata<T>(gx.dense), p, adaptive_work(p), kAdaptiveWindow);
+  });
+  gx.finish();
+}
+
+}  // namespace
+
+void register_pool() {
+  constexpr DeviceType cpu = DeviceType::CPU;
+  register_kernel(OpId::MaxPool2d, cpu, max_pool2d_kernel);
+  register_kernel(OpId::MaxPool2dBackward, cpu, max_pool2d_backward_kernel);
+  register_kernel(OpId::AvgPool2d, cpu, avg_pool2d_kernel);
+  register_kernel(OpId::AvgPool2dBackward, cpu, avg_pool2d_backward_kernel);
+  register_kernel(OpId::AdaptiveAvgPool2d, cpu, adaptive_avg_pool2d_kernel);
+  register_kernel(OpId::AdaptiveAvgPool2dBackward, cpu, adaptive_avg_pool2d_backward_kernel);
+}
+
+}  // namespace brisk::kernels::cpu
