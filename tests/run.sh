@@ -34,7 +34,7 @@ fi
 
 # ---- dependencies (Debian packages, only what is missing)
 PKGS=(cmake ninja-build g++ libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libstb-dev libjpeg-dev python3
-      clang-format dataset-fashion-mnist)
+      clang-format ccache dataset-fashion-mnist)
 # The fuzz pass: clang with its runtimes (libFuzzer, sanitizers) and LLVM's OpenMP.
 [ "$RUN_FUZZ" = 1 ] && PKGS+=(clang libclang-rt-dev libomp-dev)
 missing=()
@@ -47,6 +47,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 JOBS=${JOBS:-$(nproc)}
+# ccache with paths taken relative to the checkout, so a fresh clone in another folder reuses
+# what an earlier build of the same sources compiled (tests/fuzz.sh and tests/tsan.sh too).
+LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="$ROOT"
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 CUDA_FLAG=()
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   CUDA_FLAG=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
@@ -55,7 +62,7 @@ fi
 build_and_test() {  # dir, extra cmake args...
   local dir=$1; shift
   echo "== configure $dir"
-  cmake -S "$ROOT" -B "$dir" -G Ninja "${CUDA_FLAG[@]}" "$@" >"$dir.configure.log" 2>&1 || {
+  cmake -S "$ROOT" -B "$dir" -G Ninja "${CUDA_FLAG[@]}" "${LAUNCHER[@]}" "$@" >"$dir.configure.log" 2>&1 || {
     cat "$dir.configure.log"; return 1; }
   grep -E "brisk:" "$dir.configure.log" || true
   echo "== build $dir"
@@ -72,6 +79,7 @@ timed() {  # name, command...: runs it and notes its wall time for the summary
 TIMES=""
 mkdir -p "$ROOT/build-tests"
 if [ "$RUN_MAIN" = 1 ]; then
+  timed format tests/check_format.sh
   timed release build_and_test "${BUILD_DIR:-$ROOT/build-tests/release}" -DCMAKE_BUILD_TYPE=Release
 fi
 if [ "$RUN_ASAN" = 1 ]; then
