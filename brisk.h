@@ -9,6 +9,5 @@
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/gradcheck.h"
-
 #include "engine/random.h"
 #include "engine/tensor.h"

@@ -28,8 +28,8 @@ struct DataLoader::Shared {
   uint64_t generation = 0;
   int64_t epoch = 0;
   const std::vector<std::vector<int64_t>>* batches = nullptr;
-  int64_t next_to_make = 0;   // next batch number a worker takes
-  int64_t next_to_take = 0;   // next batch number the consumer takes
+  int64_t next_to_make = 0;  // next batch number a worker takes
+  int64_t next_to_take = 0;  // next batch number the consumer takes
   int64_t max_in_flight = 1;
   struct Result {
     std::optional<Batch> batch;

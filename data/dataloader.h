@@ -25,17 +25,17 @@ struct Batch {
 
 struct LoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;        // RandomSampler(seed) unless `sampler` is given
+  bool shuffle = false;  // RandomSampler(seed) unless `sampler` is given
   uint64_t seed = 0;
   bool drop_last = false;
-  SamplerPtr sampler;          // custom order (WeightedRandomSampler, ...)
-  int num_workers = 0;         // 0: batches are made in the calling thread
-  int prefetch_factor = 2;     // batches in flight per worker
-  bool pin_memory = false;     // page-locked batch buffers (needs CUDA; ignored without a GPU)
-  std::optional<Device> device;  // move each batch there (non-blocking from pinned memory)
-  double timeout_s = 0;        // > 0: waiting longer for a batch is an error
+  SamplerPtr sampler;               // custom order (WeightedRandomSampler, ...)
+  int num_workers = 0;              // 0: batches are made in the calling thread
+  int prefetch_factor = 2;          // batches in flight per worker
+  bool pin_memory = false;          // page-locked batch buffers (needs CUDA; ignored without a GPU)
+  std::optional<Device> device;     // move each batch there (non-blocking from pinned memory)
+  double timeout_s = 0;             // > 0: waiting longer for a batch is an error
   bool persistent_workers = false;  // keep worker threads across epochs
-  Compose transform;           // fused per-sample transform of the inputs (F32 output)
+  Compose transform;                // fused per-sample transform of the inputs (F32 output)
   // Custom collate: samples -> batch (replaces stacking and `transform`).
   std::function<Batch(std::vector<Example>& samples)> collate;
 };

@@ -59,7 +59,8 @@ std::vector<std::shared_ptr<Subset>> random_split(DatasetPtr base, const std::ve
   std::vector<std::shared_ptr<Subset>> out;
   int64_t start = 0;
   for (int64_t len : lengths) {
-    out.push_back(std::make_shared<Subset>(base, std::vector<int64_t>(perm.begin() + start, perm.begin() + start + len)));
+    out.push_back(
+        std::make_shared<Subset>(base, std::vector<int64_t>(perm.begin() + start, perm.begin() + start + len)));
     start += len;
   }
   return out;

@@ -28,7 +28,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint32_t big_endian(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+uint32_t big_endian(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
 
 // Note [Bounded decompression]: an IDX file is read as a stream of bytes, inflated on the fly
 // when it starts with the gzip magic, and never held whole: the header is read first, the
@@ -71,7 +73,7 @@ class ByteStream {
     while (got < n) {
       if (z_.avail_in == 0) fill();
       if (member_ended_) {
-        if (z_.avail_in == 0) break;   // the end of the last member is the end of the data
+        if (z_.avail_in == 0) break;  // the end of the last member is the end of the data
         BRISK_CHECK(inflateReset(&z_) == Z_OK, path_, ": zlib reset failed");  // gzip allows members back to back
         member_ended_ = false;
       }
@@ -148,22 +150,21 @@ Tensor read_idx(const std::string& path, uint64_t max_bytes) {
     const bool fits = !__builtin_mul_overflow(extent, uint64_t(std::max<int64_t>(shape[d], 1)), &extent);
     BRISK_CHECK(fits, path, ": IDX dims ", shape, " have more elements than fit in 64 bits");
   }
-  BRISK_CHECK(extent <= max_bytes, path, ": IDX dims ", shape, " describe ", extent,
-              " bytes, more than the limit of ", max_bytes, " (read_idx's max_bytes)");
+  BRISK_CHECK(extent <= max_bytes, path, ": IDX dims ", shape, " describe ", extent, " bytes, more than the limit of ",
+              max_bytes, " (read_idx's max_bytes)");
   const uint64_t numel = uint64_t(shape.numel());
   if (in.gzip()) {
     BRISK_CHECK(numel <= kMaxDeflateRatio * in.file_size() + 65536, path, ": IDX dims ", shape, " promise ", numel,
                 " bytes, more than ", in.file_size(), " bytes of gzip data can inflate to");
   } else {
-    BRISK_CHECK(in.file_size() == header + numel, path, ": IDX data has ", in.file_size() - header,
-                " bytes, dims ", shape, " need ", numel);
+    BRISK_CHECK(in.file_size() == header + numel, path, ": IDX data has ", in.file_size() - header, " bytes, dims ",
+                shape, " need ", numel);
   }
   Tensor t = empty(shape, DType::U8);
   const size_t data = numel ? in.read(static_cast<uint8_t*>(t.data_ptr()), size_t(numel)) : 0;
   BRISK_CHECK(data == numel, path, ": IDX data has ", data, " bytes, dims ", shape, " need ", numel);
   uint8_t extra = 0;
-  BRISK_CHECK(in.read(&extra, 1) == 0, path, ": IDX data is longer than dims ", shape, " promise (", numel,
-              " bytes)");
+  BRISK_CHECK(in.read(&extra, 1) == 0, path, ": IDX data is longer than dims ", shape, " promise (", numel, " bytes)");
   return t;
 }
 
@@ -175,7 +176,8 @@ FashionMNIST::FashionMNIST(const std::string& root, bool train) {
     }
     BRISK_FAIL("FashionMNIST: ", (fs::path(root) / (stem + ".gz")).string(),
                " not found. Install the data with `apt-get install --no-install-recommends dataset-fashion-mnist` "
-               "(files go to ", kDefaultRoot, ") or pass the folder that holds the IDX files");
+               "(files go to ",
+               kDefaultRoot, ") or pass the folder that holds the IDX files");
   };
   std::string images_path = locate(split + "-images-idx3-ubyte");
   std::string labels_path = locate(split + "-labels-idx1-ubyte");
@@ -345,12 +347,12 @@ void check_jpeg(const std::vector<uint8_t>& b, const std::string& path) {
     BRISK_CHECK(pos + 2 <= b.size(), path, ": JPEG is truncated");
     const uint8_t m = b[pos + 1];
     pos += 2;
-    if (m == 0xd9) return;                                  // EOI
-    if ((m >= 0xd0 && m <= 0xd7) || m == 0x01) continue;    // standalone markers
+    if (m == 0xd9) return;                                // EOI
+    if ((m >= 0xd0 && m <= 0xd7) || m == 0x01) continue;  // standalone markers
     BRISK_CHECK(pos + 2 <= b.size(), path, ": JPEG segment 0x", std::hex, int(m), std::dec, " is truncated");
     const size_t len = be16(&b[pos]);
-    BRISK_CHECK(len >= 2 && len <= b.size() - pos, path, ": JPEG segment 0x", std::hex, int(m), std::dec, " of ",
-                len, " bytes runs past the end of the file");
+    BRISK_CHECK(len >= 2 && len <= b.size() - pos, path, ": JPEG segment 0x", std::hex, int(m), std::dec, " of ", len,
+                " bytes runs past the end of the file");
     if (m == 0xc4) check_jpeg_dht(&b[pos + 2], len - 2, path);
     pos += len;
     if (m != 0xda) continue;

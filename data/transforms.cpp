@@ -43,7 +43,8 @@ Compose::Compose(std::vector<Transform> steps) : steps_(std::move(steps)) {
   // Stage of each kind in the fused order; steps must not go backwards.
   auto stage = [](K k) {
     switch (k) {
-      case K::RandomCrop: case K::CenterCrop: return 0;
+      case K::RandomCrop:
+      case K::CenterCrop: return 0;
       case K::RandomHorizontalFlip: return 1;
       case K::ToTensor: return 2;
       case K::Normalize: return 3;
@@ -54,11 +55,13 @@ Compose::Compose(std::vector<Transform> steps) : steps_(std::move(steps)) {
   int last = -1;
   for (const Transform& t : steps_) {
     int s = stage(t.kind);
-    BRISK_CHECK(s >= last && !(s == last && s != 3), "Compose: transforms must be ordered crop, flip, to_tensor, "
-                                                      "normalize, erasing (each at most once)");
+    BRISK_CHECK(s >= last && !(s == last && s != 3),
+                "Compose: transforms must be ordered crop, flip, to_tensor, "
+                "normalize, erasing (each at most once)");
     last = s;
     switch (t.kind) {
-      case K::RandomCrop: case K::CenterCrop: crop_ = t; break;
+      case K::RandomCrop:
+      case K::CenterCrop: crop_ = t; break;
       case K::RandomHorizontalFlip: flip_ = t; break;
       case K::ToTensor: scale_ = true; break;
       case K::Normalize:
@@ -89,8 +92,8 @@ void Compose::apply(const Tensor& input, float* dst, uint64_t seed, uint64_t epo
   int64_t ih = in[in.size() - 2], iw = in[in.size() - 1];
   BRISK_CHECK(mean_.empty() || mean_.size() == 1 || int64_t(mean_.size()) == c, "Normalize: ", mean_.size(),
               " means for ", c, " channels");
-  BRISK_CHECK(input.dtype() == DType::U8 || input.dtype() == DType::F32, "Compose: sample dtype must be U8 or F32, got ",
-              input.dtype());
+  BRISK_CHECK(input.dtype() == DType::U8 || input.dtype() == DType::F32,
+              "Compose: sample dtype must be U8 or F32, got ", input.dtype());
   Tensor src = input.contiguous();
   // Random choices: two Philox counters keyed by (epoch, index) under the seed.
   uint64_t key = (epoch << 40) ^ index;
@@ -102,13 +105,13 @@ void Compose::apply(const Tensor& input, float* dst, uint64_t seed, uint64_t epo
     if (crop_->kind == Transform::Kind::RandomCrop) {
       pad = crop_->padding;
       int64_t range_y = ih + 2 * pad - oh, range_x = iw + 2 * pad - ow;
-      BRISK_CHECK(range_y >= 0 && range_x >= 0, "RandomCrop: crop (", oh, ", ", ow, ") is larger than the padded input (",
-                  ih + 2 * pad, ", ", iw + 2 * pad, ")");
+      BRISK_CHECK(range_y >= 0 && range_x >= 0, "RandomCrop: crop (", oh, ", ", ow,
+                  ") is larger than the padded input (", ih + 2 * pad, ", ", iw + 2 * pad, ")");
       off_y = int64_t(r0.v[0] % uint64_t(range_y + 1));
       off_x = int64_t(r0.v[1] % uint64_t(range_x + 1));
     } else {
-      BRISK_CHECK(ih >= oh && iw >= ow, "CenterCrop: crop (", oh, ", ", ow, ") is larger than the input (", ih, ", ", iw,
-                  ")");
+      BRISK_CHECK(ih >= oh && iw >= ow, "CenterCrop: crop (", oh, ", ", ow, ") is larger than the input (", ih, ", ",
+                  iw, ")");
       off_y = (ih - oh) / 2;
       off_x = (iw - ow) / 2;
     }
@@ -117,7 +120,8 @@ void Compose::apply(const Tensor& input, float* dst, uint64_t seed, uint64_t epo
   int64_t ey0 = 0, ey1 = 0, ex0 = 0, ex1 = 0;  // erased rectangle [y0, y1) x [x0, x1)
   if (erasing_ && u(r0.v[3]) < erasing_->p) {
     double area = double(oh * ow) * (erasing_->scale_lo + u(r1.v[0]) * (erasing_->scale_hi - erasing_->scale_lo));
-    double log_r = std::log(erasing_->ratio_lo) + u(r1.v[1]) * (std::log(erasing_->ratio_hi) - std::log(erasing_->ratio_lo));
+    double log_r =
+        std::log(erasing_->ratio_lo) + u(r1.v[1]) * (std::log(erasing_->ratio_hi) - std::log(erasing_->ratio_lo));
     double ratio = std::exp(log_r);
     int64_t eh = int64_t(std::lround(std::sqrt(area * ratio))), ew = int64_t(std::lround(std::sqrt(area / ratio)));
     if (eh > 0 && ew > 0 && eh < oh && ew < ow) {

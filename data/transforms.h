@@ -17,10 +17,10 @@ namespace brisk::data {
 struct Transform {
   enum class Kind { ToTensor, Normalize, RandomCrop, CenterCrop, RandomHorizontalFlip, RandomErasing };
   Kind kind;
-  std::vector<double> mean = {}, std = {};  // Normalize
-  int64_t height = 0, width = 0;     // crops
-  int64_t padding = 0;               // RandomCrop
-  double p = 0.5;                    // flip / erasing probability
+  std::vector<double> mean = {}, std = {};                                             // Normalize
+  int64_t height = 0, width = 0;                                                       // crops
+  int64_t padding = 0;                                                                 // RandomCrop
+  double p = 0.5;                                                                      // flip / erasing probability
   double scale_lo = 0.02, scale_hi = 0.33, ratio_lo = 0.3, ratio_hi = 3.3, value = 0;  // RandomErasing
 };
 

@@ -70,8 +70,8 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output)
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const char* op) const {
   if (!data_.defined()) return data_;
   BRISK_CHECK(data_.version() == version_, op,
-              ": a tensor saved for backward was modified by an in-place operation (its version is ",
-              data_.version(), ", it was ", version_, " when saved): ", data_.str());
+              ": a tensor saved for backward was modified by an in-place operation (its version is ", data_.version(),
+              ", it was ", version_, " when saved): ", data_.str());
   if (!is_output_ || !requires_grad_ || !GradMode::enabled()) return data_;
   // create_graph: give the output its autograd identity back so double backward sees it.
   Tensor t = data_.detach();
@@ -135,8 +135,8 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   }
   if (!m.grad.defined()) {
     // Keep the incoming gradient only when nothing else can see or alias it.
-    bool owned = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                 !g.requires_grad();
+    bool owned =
+        g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() && !g.requires_grad();
     m.grad = owned ? g : (GradMode::enabled() ? clone(g) : clone(g.detach()));
   } else if (GradMode::enabled()) {
     m.grad = m.grad + g;  // create_graph: keep the sum differentiable
@@ -225,8 +225,8 @@ struct GraphTask {
 
 // The root edges and their gradients: the given ones, or ones for scalar outputs.
 void seed_roots(GraphTask& task, std::span<const Tensor> roots, std::span<const Tensor> root_grads) {
-  BRISK_CHECK(root_grads.empty() || root_grads.size() == roots.size(), "backward: ", roots.size(),
-              " outputs but ", root_grads.size(), " gradients");
+  BRISK_CHECK(root_grads.empty() || root_grads.size() == roots.size(), "backward: ", roots.size(), " outputs but ",
+              root_grads.size(), " gradients");
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     BRISK_CHECK(r.defined(), "backward: output ", i, " is undefined");
@@ -355,8 +355,7 @@ void run_ready_loop(GraphTask& task) {
 
 // See Note [The backward engine]. `captured` is null for backward(), the result for grad().
 void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_grads, bool retain_graph,
-                  bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured,
-                  bool allow_unused) {
+                  bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured, bool allow_unused) {
   GraphTask task;
   task.retain_graph = retain_graph;
   task.captured = captured;

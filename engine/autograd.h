@@ -30,10 +30,10 @@ struct AutogradMeta {
   bool requires_grad = false;
   bool retains_grad = false;
   Tensor grad;
-  std::shared_ptr<Node> grad_fn;          // null for leaves
-  int output_nr = 0;                      // which output of grad_fn this tensor is
-  std::weak_ptr<Node> grad_accumulator;   // leaves: their AccumulateGrad, made on demand
-  std::vector<GradHook> hooks;            // leaves: run on the incoming gradient
+  std::shared_ptr<Node> grad_fn;         // null for leaves
+  int output_nr = 0;                     // which output of grad_fn this tensor is
+  std::weak_ptr<Node> grad_accumulator;  // leaves: their AccumulateGrad, made on demand
+  std::vector<GradHook> hooks;           // leaves: run on the incoming gradient
   std::vector<PostAccumulateHook> post_hooks;
 };
 
@@ -120,8 +120,8 @@ void set_history(std::span<Tensor> outputs, const std::shared_ptr<Node>& node);
 
 // Reverse-mode differentiation of `outputs` (scalars unless grad_outputs are given); grads
 // accumulate into the leaves' .grad.
-void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {},
-              bool retain_graph = false, bool create_graph = false);
+void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {}, bool retain_graph = false,
+              bool create_graph = false);
 
 // Functional form: returns d(outputs)/d(inputs) without touching .grad. An input that the
 // outputs do not depend on gets an undefined tensor when allow_unused, an error otherwise.

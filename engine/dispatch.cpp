@@ -148,9 +148,10 @@ void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Ten
     for (size_t i = 0; i < out.size(); ++i) {
       provided[i] = out[i].defined();
       if (provided[i]) {
-        BRISK_CHECK(out[i].sizes() == specs[i].sizes && out[i].dtype() == specs[i].dtype && out[i].device() == out_device,
-                    op.name, ": output ", i, " is ", out[i].str(), " but the op produces ", specs[i].dtype, " ",
-                    specs[i].sizes, " on ", out_device);
+        BRISK_CHECK(
+            out[i].sizes() == specs[i].sizes && out[i].dtype() == specs[i].dtype && out[i].device() == out_device,
+            op.name, ": output ", i, " is ", out[i].str(), " but the op produces ", specs[i].dtype, " ", specs[i].sizes,
+            " on ", out_device);
       } else {
         out[i] = make_empty(specs[i].sizes, specs[i].dtype, out_device);
       }

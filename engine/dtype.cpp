@@ -11,8 +11,12 @@ DType promote_types(DType a, DType b) {
   if (fa != fb) return fa ? a : b;  // a float beats any integer
   auto rank = [](DType t) {
     switch (t) {
-      case DType::F16: case DType::BF16: case DType::I8: case DType::U8: return 1;
-      case DType::F32: case DType::I32: return 2;
+      case DType::F16:
+      case DType::BF16:
+      case DType::I8:
+      case DType::U8: return 1;
+      case DType::F32:
+      case DType::I32: return 2;
       default: return 3;  // F64, I64
     }
   };

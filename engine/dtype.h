@@ -24,6 +24,8 @@ struct DTypeInfo {
   bool is_signed;
 };
 
+// Hand-aligned tables:
+// clang-format off
 inline constexpr DTypeInfo kDTypeInfo[kNumDTypes] = {
     // name    st      size float  signed
     {"F32",  "F32",  4, true,  true},
@@ -56,6 +58,7 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32;
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64; };
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
 template <class T> inline constexpr DType dtype_of = DTypeOf<T>::value;
+// clang-format on
 
 // The type arithmetic happens in: float for the 16-bit floats, the type itself otherwise.
 template <class T>

@@ -26,11 +26,11 @@ std::string cat(const Args&... args) {
 }  // namespace brisk
 
 // BRISK_CHECK(cond, "op: what went wrong ", shape, ...): throws brisk::Error when cond is false.
-#define BRISK_CHECK(cond, ...)                                      \
-  do {                                                              \
-    if (__builtin_expect(!(cond), 0)) {                             \
-      throw ::brisk::Error(::brisk::detail::cat(__VA_ARGS__));      \
-    }                                                               \
+#define BRISK_CHECK(cond, ...)                                 \
+  do {                                                         \
+    if (__builtin_expect(!(cond), 0)) {                        \
+      throw ::brisk::Error(::brisk::detail::cat(__VA_ARGS__)); \
+    }                                                          \
   } while (0)
 
 #define BRISK_FAIL(...) throw ::brisk::Error(::brisk::detail::cat(__VA_ARGS__))

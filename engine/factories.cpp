@@ -11,8 +11,8 @@ namespace brisk {
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
   const int64_t numel = checked_numel(shape, sizeof(double), "from_vector");
-  BRISK_CHECK(int64_t(values.size()) == numel, "from_vector: ", values.size(), " values for shape ", shape, " (",
-              numel, " elements)");
+  BRISK_CHECK(int64_t(values.size()) == numel, "from_vector: ", values.size(), " values for shape ", shape, " (", numel,
+              " elements)");
   Tensor host = make_empty(shape, DType::F64, Device::cpu());
   if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(double));
   NoGradGuard ng;

@@ -65,7 +65,7 @@ Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);  // log1p(e^(beta x)) / beta
-Tensor logsigmoid(const Tensor& x);                                           // log(sigmoid(x))
+Tensor logsigmoid(const Tensor& x);                                            // log(sigmoid(x))
 Tensor clamp(const Tensor& x, double min, double max);
 Tensor clamp_min(const Tensor& x, double min);
 Tensor clamp_max(const Tensor& x, double max);

@@ -63,8 +63,8 @@ bool gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, const Gradc
 
   for (size_t w = 0; w < wrt.size(); ++w) {
     const Tensor& x = wrt[w];
-    std::vector<double> a = analytic[w].defined() ? analytic[w].to_vector<double>()
-                                                  : std::vector<double>(size_t(x.numel()), 0.0);
+    std::vector<double> a =
+        analytic[w].defined() ? analytic[w].to_vector<double>() : std::vector<double>(size_t(x.numel()), 0.0);
     for (int64_t k = 0; k < x.numel(); ++k) {
       double* p = element(x, k);
       double orig = *p;
@@ -81,8 +81,8 @@ bool gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, const Gradc
       double err = std::fabs(a[size_t(k)] - numeric);
       if (!(err <= opt.atol + opt.rtol * std::fabs(numeric))) {
         if (!opt.raise) return false;
-        BRISK_FAIL("gradcheck: input ", wrt_index[w], " ", x.str(), ", element ", k, ": backward gives ",
-                   a[size_t(k)], ", finite differences give ", numeric, " (error ", err, ")");
+        BRISK_FAIL("gradcheck: input ", wrt_index[w], " ", x.str(), ", element ", k, ": backward gives ", a[size_t(k)],
+                   ", finite differences give ", numeric, " (error ", err, ")");
       }
     }
   }

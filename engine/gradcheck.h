@@ -13,10 +13,10 @@
 namespace brisk {
 
 struct GradcheckOptions {
-  double eps = 1e-6;   // central-difference step
+  double eps = 1e-6;  // central-difference step
   double atol = 1e-5;
   double rtol = 1e-3;
-  bool raise = true;   // throw brisk::Error describing the first mismatch (else return false)
+  bool raise = true;  // throw brisk::Error describing the first mismatch (else return false)
   uint64_t seed = 1234;
 };
 

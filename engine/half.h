@@ -56,7 +56,7 @@ struct Half {
     uint32_t u = detail::float_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+    if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
     if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow (after rounding) or Inf
     if (a < 0x38800000u) {
       // Result is subnormal or zero: let the FPU do the rounding by adding 0.5 (2^-1),

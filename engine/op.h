@@ -31,22 +31,22 @@ enum class Reduction : uint8_t { None, Mean, Sum };
 // pooling, norms) read and write them only through their struct in engine/op_params.h
 // (Note [Op parameters]), which keeps them in the fields below.
 struct Attrs {
-  Shape shape{};                // target sizes: view, expand, factories, *_backward input sizes
-  Shape dims{};                 // dim list: reduction dims, permutation
-  int64_t dim = 0;              // the single dim of slice, cat, softmax, gather, argmax, ...
-  int64_t start = 0;            // slice start; ignore_index of cross_entropy
-  int64_t end = 0;              // slice end (exclusive)
-  int64_t step = 1;             // slice step
-  double a = 0;                 // first scalar: alpha, clamp min, exponent, p, fill value, ...
-  double b = 0;                 // second scalar: clamp max, randn std, ...
+  Shape shape{};      // target sizes: view, expand, factories, *_backward input sizes
+  Shape dims{};       // dim list: reduction dims, permutation
+  int64_t dim = 0;    // the single dim of slice, cat, softmax, gather, argmax, ...
+  int64_t start = 0;  // slice start; ignore_index of cross_entropy
+  int64_t end = 0;    // slice end (exclusive)
+  int64_t step = 1;   // slice step
+  double a = 0;       // first scalar: alpha, clamp min, exponent, p, fill value, ...
+  double b = 0;       // second scalar: clamp max, randn std, ...
   bool keepdim = false;
-  bool flag = false;            // op-specific switch, see ops.def
-  bool flag2 = false;           // a second op-specific switch
-  Shape geometry{};             // conv/pool only, through ConvParams / PoolParams (engine/op_params.h)
+  bool flag = false;   // op-specific switch, see ops.def
+  bool flag2 = false;  // a second op-specific switch
+  Shape geometry{};    // conv/pool only, through ConvParams / PoolParams (engine/op_params.h)
   Reduction reduction = Reduction::Mean;
-  DType dtype = DType::F32;     // cast target, factory dtype
-  Device device{};              // factory device, to_device target
-  uint64_t seed = 0;            // random stream (see engine/random.h)
+  DType dtype = DType::F32;  // cast target, factory dtype
+  Device device{};           // factory device, to_device target
+  uint64_t seed = 0;         // random stream (see engine/random.h)
   uint64_t offset = 0;
 };
 
@@ -82,14 +82,14 @@ using ViewFn = Tensor (*)(const Tensor& in, const Attrs& attrs);
 
 struct OpDef {
   const char* name = nullptr;
-  int n_in = 0;                  // -1: any number
+  int n_in = 0;  // -1: any number
   int n_out = 1;
-  InferFn infer = nullptr;       // required unless `view`
-  ViewFn view = nullptr;         // view ops: output shares the input's storage, no kernel runs
-  BackwardFn backward = nullptr; // nullptr: not differentiable
-  uint32_t save_inputs = 0;      // bit i: backward reads input i
-  uint32_t save_outputs = 0;     // bit i: backward reads output i
-  uint32_t diff_inputs = ~0u;    // bit i: input i can receive a gradient (not indices, masks)
+  InferFn infer = nullptr;        // required unless `view`
+  ViewFn view = nullptr;          // view ops: output shares the input's storage, no kernel runs
+  BackwardFn backward = nullptr;  // nullptr: not differentiable
+  uint32_t save_inputs = 0;       // bit i: backward reads input i
+  uint32_t save_outputs = 0;      // bit i: backward reads output i
+  uint32_t diff_inputs = ~0u;     // bit i: input i can receive a gradient (not indices, masks)
   CastPolicy autocast = CastPolicy::None;
   bool to_attrs_device = false;  // outputs live on attrs.device (cross-device copy)
   KernelFn kernels[kNumDeviceTypes] = {};

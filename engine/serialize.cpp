@@ -128,9 +128,7 @@ Json parse_header(const std::string& text, const Fail& fail) {
   auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
     if (depth > kMaxDepth) fail("header nests deeper than ", kMaxDepth, " levels");
     switch (event) {
-      case Json::parse_event_t::object_start:
-        open.emplace_back();
-        break;
+      case Json::parse_event_t::object_start: open.emplace_back(); break;
       case Json::parse_event_t::object_end:
         if (!open.empty()) open.pop_back();
         break;
@@ -144,8 +142,7 @@ Json parse_header(const std::string& text, const Fail& fail) {
         open.back().last = key;
         break;
       }
-      default:
-        break;
+      default: break;
     }
     return true;
   };
@@ -226,8 +223,8 @@ Entry parse_entry(const std::string& name, const Json& v, uint64_t data_size, co
          " of ", dtype_name(e.dtype), " needs ", nbytes);
   }
   if (nbytes > 0 && *begin % dtype_size(e.dtype) != 0) {
-    fail(where, "\"data_offsets\" ", brief(offsets), ": begin is not a multiple of the ", dtype_size(e.dtype),
-         "-byte ", dtype_name(e.dtype), " element (unaligned data)");
+    fail(where, "\"data_offsets\" ", brief(offsets), ": begin is not a multiple of the ", dtype_size(e.dtype), "-byte ",
+         dtype_name(e.dtype), " element (unaligned data)");
   }
   e.begin = *begin;
   e.end = *end;

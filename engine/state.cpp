@@ -20,9 +20,7 @@ void AnomalyMode::set_enabled(bool enabled) { t_anomaly = enabled; }
 AutocastState& autocast_state() { return t_autocast; }
 
 AutocastGuard::AutocastGuard(DeviceType device, DType dtype, bool enabled)
-    : device_(device),
-      prev_enabled_(t_autocast.enabled[int(device)]),
-      prev_dtype_(t_autocast.dtype[int(device)]) {
+    : device_(device), prev_enabled_(t_autocast.enabled[int(device)]), prev_dtype_(t_autocast.dtype[int(device)]) {
   t_autocast.enabled[int(device)] = enabled;
   t_autocast.dtype[int(device)] = dtype;
 }

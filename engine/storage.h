@@ -17,11 +17,11 @@ struct StorageImpl {
   void* data = nullptr;
   size_t bytes = 0;
   Device device;
-  Allocator* allocator = nullptr;       // owner of `data`, or nullptr for external memory
-  uint64_t stream = 0;                  // allocator reuse key (CUDA stream)
+  Allocator* allocator = nullptr;      // owner of `data`, or nullptr for external memory
+  uint64_t stream = 0;                 // allocator reuse key (CUDA stream)
   std::function<void(void*)> deleter;  // for external memory (from_blob); may be empty
-  bool pinned = false;                  // page-locked host memory
-  uint32_t version = 0;                 // bumped by every in-place write
+  bool pinned = false;                 // page-locked host memory
+  uint32_t version = 0;                // bumped by every in-place write
 
   StorageImpl() = default;
   StorageImpl(const StorageImpl&) = delete;

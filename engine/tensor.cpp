@@ -103,8 +103,8 @@ std::vector<T> Tensor::to_vector() const {
   return v;
 }
 
-#define BRISK_INSTANTIATE(T)              \
-  template T Tensor::item<T>() const;   \
+#define BRISK_INSTANTIATE(T)          \
+  template T Tensor::item<T>() const; \
   template std::vector<T> Tensor::to_vector<T>() const;
 BRISK_INSTANTIATE(float)
 BRISK_INSTANTIATE(double)
@@ -189,17 +189,14 @@ bool Tensor::requires_grad() const {
 
 Tensor& Tensor::requires_grad_(bool on) {
   BRISK_CHECK(is_leaf() || on, "requires_grad_: only leaf tensors can stop requiring grad; use detach()");
-  BRISK_CHECK(!on || is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ",
-              dtype());
+  BRISK_CHECK(!on || is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ", dtype());
   meta(*this).requires_grad = on;
   return *this;
 }
 
 bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
 
-const std::shared_ptr<Node>& Tensor::grad_fn() const {
-  return impl_->autograd ? impl_->autograd->grad_fn : kNoNode;
-}
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_->autograd ? impl_->autograd->grad_fn : kNoNode; }
 
 int Tensor::output_nr() const { return impl_->autograd ? impl_->autograd->output_nr : 0; }
 
@@ -253,8 +250,8 @@ Tensor Tensor::detach() const {
 
 void Tensor::set_data(const Tensor& src) const {
   BRISK_CHECK(src.defined(), "set_data: undefined source");
-  BRISK_CHECK(!requires_grad() || is_floating(src.dtype()), "set_data: a tensor that requires grad needs floating data, got ",
-              src.dtype());
+  BRISK_CHECK(!requires_grad() || is_floating(src.dtype()),
+              "set_data: a tensor that requires grad needs floating data, got ", src.dtype());
   impl_->storage = src.impl()->storage;
   impl_->sizes = src.impl()->sizes;
   impl_->strides = src.impl()->strides;

@@ -27,7 +27,7 @@ struct TensorImpl {
   Shape strides;       // in elements
   int64_t offset = 0;  // in elements
   DType dtype = DType::F32;
-  bool is_view = false;  // made by a view op (shares its storage with the viewed tensor)
+  bool is_view = false;                    // made by a view op (shares its storage with the viewed tensor)
   std::unique_ptr<AutogradMeta> autograd;  // null until the tensor takes part in autograd
 
   TensorImpl();

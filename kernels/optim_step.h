@@ -146,8 +146,8 @@ class FusedGroup {
  private:
   // `what`: "gradient", "state buffer" or null for the parameter itself.
   void check_tensor(const Tensor& t, const Tensor& param, const char* what, size_t index) const {
-    const bool ok = t.defined() && t.dtype() == dtype_ && t.device() == device_ && t.is_contiguous() &&
-                    t.sizes() == param.sizes();
+    const bool ok =
+        t.defined() && t.dtype() == dtype_ && t.device() == device_ && t.is_contiguous() && t.sizes() == param.sizes();
     if (ok) return;  // the message below is built only on failure (this runs per tensor and step)
     const std::string name = what ? std::string("the ") + what + " of parameter " + std::to_string(index)
                                   : "parameter " + std::to_string(index);

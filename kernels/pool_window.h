@@ -23,8 +23,8 @@ struct PoolProblem {
 
 // The problem of pooling x (B, C, H, W) to y (B, C, Ho, Wo) with `p`.
 inline PoolProblem pool_problem(const Shape& x, const Shape& y, const PoolParams& p) {
-  return {x[0] * x[1],  x[2],         x[3],         y[2],          y[3],         p.kernel.h,        p.kernel.w,
-          p.stride.h,   p.stride.w,   p.padding.h,  p.padding.w,   p.dilation.h, p.dilation.w,      p.count_include_pad};
+  return {x[0] * x[1], x[2],       x[3],        y[2],        y[3],         p.kernel.h,   p.kernel.w,
+          p.stride.h,  p.stride.w, p.padding.h, p.padding.w, p.dilation.h, p.dilation.w, p.count_include_pad};
 }
 
 // Adaptive pooling reads only the sizes.

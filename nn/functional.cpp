@@ -1,10 +1,10 @@
 // nn/functional.cpp: activations, dropout, embedding, attention and losses, written with
 // engine ops (their gradients come from those ops). Conv/pool forms are in
 // functional_conv.cpp, normalization in functional_norm.cpp.
+#include "nn/functional.h"
+
 #include <cmath>
 #include <limits>
-
-#include "nn/functional.h"
 
 namespace brisk::nn::functional {
 
@@ -31,8 +31,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     scores = masked_fill(scores, future, neg_inf);
   }
   if (mask.defined()) {
-    BRISK_CHECK(mask.dtype() == DType::Bool, "scaled_dot_product_attention: mask must be Bool (true = masked out), got ",
-                mask.dtype());
+    BRISK_CHECK(mask.dtype() == DType::Bool,
+                "scaled_dot_product_attention: mask must be Bool (true = masked out), got ", mask.dtype());
     scores = masked_fill(scores, mask, neg_inf);
   }
   Tensor attn = brisk::softmax(scores, -1);
@@ -145,8 +145,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 
 Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
-  BRISK_CHECK(x.sizes() == y.sizes(), "binary_cross_entropy_with_logits: target ", y.sizes(),
-              " does not match input ", x.sizes());
+  BRISK_CHECK(x.sizes() == y.sizes(), "binary_cross_entropy_with_logits: target ", y.sizes(), " does not match input ",
+              x.sizes());
   // Stable form: softplus(-x) = max(-x, 0) + log(1 + exp(-|x|)). Its derivative is right at
   // x = 0 too: maximum splits a tie half and half and abs'(0) = 0, so d/dx = -0.5 = -sigmoid(0)
   // and the loss's gradient is PyTorch's sigmoid(x) - y everywhere (a zero-initialized head

@@ -54,8 +54,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // ---- losses (nn/functional.cpp); reduction none/mean/sum as PyTorch
 // logits (N, C) or (N, C, d1, ...), target I64 (N) or (N, d1, ...); weight (C) or undefined.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = {},
-                     Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
-                     double label_smoothing = 0.0);
+                     Reduction reduction = Reduction::Mean, int64_t ignore_index = -100, double label_smoothing = 0.0);
 // log_probs (N, C) or (N, C, d1, ...), target I64.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight = {},
                 Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);

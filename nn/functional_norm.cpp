@@ -17,9 +17,7 @@ namespace {
 // The dtype the parameters must have to meet x in the op: x's own, or F32 where autocast
 // will bring every input of the (Fp32-policy) op to F32 anyway, so that F32 parameters are
 // not rounded through a 16-bit x's dtype on the way.
-DType param_dtype(const Tensor& x) {
-  return autocast_state().enabled[int(x.device().type)] ? DType::F32 : x.dtype();
-}
+DType param_dtype(const Tensor& x) { return autocast_state().enabled[int(x.device().type)] ? DType::F32 : x.dtype(); }
 
 // `p` in dtype `t`, or `fill` of `shape` when p is undefined (no affine).
 Tensor param_or(const Tensor& p, const Shape& shape, double fill, DType t, Device device) {

@@ -81,7 +81,8 @@ void trunc_normal_(Tensor& t, double mean, double std, double a, double b, Gener
   // Inverse CDF: u ~ U(Phi(a'), Phi(b')), x = mean + std * sqrt(2) * erfinv(2u - 1).
   auto phi = [](double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0))); };
   double lo = phi((a - mean) / std), hi = phi((b - mean) / std);
-  std::vector<double> u = uniform(t.sizes(), 2 * lo - 1, 2 * hi - 1, DType::F64, Device::cpu(), gen).to_vector<double>();
+  std::vector<double> u =
+      uniform(t.sizes(), 2 * lo - 1, 2 * hi - 1, DType::F64, Device::cpu(), gen).to_vector<double>();
   for (double& v : u) {
     // erfinv by Newton iterations on erf (precise to double for |v| < 1).
     double x = 0;

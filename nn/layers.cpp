@@ -40,7 +40,8 @@ Conv2d::Conv2d(int64_t in, int64_t out, Pair k, ConvOptions opt)
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  return F::conv2d(x, parameter("weight"), maybe_parameter("bias"), options.stride, options.padding, options.dilation, options.groups);
+  return F::conv2d(x, parameter("weight"), maybe_parameter("bias"), options.stride, options.padding, options.dilation,
+                   options.groups);
 }
 
 Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d, int64_t g, bool bias)
@@ -72,8 +73,7 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(Pair size) : Module("AdaptiveAvgPool2d"), o
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return F::adaptive_avg_pool2d(x, output_size); }
 
 // ---- normalization
-BatchNorm::BatchNorm(const char* type, int lo, int hi, int64_t n, double eps, double momentum, bool affine,
-                     bool track)
+BatchNorm::BatchNorm(const char* type, int lo, int hi, int64_t n, double eps, double momentum, bool affine, bool track)
     : Module(type), num_features(n), eps(eps), momentum(momentum), lo_(lo), hi_(hi) {
   if (affine) {
     register_parameter("weight", ones({n}));
@@ -87,10 +87,10 @@ BatchNorm::BatchNorm(const char* type, int lo, int hi, int64_t n, double eps, do
 }
 
 Tensor BatchNorm::forward(const Tensor& x) {
-  BRISK_CHECK(x.dim() >= lo_ && x.dim() <= hi_, type_name(), ": expected ", lo_ == hi_ ? "" : "2-D or ",
-              hi_, "-D input, got ", x.sizes());
-  BRISK_CHECK(x.size(1) == num_features, type_name(), ": input ", x.sizes(), " has ", x.size(1),
-              " channels, expected ", num_features);
+  BRISK_CHECK(x.dim() >= lo_ && x.dim() <= hi_, type_name(), ": expected ", lo_ == hi_ ? "" : "2-D or ", hi_,
+              "-D input, got ", x.sizes());
+  BRISK_CHECK(x.size(1) == num_features, type_name(), ": input ", x.sizes(), " has ", x.size(1), " channels, expected ",
+              num_features);
   Tensor running_mean = maybe_buffer("running_mean");
   Tensor running_var = maybe_buffer("running_var");
   bool use_batch_stats = is_training() || !running_mean.defined();

@@ -17,7 +17,7 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) override;
   Tensor& weight() { return parameter("weight"); }  // (out, in)
-  Tensor bias();                                     // (out) or undefined
+  Tensor bias();                                    // (out) or undefined
   int64_t in_features, out_features;
 };
 
@@ -223,7 +223,9 @@ class NLLLoss : public Module {
 class MSELoss : public Module {
  public:
   explicit MSELoss(Reduction reduction = Reduction::Mean) : Module("MSELoss"), reduction(reduction) {}
-  Tensor operator()(const Tensor& input, const Tensor& target) { return functional::mse_loss(input, target, reduction); }
+  Tensor operator()(const Tensor& input, const Tensor& target) {
+    return functional::mse_loss(input, target, reduction);
+  }
   Reduction reduction;
 };
 

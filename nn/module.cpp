@@ -23,9 +23,7 @@ std::string LoadReport::str() const {
   return s.str();
 }
 
-Tensor Module::forward(const Tensor&) {
-  BRISK_FAIL(type_name_, ": this module has no single-tensor forward");
-}
+Tensor Module::forward(const Tensor&) { BRISK_FAIL(type_name_, ": this module has no single-tensor forward"); }
 
 Tensor Module::operator()(const Tensor& x) {
   if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
@@ -101,7 +99,8 @@ NamedTensors Module::named_parameters(bool recurse) const {
   // A parameter shared by two modules appears once, under its first name (as PyTorch).
   NamedTensors unique;
   for (auto& p : out) {
-    bool seen = std::any_of(unique.begin(), unique.end(), [&](const auto& q) { return q.second.impl() == p.second.impl(); });
+    bool seen =
+        std::any_of(unique.begin(), unique.end(), [&](const auto& q) { return q.second.impl() == p.second.impl(); });
     if (!seen) unique.push_back(std::move(p));
   }
   return unique;

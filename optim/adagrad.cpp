@@ -112,12 +112,8 @@ void Adagrad::step() {
         s.state->buffers["sum"] = full(s.param.sizes(), o.initial_accumulator_value, s.param.dtype(), s.param.device());
       }
       switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
-        case detail::StepPath::Reference:
-          adagrad_reference(o, s.param, s.grad, *s.state);
-          break;
-        case detail::StepPath::CpuLoop:
-          (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s);
-          break;
+        case detail::StepPath::Reference: adagrad_reference(o, s.param, s.grad, *s.state); break;
+        case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
         case detail::StepPath::DeviceKernel:
           on_device.of(s.param).add(s.param, s.grad, {s.state->buffers.at("sum")}, decayed_lr(o, s.state->step));
           break;

@@ -164,12 +164,8 @@ void adam_group_step(const AdamHyper& h, bool fused, std::vector<Optimizer::Slot
       s.state->buffers["max_exp_avg_sq"] = zeros(s.param.sizes(), s.param.dtype(), s.param.device());
     }
     switch (detail::step_path(fused, s, kernels::has_fused_step(s.param.device().type, h))) {
-      case detail::StepPath::Reference:
-        adam_reference(h, s.param, s.grad, *s.state);
-        break;
-      case detail::StepPath::CpuLoop:
-        (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s);
-        break;
+      case detail::StepPath::Reference: adam_reference(h, s.param, s.grad, *s.state); break;
+      case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
       case detail::StepPath::DeviceKernel: {
         auto& b = s.state->buffers;
         AdamStepScalars k = step_scalars(h, s.state->step);

@@ -427,12 +427,9 @@ CyclicLR::CyclicLR(Optimizer& optimizer, const CyclicLROptions& options)
 double CyclicLR::scale(double x) const {
   if (options_.scale_fn) return options_.scale_fn(x);
   switch (options_.mode) {
-    case CyclicMode::Triangular:
-      return 1.0;
-    case CyclicMode::Triangular2:
-      return 1 / std::pow(2.0, x - 1);
-    case CyclicMode::ExpRange:
-      return std::pow(options_.gamma, x);
+    case CyclicMode::Triangular: return 1.0;
+    case CyclicMode::Triangular2: return 1 / std::pow(2.0, x - 1);
+    case CyclicMode::ExpRange: return std::pow(options_.gamma, x);
   }
   return 1.0;
 }

@@ -200,8 +200,8 @@ void Optimizer::check_state_dict(const OptimizerState& state) const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = "group." + std::to_string(g) + ".";
     const int64_t n = scalar_count(need(prefix + "num_params"), prefix + "num_params", name());
-    BRISK_CHECK(n == int64_t(groups_[g].params.size()), name(), ": load_state_dict: key '", prefix,
-                "num_params' is ", n, " but group ", g, " has ", groups_[g].params.size(), " parameters");
+    BRISK_CHECK(n == int64_t(groups_[g].params.size()), name(), ": load_state_dict: key '", prefix, "num_params' is ",
+                n, " but group ", g, " has ", groups_[g].params.size(), " parameters");
     // Every option (not the schedulers' extras, which a state may or may not have).
     const_cast<Optimizer*>(this)->visit_options(g, [&](const char* k, double*, bool*) { need(prefix + k); });
   }
@@ -211,8 +211,8 @@ void Optimizer::check_state_dict(const OptimizerState& state) const {
     BRISK_CHECK(!param.empty(), name(), ": load_state_dict: unexpected tensor key '", key, "'");
     auto it = params.find(param);
     BRISK_CHECK(it != params.end(), name(), ": load_state_dict: state for unknown parameter '", param, "'");
-    BRISK_CHECK(t.defined() && t.sizes() == it->second->sizes(), name(), ": load_state_dict: '", key,
-                "' has shape ", t.defined() ? t.sizes() : Shape{}, " but the parameter has ", it->second->sizes());
+    BRISK_CHECK(t.defined() && t.sizes() == it->second->sizes(), name(), ": load_state_dict: '", key, "' has shape ",
+                t.defined() ? t.sizes() : Shape{}, " but the parameter has ", it->second->sizes());
   }
   for (const auto& [key, value] : s) {
     if (key == "num_groups" || is_group_key(key, groups_.size())) continue;

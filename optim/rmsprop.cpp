@@ -154,12 +154,8 @@ void RMSprop::step() {
       s.state->step += 1;
       init_state(o, s.param, *s.state);
       switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
-        case detail::StepPath::Reference:
-          rmsprop_reference(o, s.param, s.grad, *s.state);
-          break;
-        case detail::StepPath::CpuLoop:
-          (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s);
-          break;
+        case detail::StepPath::Reference: rmsprop_reference(o, s.param, s.grad, *s.state); break;
+        case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
         case detail::StepPath::DeviceKernel: {
           // Buffers in the order of kernels::RmspropHyper: square_avg, grad_avg, momentum_buffer.
           auto& b = s.state->buffers;

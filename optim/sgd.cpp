@@ -97,12 +97,8 @@ void SGD::step() {
     for (Slot& s : slots) {
       s.state->step += 1;
       switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
-        case detail::StepPath::Reference:
-          sgd_reference(o, s.param, s.grad, *s.state);
-          break;
-        case detail::StepPath::CpuLoop:
-          (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s);
-          break;
+        case detail::StepPath::Reference: sgd_reference(o, s.param, s.grad, *s.state); break;
+        case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
         case detail::StepPath::DeviceKernel:
           if (o.momentum == 0) {
             on_device.of(s.param).add(s.param, s.grad, {});

@@ -39,9 +39,12 @@ int main(int argc, char** argv) {
   for (int i = 3; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     int64_t v = std::atoll(argv[i + 1]);
-    if (flag == "--steps") total_steps = v;
-    else if (flag == "--every") every = v;
-    else if (flag == "--die-at") die_at = v;
+    if (flag == "--steps")
+      total_steps = v;
+    else if (flag == "--every")
+      every = v;
+    else if (flag == "--die-at")
+      die_at = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

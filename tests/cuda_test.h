@@ -17,10 +17,10 @@ inline const Device kGpu = Device::cuda(0);
 
 }  // namespace brisk::test
 
-#define BRISK_REQUIRE_GPU()                           \
-  do {                                                \
-    if (!::brisk::test::has_gpu()) {                  \
-      MESSAGE("skipped: no CUDA device available");   \
-      return;                                         \
-    }                                                 \
+#define BRISK_REQUIRE_GPU()                         \
+  do {                                              \
+    if (!::brisk::test::has_gpu()) {                \
+      MESSAGE("skipped: no CUDA device available"); \
+      return;                                       \
+    }                                               \
   } while (0)

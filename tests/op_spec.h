@@ -26,9 +26,9 @@ struct OpSpec {
   // Expected F64 output computed without brisk ops (plain loops over to_vector values);
   // nullptr when `fn` is itself checked otherwise (say, against PyTorch data).
   TensorFn reference;
-  bool grad = true;  // gradcheck the floating inputs in F64
+  bool grad = true;                          // gradcheck the floating inputs in F64
   std::vector<DType> dtypes = {DType::F32};  // also run in these, compare with F64
-  bool cuda = true;  // run in the CUDA-vs-CPU test
+  bool cuda = true;                          // run in the CUDA-vs-CPU test
   double tol_f32 = 1e-5, tol_half = 1e-2;
   GradcheckOptions gradcheck_options = {};
 };

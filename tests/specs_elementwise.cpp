@@ -76,7 +76,8 @@ OpSpec compare(const std::string& name, OpId id, Tensor (*op)(const Tensor&, con
                bool (*ref)(double, double)) {
   OpSpec s = binary(name, id, op, nullptr, -1, 1);
   s.reference = [ref](const std::vector<Tensor>& in) {
-    return map_reference(in, [ref](const V& a) { return double(ref(a[0], a[1])); }, DType::Bool);
+    return map_reference(
+        in, [ref](const V& a) { return double(ref(a[0], a[1])); }, DType::Bool);
   };
   s.cases = [] {
     // Values on a coarse grid so that ties (equal elements) occur.
@@ -112,8 +113,9 @@ std::function<std::vector<OpCase>()> edge_pair_cases() {
       for (double v : b) x.push_back(u), y.push_back(v);
     }
     const int64_t n = int64_t(x.size());
-    return std::vector<OpCase>{{"all pairs of edge values", {from_vector(x, {n}, DType::F64), from_vector(y, {n}, DType::F64)}},
-                               {"broadcast (7, 1) with (7)", {from_vector(b, {7, 1}, DType::F64), from_vector(b, {7}, DType::F64)}}};
+    return std::vector<OpCase>{
+        {"all pairs of edge values", {from_vector(x, {n}, DType::F64), from_vector(y, {n}, DType::F64)}},
+        {"broadcast (7, 1) with (7)", {from_vector(b, {7, 1}, DType::F64), from_vector(b, {7}, DType::F64)}}};
   };
 }
 
@@ -128,41 +130,52 @@ double nan_max(double a, double b) { return a != a || b != b ? kNan : (a > b ? a
 double nan_min(double a, double b) { return a != a || b != b ? kNan : (a < b ? a : b); }
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double gelu_tanh_ref(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 void add_specs(std::vector<OpSpec>& specs) {
   // Unary math. Ranges keep away from points where the derivative does not exist.
-  specs.push_back(unary("neg", OpId::Neg, neg, [](double x) { return -x; }, -2, 2));
-  specs.push_back(unary("exp", OpId::Exp, exp, [](double x) { return std::exp(x); }, -2, 2));
-  specs.push_back(unary("log", OpId::Log, log, [](double x) { return std::log(x); }, 0.5, 3));
-  specs.push_back(unary("sqrt", OpId::Sqrt, sqrt, [](double x) { return std::sqrt(x); }, 0.5, 3));
-  specs.push_back(unary("rsqrt", OpId::Rsqrt, rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.5, 3));
-  specs.push_back(unary("abs", OpId::Abs, abs, [](double x) { return std::fabs(x); }, -2, 2));
+  specs.push_back(unary(
+      "neg", OpId::Neg, neg, [](double x) { return -x; }, -2, 2));
+  specs.push_back(unary(
+      "exp", OpId::Exp, exp, [](double x) { return std::exp(x); }, -2, 2));
+  specs.push_back(unary(
+      "log", OpId::Log, log, [](double x) { return std::log(x); }, 0.5, 3));
+  specs.push_back(unary(
+      "sqrt", OpId::Sqrt, sqrt, [](double x) { return std::sqrt(x); }, 0.5, 3));
+  specs.push_back(unary(
+      "rsqrt", OpId::Rsqrt, rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.5, 3));
+  specs.push_back(unary(
+      "abs", OpId::Abs, abs, [](double x) { return std::fabs(x); }, -2, 2));
   {
-    OpSpec s = unary("relu", OpId::Relu, relu, [](double x) { return x > 0 ? x : 0; }, -2, 2);
+    OpSpec s = unary(
+        "relu", OpId::Relu, relu, [](double x) { return x > 0 ? x : 0; }, -2, 2);
     s.covers = {OpId::Relu, OpId::ReluBackward};
     specs.push_back(s);
   }
-  specs.push_back(unary("sigmoid", OpId::Sigmoid, sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -3, 3));
-  specs.push_back(unary("tanh", OpId::Tanh, tanh, [](double x) { return std::tanh(x); }, -2, 2));
-  specs.push_back(unary("silu", OpId::Silu, silu, [](double x) { return x / (1 + std::exp(-x)); }, -3, 3));
+  specs.push_back(unary(
+      "sigmoid", OpId::Sigmoid, sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -3, 3));
+  specs.push_back(unary(
+      "tanh", OpId::Tanh, tanh, [](double x) { return std::tanh(x); }, -2, 2));
+  specs.push_back(unary(
+      "silu", OpId::Silu, silu, [](double x) { return x / (1 + std::exp(-x)); }, -3, 3));
   // softplus in both regions (beta x crosses the threshold), then with its defaults.
   specs.push_back(unary(
       "softplus beta 2 threshold 1.5", OpId::Softplus, [](const Tensor& x) { return softplus(x, 2, 1.5); },
       [](double x) { return 2 * x > 1.5 ? x : std::log1p(std::exp(2 * x)) / 2; }, -2, 2));
-  specs.push_back(unary("softplus", OpId::Softplus, [](const Tensor& x) { return softplus(x); },
-                        [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, -30, 30));
+  specs.push_back(unary(
+      "softplus", OpId::Softplus, [](const Tensor& x) { return softplus(x); },
+      [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, -30, 30));
   {
     // A composite op (no OpId of its own): the table checks it all the same.
-    OpSpec s = unary("logsigmoid (composite)", OpId::Softplus, logsigmoid,
-                     [](double x) { return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x))); }, -4, 4);
+    OpSpec s = unary(
+        "logsigmoid (composite)", OpId::Softplus, logsigmoid,
+        [](double x) { return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x))); }, -4, 4);
     s.covers = {};  // no op of its own
     specs.push_back(s);
   }
   {
-    OpSpec s = unary("sign", OpId::Sign, sign, [](double x) { return double((x > 0) - (x < 0)); }, -2, 2);
+    OpSpec s = unary(
+        "sign", OpId::Sign, sign, [](double x) { return double((x > 0) - (x < 0)); }, -2, 2);
     s.grad = false;
     specs.push_back(s);
   }
@@ -195,7 +208,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     specs.push_back(s);
   }
   {
-    OpSpec s = unary("cast F64->F32->F64", OpId::Cast, nullptr, [](double x) { return double(float(x)); }, -2, 2);
+    OpSpec s = unary(
+        "cast F64->F32->F64", OpId::Cast, nullptr, [](double x) { return double(float(x)); }, -2, 2);
     s.fn = [](const std::vector<Tensor>& in) { return cast(cast(in[0], DType::F32), in[0].dtype()); };
     s.reference = [](const std::vector<Tensor>& in) {
       return map_reference(in, [](const V& a) { return double(float(a[0])); });
@@ -208,7 +222,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     t.name = "cast to I64 (truncates)";
     t.fn = [](const std::vector<Tensor>& in) { return cast(in[0] * 3.0, DType::I64); };
     t.reference = [](const std::vector<Tensor>& in) {
-      return map_reference(in, [](const V& a) { return double(int64_t(a[0] * 3.0)); }, DType::I64);
+      return map_reference(
+          in, [](const V& a) { return double(int64_t(a[0] * 3.0)); }, DType::I64);
     };
     t.grad = false;
     t.dtypes = {};
@@ -218,7 +233,9 @@ void add_specs(std::vector<OpSpec>& specs) {
     OpSpec s;
     s.name = "full / fill";
     s.covers = {OpId::Fill};
-    s.fn = [](const std::vector<Tensor>& in) { return in[0] + full(in[0].sizes(), 2.5, in[0].dtype(), in[0].device()); };
+    s.fn = [](const std::vector<Tensor>& in) {
+      return in[0] + full(in[0].sizes(), 2.5, in[0].dtype(), in[0].device());
+    };
     s.reference = [](const std::vector<Tensor>& in) {
       return map_reference(in, [](const V& a) { return a[0] + 2.5; });
     };
@@ -235,14 +252,19 @@ void add_specs(std::vector<OpSpec>& specs) {
       s.cases = std::move(cases);
       return s;
     };
-    specs.push_back(with_cases(unary("relu", OpId::Relu, relu, [](double x) { return x < 0 ? 0.0 : x; }, -1, 1),
+    specs.push_back(with_cases(unary(
+                                   "relu", OpId::Relu, relu, [](double x) { return x < 0 ? 0.0 : x; }, -1, 1),
                                edge_cases()));
-    specs.push_back(with_cases(unary("softplus", OpId::Softplus, [](const Tensor& x) { return softplus(x); },
-                                     [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, -1, 1),
+    specs.push_back(with_cases(unary(
+                                   "softplus", OpId::Softplus, [](const Tensor& x) { return softplus(x); },
+                                   [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, -1, 1),
                                edge_cases()));
-    specs.push_back(with_cases(unary("abs", OpId::Abs, abs, [](double x) { return std::fabs(x); }, -1, 1), edge_cases()));
-    specs.push_back(with_cases(
-        unary("sign", OpId::Sign, sign, [](double x) { return double((x > 0) - (x < 0)); }, -1, 1), edge_cases()));
+    specs.push_back(with_cases(unary(
+                                   "abs", OpId::Abs, abs, [](double x) { return std::fabs(x); }, -1, 1),
+                               edge_cases()));
+    specs.push_back(with_cases(unary(
+                                   "sign", OpId::Sign, sign, [](double x) { return double((x > 0) - (x < 0)); }, -1, 1),
+                               edge_cases()));
     OpSpec c = unary("clamp [-1, 0.5]", OpId::Clamp, nullptr, nullptr, -1, 1);
     c.fn = [](const std::vector<Tensor>& in) { return clamp(in[0], -1.0, 0.5); };
     c.reference = [](const std::vector<Tensor>& in) {
@@ -265,18 +287,26 @@ void add_specs(std::vector<OpSpec>& specs) {
   }
 
   // Binary arithmetic.
-  specs.push_back(binary("add", OpId::Add, [](const Tensor& a, const Tensor& b) { return add(a, b); },
-                         [](double a, double b) { return a + b; }, -2, 2));
-  specs.push_back(binary("add alpha", OpId::Add, [](const Tensor& a, const Tensor& b) { return add(a, b, -0.5); },
-                         [](double a, double b) { return a - 0.5 * b; }, -2, 2));
-  specs.push_back(binary("sub", OpId::Sub, [](const Tensor& a, const Tensor& b) { return sub(a, b, 2.0); },
-                         [](double a, double b) { return a - 2 * b; }, -2, 2));
-  specs.push_back(binary("mul", OpId::Mul, mul, [](double a, double b) { return a * b; }, -2, 2));
-  specs.push_back(binary("div", OpId::Div, div, [](double a, double b) { return a / b; }, 0.5, 2));
-  specs.push_back(binary("pow", OpId::Pow, [](const Tensor& a, const Tensor& b) { return pow(a, b); },
-                         [](double a, double b) { return std::pow(a, b); }, 0.5, 2));
-  specs.push_back(binary("maximum", OpId::Maximum, maximum, [](double a, double b) { return std::max(a, b); }, -2, 2));
-  specs.push_back(binary("minimum", OpId::Minimum, minimum, [](double a, double b) { return std::min(a, b); }, -2, 2));
+  specs.push_back(binary(
+      "add", OpId::Add, [](const Tensor& a, const Tensor& b) { return add(a, b); },
+      [](double a, double b) { return a + b; }, -2, 2));
+  specs.push_back(binary(
+      "add alpha", OpId::Add, [](const Tensor& a, const Tensor& b) { return add(a, b, -0.5); },
+      [](double a, double b) { return a - 0.5 * b; }, -2, 2));
+  specs.push_back(binary(
+      "sub", OpId::Sub, [](const Tensor& a, const Tensor& b) { return sub(a, b, 2.0); },
+      [](double a, double b) { return a - 2 * b; }, -2, 2));
+  specs.push_back(binary(
+      "mul", OpId::Mul, mul, [](double a, double b) { return a * b; }, -2, 2));
+  specs.push_back(binary(
+      "div", OpId::Div, div, [](double a, double b) { return a / b; }, 0.5, 2));
+  specs.push_back(binary(
+      "pow", OpId::Pow, [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+      [](double a, double b) { return std::pow(a, b); }, 0.5, 2));
+  specs.push_back(binary(
+      "maximum", OpId::Maximum, maximum, [](double a, double b) { return std::max(a, b); }, -2, 2));
+  specs.push_back(binary(
+      "minimum", OpId::Minimum, minimum, [](double a, double b) { return std::min(a, b); }, -2, 2));
 
   specs.push_back(compare("eq", OpId::Eq, eq, [](double a, double b) { return a == b; }));
   specs.push_back(compare("ne", OpId::Ne, ne, [](double a, double b) { return a != b; }));
@@ -297,7 +327,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     };
     s.cases = [] {
       return std::vector<OpCase>{
-          {"(3, 4)", {uniform_values({3, 4}, -1, 1, 1), uniform_values({3, 4}, -1, 1, 2), uniform_values({3, 4}, -1, 1, 3)}},
+          {"(3, 4)",
+           {uniform_values({3, 4}, -1, 1, 1), uniform_values({3, 4}, -1, 1, 2), uniform_values({3, 4}, -1, 1, 3)}},
           {"broadcast cond (3, 1), x (4), y 0-dim",
            {uniform_values({3, 1}, -1, 1, 4), uniform_values({4}, -1, 1, 5), uniform_values({}, -1, 1, 6)}},
       };

@@ -129,8 +129,8 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
                             {.padding = {1, 2}, .dilation = {1, 2}, .groups = 3},
                             {{"batch 2", {vals({2, 3, 5, 6}, 80), vals({3, 1, 3, 3}, 81), vals({3}, 82)}},
                              {"channel multiplier 2, batch 1", {vals({1, 3, 4, 7}, 83), vals({6, 1, 3, 3}, 84)}}}));
-  specs.push_back(conv_spec("conv2d (1x1)", {},
-                            {{"batch 2", {vals({2, 4, 3, 3}, 22), vals({5, 4, 1, 1}, 23), vals({5}, 24)}}}));
+  specs.push_back(
+      conv_spec("conv2d (1x1)", {}, {{"batch 2", {vals({2, 4, 3, 3}, 22), vals({5, 4, 1, 1}, 23), vals({5}, 24)}}}));
   specs.push_back(conv_spec("conv2d (1x1, groups 2, stride 2)", {.stride = {2, 2}, .groups = 2},
                             {{"batch 2", {vals({2, 4, 5, 4}, 25), vals({4, 2, 1, 1}, 26)}}}));
   {
@@ -375,13 +375,13 @@ OpSpec adaptive_spec(const std::string& name, Pair out, std::vector<std::pair<st
 }
 
 void add_pool_specs(std::vector<OpSpec>& specs) {
-  specs.push_back(max_pool_spec("max_pool2d (2x2)", {},
-                                {{"batch 2", {vals({2, 3, 6, 6}, 40)}},
-                                 {"batch 1, odd sizes (floor)", {vals({1, 2, 5, 7}, 41)}}}));
-  specs.push_back(max_pool_spec("max_pool2d (3x3, stride 2, padding 1, ceil_mode)",
-                                {.kernel = {3, 3}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true},
-                                {{"batch 2, 6x6", {vals({2, 2, 6, 6}, 42)}},
-                                 {"batch 1, 5x7", {vals({1, 2, 5, 7}, 43)}}}));
+  specs.push_back(
+      max_pool_spec("max_pool2d (2x2)", {},
+                    {{"batch 2", {vals({2, 3, 6, 6}, 40)}}, {"batch 1, odd sizes (floor)", {vals({1, 2, 5, 7}, 41)}}}));
+  specs.push_back(
+      max_pool_spec("max_pool2d (3x3, stride 2, padding 1, ceil_mode)",
+                    {.kernel = {3, 3}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true},
+                    {{"batch 2, 6x6", {vals({2, 2, 6, 6}, 42)}}, {"batch 1, 5x7", {vals({1, 2, 5, 7}, 43)}}}));
   specs.push_back(max_pool_spec("max_pool2d (2x2, stride 2, padding 1, ceil_mode: last window dropped)",
                                 {.padding = {1, 1}, .ceil_mode = true}, {{"batch 2, 5x5", {vals({2, 2, 5, 5}, 44)}}}));
   specs.push_back(max_pool_spec("max_pool2d (2x3 kernel, stride (1, 2), dilation (2, 1), padding (1, 1))",
@@ -399,13 +399,13 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
     // Edge values: NaN (once and twice in a window), -inf, ties and signed zeros; both the 2x2
     // fast path and the general loop.
     const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-    Tensor x = from_vector({1, 2, 2, nan, 0, -inf, -inf, 1, 3, 3, nan, nan, -inf, -inf, -inf, -inf,
-                            5, 5, 5, 5, 1, -0.0, 0.0, 2, 4, nan, -1, 0, 0.5, 0.5, -inf, 7},
+    Tensor x = from_vector({1, 2, 2, nan, 0, -inf, -inf, 1, 3, 3,   nan, nan, -inf, -inf, -inf, -inf,
+                            5, 5, 5, 5,   1, -0.0, 0.0,  2, 4, nan, -1,  0,   0.5,  0.5,  -inf, 7},
                            {1, 2, 4, 4}, DType::F64);
     for (PoolArgs a : {PoolArgs{}, PoolArgs{.kernel = {3, 3}, .stride = Pair{1, 1}, .padding = {1, 1}}}) {
-      OpSpec s = max_pool_spec("max_pool2d (" + std::to_string(a.kernel[0]) + "x" + std::to_string(a.kernel[0]) +
-                                   ") of NaN, -inf and ties",
-                               a, {{"edge values", {x}}});
+      OpSpec s = max_pool_spec(
+          "max_pool2d (" + std::to_string(a.kernel[0]) + "x" + std::to_string(a.kernel[0]) + ") of NaN, -inf and ties",
+          a, {{"edge values", {x}}});
       s.grad = false;  // not differentiable at ties; the gradients are tested in test_edge_values.cpp
       s.dtypes = {DType::F32};
       specs.push_back(s);
@@ -416,16 +416,16 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
   specs.push_back(avg_pool_spec("avg_pool2d (3x3, stride 2, padding 1, count_include_pad)",
                                 {.kernel = {3, 3}, .stride = Pair{2, 2}, .padding = {1, 1}},
                                 {{"batch 2", {vals({2, 2, 6, 7}, 51)}}}));
-  specs.push_back(avg_pool_spec("avg_pool2d (3x2, stride 2, padding 1, ceil_mode, count_include_pad false)",
-                                {.kernel = {3, 2}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true,
-                                 .count_include_pad = false},
-                                {{"batch 2", {vals({2, 2, 6, 7}, 52)}}, {"batch 1", {vals({1, 3, 5, 5}, 53)}}}));
+  specs.push_back(avg_pool_spec(
+      "avg_pool2d (3x2, stride 2, padding 1, ceil_mode, count_include_pad false)",
+      {.kernel = {3, 2}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false},
+      {{"batch 2", {vals({2, 2, 6, 7}, 52)}}, {"batch 1", {vals({1, 3, 5, 5}, 53)}}}));
   specs.push_back(avg_pool_spec("avg_pool2d (2x2, padding 1, ceil_mode, count_include_pad)",
                                 {.padding = {1, 1}, .ceil_mode = true}, {{"batch 1", {vals({1, 2, 5, 4}, 54)}}}));
 
-  specs.push_back(adaptive_spec("adaptive_avg_pool2d (3, 2)", {3, 2},
-                                {{"batch 2, 7x5", {vals({2, 3, 7, 5}, 60)}},
-                                 {"batch 1, 4x4 (overlapping windows)", {vals({1, 2, 4, 4}, 61)}}}));
+  specs.push_back(adaptive_spec(
+      "adaptive_avg_pool2d (3, 2)", {3, 2},
+      {{"batch 2, 7x5", {vals({2, 3, 7, 5}, 60)}}, {"batch 1, 4x4 (overlapping windows)", {vals({1, 2, 4, 4}, 61)}}}));
   specs.push_back(adaptive_spec("adaptive_avg_pool2d (1, 1)", {1, 1}, {{"batch 2", {vals({2, 3, 5, 6}, 62)}}}));
 
   // The pooling backward ops as ops of their own (their gradcheck is a double backward).
@@ -459,12 +459,11 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
     specs.push_back(s);
   }
   {
-    const PoolArgs a{.kernel = {3, 2}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true,
-                     .count_include_pad = false};
+    const PoolArgs a{
+        .kernel = {3, 2}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false};
     const Shape x_sizes{2, 2, 6, 7};
     specs.push_back(pool_spec(
-        "avg_pool2d_backward (3x2, stride 2, padding 1, ceil_mode, count_include_pad false)",
-        {OpId::AvgPool2dBackward},
+        "avg_pool2d_backward (3x2, stride 2, padding 1, ceil_mode, count_include_pad false)", {OpId::AvgPool2dBackward},
         [=](const Ts& in) {
           Attrs attrs = pool_attrs(a);
           attrs.shape = x_sizes;
@@ -472,8 +471,10 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
         },
         [=](const Ts& in) {
           Grid G(in[0]), X(x_sizes);
-          avg_pool_loops(x_sizes, a, [&](int64_t b, int64_t c, int64_t oh, int64_t ow, int64_t ih, int64_t iw,
-                                         double k) { X(b, c, ih, iw) += G(b, c, oh, ow) * k; });
+          avg_pool_loops(x_sizes, a,
+                         [&](int64_t b, int64_t c, int64_t oh, int64_t ow, int64_t ih, int64_t iw, double k) {
+                           X(b, c, ih, iw) += G(b, c, oh, ow) * k;
+                         });
           return X.tensor();
         },
         {{"batch 2", {vals(pool_out(x_sizes, a), 65)}}}));
@@ -490,8 +491,10 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
         },
         [=](const Ts& in) {
           Grid G(in[0]), X(x_sizes);
-          adaptive_loops(x_sizes, out, [&](int64_t b, int64_t c, int64_t oh, int64_t ow, int64_t ih, int64_t iw,
-                                           double k) { X(b, c, ih, iw) += G(b, c, oh, ow) * k; });
+          adaptive_loops(x_sizes, out,
+                         [&](int64_t b, int64_t c, int64_t oh, int64_t ow, int64_t ih, int64_t iw, double k) {
+                           X(b, c, ih, iw) += G(b, c, oh, ow) * k;
+                         });
           return X.tensor();
         },
         {{"batch 2", {vals({2, 2, 3, 2}, 66)}}}));

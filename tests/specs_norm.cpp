@@ -48,7 +48,8 @@ V normalize_groups(const V& x, int64_t groups, const std::function<int64_t(int64
 Tensor layer_norm_ref(const Tensor& x, int nd, const Tensor& w, const Tensor& b) {
   const int64_t n = trailing(x.sizes(), nd).numel();
   const int64_t rows = n ? x.numel() / n : 0;
-  V y = normalize_groups(x.to_vector<double>(), rows, [n](int64_t g, int64_t i) { return g * n + i; }, n, kEps);
+  V y = normalize_groups(
+      x.to_vector<double>(), rows, [n](int64_t g, int64_t i) { return g * n + i; }, n, kEps);
   const V wv = w.defined() ? w.to_vector<double>() : V(size_t(n), 1.0);
   const V bv = b.defined() ? b.to_vector<double>() : V(size_t(n), 0.0);
   for (size_t k = 0; k < y.size(); ++k) y[k] = y[k] * wv[k % size_t(n)] + bv[k % size_t(n)];
@@ -87,8 +88,8 @@ Tensor group_norm_ref(const Tensor& x, int64_t groups, const Tensor& w, const Te
   const int64_t batch = x.sizes()[0], channels = x.sizes()[1];
   const int64_t spatial = x.numel() / (batch * channels);
   const int64_t n = channels / groups * spatial;
-  V y = normalize_groups(x.to_vector<double>(), batch * groups, [n](int64_t g, int64_t i) { return g * n + i; }, n,
-                         kEps);
+  V y = normalize_groups(
+      x.to_vector<double>(), batch * groups, [n](int64_t g, int64_t i) { return g * n + i; }, n, kEps);
   const V wv = w.to_vector<double>(), bv = b.to_vector<double>();
   for (size_t k = 0; k < y.size(); ++k) {
     const size_t c = size_t((int64_t(k) / spatial) % channels);
@@ -170,11 +171,9 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.fn = [](const std::vector<Tensor>& in) {
       return F::batch_norm(in[0], {}, {}, opt(in, 1), opt(in, 2), true, 0.1, kEps);
     };
-    s.reference = [](const std::vector<Tensor>& in) {
-      return batch_norm_ref(in[0], opt(in, 1), opt(in, 2), {}, {});
-    };
+    s.reference = [](const std::vector<Tensor>& in) { return batch_norm_ref(in[0], opt(in, 1), opt(in, 2), {}, {}); };
     s.cases = [] {
-      return std::vector<OpCase>{bn_case({4, 3}, true, 1),       bn_case({4, 3}, false, 4),
+      return std::vector<OpCase>{bn_case({4, 3}, true, 1),        bn_case({4, 3}, false, 4),
                                  bn_case({2, 3, 5}, true, 7),     bn_case({2, 3, 5}, false, 10),
                                  bn_case({2, 3, 2, 3}, true, 13), bn_case({1, 2, 2, 2}, true, 16)};
     };
@@ -204,9 +203,8 @@ void add_specs(std::vector<OpSpec>& specs) {
       return batch_norm_ref(in[0], opt(in, 1), opt(in, 2), eval_mean(c, DType::F64), eval_var(c, DType::F64));
     };
     s.cases = [] {
-      return std::vector<OpCase>{bn_case({4, 3}, true, 21),       bn_case({1, 3}, true, 24),
-                                 bn_case({2, 3, 5}, false, 27),   bn_case({2, 3, 2, 3}, true, 30),
-                                 bn_case({0, 3, 2}, true, 33)};
+      return std::vector<OpCase>{bn_case({4, 3}, true, 21), bn_case({1, 3}, true, 24), bn_case({2, 3, 5}, false, 27),
+                                 bn_case({2, 3, 2, 3}, true, 30), bn_case({0, 3, 2}, true, 33)};
     };
     specs.push_back(s);
   }

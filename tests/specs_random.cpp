@@ -47,10 +47,8 @@ void add_specs(std::vector<OpSpec>& specs) {
         return from_vector({start, end, step}, {3}, DType::F64);
       };
       return std::vector<OpCase>{
-          {"0 to 5 step 1", {range(0, 5, 1)}},
-          {"1 to 2 step 0.3 (length rounds up)", {range(1, 2, 0.3)}},
-          {"5 to 0 step -1.5", {range(5, 0, -1.5)}},
-          {"-3 to 3 step 0.5", {range(-3, 3, 0.5)}},
+          {"0 to 5 step 1", {range(0, 5, 1)}},       {"1 to 2 step 0.3 (length rounds up)", {range(1, 2, 0.3)}},
+          {"5 to 0 step -1.5", {range(5, 0, -1.5)}}, {"-3 to 3 step 0.5", {range(-3, 3, 0.5)}},
           {"empty: 2 to 2", {range(2, 2, 1)}},
       };
     };

@@ -39,8 +39,7 @@ std::vector<OpCase> nonempty_cases() {
       reduce_case("(2, 3, 4, 5) over dims (1, 3)", uniform_values({2, 3, 4, 5}, -1, 1, 6), {1, 3}, false),
       reduce_case("(2, 3, 4) over all dims, keepdim", uniform_values({2, 3, 4}, -1, 1, 7), {}, true),
       reduce_case("(2, 3, 4) over dim 1 (middle)", uniform_values({2, 3, 4}, -1, 1, 8), {1}, false),
-      reduce_case("(37, 70) over dim 0 (rows, a partial column tile)", uniform_values({37, 70}, -1, 1, 9), {0},
-                  false),
+      reduce_case("(37, 70) over dim 0 (rows, a partial column tile)", uniform_values({37, 70}, -1, 1, 9), {0}, false),
       reduce_case("(3, 1100) over dim 1 (pairwise leaves)", uniform_values({3, 1100}, -1, 1, 10), {1}, false),
       reduce_case("(1, 5) over dim 0 (size 1)", uniform_values({1, 5}, -1, 1, 11), {0}, false),
       reduce_case("0-dim over all dims", uniform_values({}, -1, 1, 12), {}, false),
@@ -287,8 +286,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     specs.push_back(reduce_spec("logsumexp", OpId::Logsumexp, lse, ref_logsumexp, concat(general, empty)));
     const double inf = std::numeric_limits<double>::infinity();
     OpSpec e = reduce_spec("logsumexp (edge values)", OpId::Logsumexp, lse, ref_logsumexp, [inf] {
-      Tensor x = from_vector({-inf, -inf, -inf, -inf, 1, inf, 2, 3, kNaN, 1, inf, -inf, inf, -inf, 0, 0, -inf, 1000,
-                              1000, -inf, -1e4, -1e4, -1e4 + 1, -inf},
+      Tensor x = from_vector({-inf, -inf, -inf, -inf, 1,    inf,  2,    3,    kNaN, 1,    inf,      -inf,
+                              inf,  -inf, 0,    0,    -inf, 1000, 1000, -inf, -1e4, -1e4, -1e4 + 1, -inf},
                              {6, 4}, DType::F64);
       return std::vector<OpCase>{reduce_case("rows of edge values, dim 1", x, {1}, false),
                                  reduce_case("columns of edge values, dim 0, keepdim", x, {0}, true)};
@@ -362,11 +361,15 @@ void add_specs(std::vector<OpSpec>& specs) {
       s.dtypes = {DType::F32};
       specs.push_back(s);
     };
-    add("amax", OpId::Amax, [](const Tensor& x, const Shape& d, bool k) { return amax(x, d, k); }, nan_max, DType::F64);
-    add("amin", OpId::Amin, [](const Tensor& x, const Shape& d, bool k) { return amin(x, d, k); }, nan_min, DType::F64);
-    add("argmax", OpId::Argmax, [](const Tensor& x, const Shape& d, bool k) { return argmax(x, d[0], k); },
+    add(
+        "amax", OpId::Amax, [](const Tensor& x, const Shape& d, bool k) { return amax(x, d, k); }, nan_max, DType::F64);
+    add(
+        "amin", OpId::Amin, [](const Tensor& x, const Shape& d, bool k) { return amin(x, d, k); }, nan_min, DType::F64);
+    add(
+        "argmax", OpId::Argmax, [](const Tensor& x, const Shape& d, bool k) { return argmax(x, d[0], k); },
         first_nan_or(ref_argmax), DType::I64);
-    add("argmin", OpId::Argmin, [](const Tensor& x, const Shape& d, bool k) { return argmin(x, d[0], k); },
+    add(
+        "argmin", OpId::Argmin, [](const Tensor& x, const Shape& d, bool k) { return argmin(x, d[0], k); },
         first_nan_or(ref_argmin), DType::I64);
   }
   // argmax, argmin
@@ -743,16 +746,27 @@ TEST_CASE("autocast: sums, softmax and cross_entropy run in F32; amax keeps the 
 
 TEST_CASE("reductions: double backward matches finite differences") {
   Tensor x = uniform_values({3, 4}, -1, 1, 5);
-  SUBCASE("softmax") { check_double_backward([](const Tensor& t) { return softmax(t, 1); }, x); }
-  SUBCASE("log_softmax") { check_double_backward([](const Tensor& t) { return log_softmax(t, 0); }, x); }
-  SUBCASE("logsumexp") { check_double_backward([](const Tensor& t) { return logsumexp(t, {1}); }, x); }
-  SUBCASE("var") { check_double_backward([](const Tensor& t) { return var(t, {1}); }, x); }
-  SUBCASE("amax") { check_double_backward([](const Tensor& t) { return amax(t, {0}) * amax(t, {0}); }, x); }
-  SUBCASE("sum") { check_double_backward([](const Tensor& t) { return sum(t * t, {1}); }, x); }
+  SUBCASE("softmax") {
+    check_double_backward([](const Tensor& t) { return softmax(t, 1); }, x);
+  }
+  SUBCASE("log_softmax") {
+    check_double_backward([](const Tensor& t) { return log_softmax(t, 0); }, x);
+  }
+  SUBCASE("logsumexp") {
+    check_double_backward([](const Tensor& t) { return logsumexp(t, {1}); }, x);
+  }
+  SUBCASE("var") {
+    check_double_backward([](const Tensor& t) { return var(t, {1}); }, x);
+  }
+  SUBCASE("amax") {
+    check_double_backward([](const Tensor& t) { return amax(t, {0}) * amax(t, {0}); }, x);
+  }
+  SUBCASE("sum") {
+    check_double_backward([](const Tensor& t) { return sum(t * t, {1}); }, x);
+  }
   SUBCASE("cross_entropy, mean, ignore_index, label smoothing") {
     Tensor target = ints({2, -100, 0}, {3});
-    check_double_backward(
-        [target](const Tensor& t) { return cross_entropy(t, target, Reduction::Mean, 0.1); }, x);
+    check_double_backward([target](const Tensor& t) { return cross_entropy(t, target, Reduction::Mean, 0.1); }, x);
   }
   SUBCASE("cross_entropy, none: gradient with respect to the incoming gradient too") {
     Tensor target = ints({1, 3, 0}, {3});

@@ -25,7 +25,8 @@ int64_t ravel(const std::vector<int64_t>& idx, const Shape& sizes) {
 Tensor gather_reference(const Tensor& in, const Shape& out_sizes,
                         const std::function<std::vector<int64_t>(const std::vector<int64_t>&)>& map) {
   std::vector<double> v = in.to_vector<double>(), out(size_t(out_sizes.numel()));
-  for (int64_t k = 0; k < out_sizes.numel(); ++k) out[size_t(k)] = v[size_t(ravel(map(unravel(k, out_sizes)), in.sizes()))];
+  for (int64_t k = 0; k < out_sizes.numel(); ++k)
+    out[size_t(k)] = v[size_t(ravel(map(unravel(k, out_sizes)), in.sizes()))];
   return from_vector(out, out_sizes, DType::F64);
 }
 
@@ -65,8 +66,9 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.reference = [](const std::vector<Tensor>& in) {
       const Shape& sz = in[0].sizes();
       // permute {2, 0, 1} then swap dims 0 and 2: result dims (sz1, sz0, sz2).
-      return gather_reference(in[0], {sz[1], sz[0], sz[2]},
-                              [](const std::vector<int64_t>& o) { return std::vector<int64_t>{o[1], o[0], o[2]}; });
+      return gather_reference(in[0], {sz[1], sz[0], sz[2]}, [](const std::vector<int64_t>& o) {
+        return std::vector<int64_t>{o[1], o[0], o[2]};
+      });
     };
     s.cases = cases_3d();
     s.dtypes = {DType::F32, DType::F16};

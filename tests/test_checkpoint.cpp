@@ -345,8 +345,8 @@ struct Snapshot {
   }
   bool same_as(Run& r) const {
     optim::OptimizerState os = r.opt->state_dict();
-    return bit_equal(model, r.model->state_dict()) && bit_equal(opt_tensors, os.tensors) &&
-           opt_scalars == os.scalars && sched == r.sched->state_dict() && plateau == r.plateau->state_dict() &&
+    return bit_equal(model, r.model->state_dict()) && bit_equal(opt_tensors, os.tensors) && opt_scalars == os.scalars &&
+           sched == r.sched->state_dict() && plateau == r.plateau->state_dict() &&
            stopping == r.stopping.state_dict() && loader.epoch == r.loader->state().epoch &&
            loader.batch == r.loader->state().batch && seed == default_generator().seed() &&
            offset == default_generator().offset();
@@ -354,8 +354,7 @@ struct Snapshot {
 };
 
 // The metadata with the number at <section>.<key> replaced by `value`.
-std::string with_value(std::string meta, const std::string& section, const std::string& key,
-                       const std::string& value) {
+std::string with_value(std::string meta, const std::string& section, const std::string& key, const std::string& value) {
   const size_t at = meta.find("\"" + section + "\":{");
   REQUIRE(at != std::string::npos);
   const size_t k = meta.find("\"" + key + "\":", at);
@@ -502,8 +501,7 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   // A save that fails (a user string that is not UTF-8) leaves the previous file as it was.
   train::TrainingState sa = a.state();
   sa.user_metadata["bad"] = "\xff";
-  CHECK(error_text([&] { train::save_checkpoint(path, sa); }).find("cannot be written as JSON") !=
-        std::string::npos);
+  CHECK(error_text([&] { train::save_checkpoint(path, sa); }).find("cannot be written as JSON") != std::string::npos);
 
   // None of it touched the good file or the objects' ability to load it.
   CHECK(slurp(path) == bytes);
@@ -572,8 +570,8 @@ TEST_CASE("checkpoint: a run SIGKILLed at random moments and restarted ends bit-
     pid_t pid = spawn_child(args);
     if (attempts <= 6) {
       // Most of a run is its checkpoint writes (fsync): most kills land inside one.
-      std::this_thread::sleep_for(std::chrono::duration<double>(
-          std::uniform_real_distribution<double>(0.0, 0.6)(rng) * ref_s));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(std::uniform_real_distribution<double>(0.0, 0.6)(rng) * ref_s));
       ::kill(pid, SIGKILL);
     }
     status = wait_child(pid);

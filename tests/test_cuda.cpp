@@ -14,8 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -118,7 +118,7 @@ TEST_CASE("cuda: caching allocator empties its cache and retries when memory run
   fake.limit = 2;
   void* p = a.allocate(4096);
   void* q = a.allocate(100);
-  a.deallocate(q, 100);  // cached, holding the second of the two allowed blocks
+  a.deallocate(q, 100);           // cached, holding the second of the two allowed blocks
   void* r = a.allocate(1 << 20);  // fails, empties the cache (frees q), retries
   CHECK(r != nullptr);
   CHECK(fake.frees == 1);
@@ -260,8 +260,8 @@ TEST_CASE("cuda: op specs match the CPU forward and backward, on dense, strided 
     for (const test::OpCase& c : spec.cases()) {
       for (DType t : dtypes) {
         for (int layout = 0; layout < 3; ++layout) {
-          const std::string where = spec.name + " [" + c.label + "] " + dtype_name(t) + " layout " +
-                                    std::to_string(layout);
+          const std::string where =
+              spec.name + " [" + c.label + "] " + dtype_name(t) + " layout " + std::to_string(layout);
           INFO(where);
           try {
             std::vector<Tensor> cpu_in = with_dtype(c.inputs, t);
@@ -323,8 +323,8 @@ TEST_CASE("cuda: op specs match the CPU forward and backward, on dense, strided 
 namespace {
 
 // Runs f on CPU inputs and on the same inputs moved to the GPU; compares.
-void check_large(const char* what, const std::vector<Tensor>& in, const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                 double tol) {
+void check_large(const char* what, const std::vector<Tensor>& in,
+                 const std::function<Tensor(const std::vector<Tensor>&)>& f, double tol) {
   INFO(what);
   std::vector<Tensor> g;
   for (const Tensor& x : in) g.push_back(x.to(kGpu));
@@ -348,68 +348,98 @@ TEST_CASE("cuda: elementwise kernels on large, misaligned and broadcast inputs")
   BRISK_REQUIRE_GPU();
   using V = std::vector<Tensor>;
   const Tensor a = u({(1 << 20) + 3}, -1, 1, 1), b = u({(1 << 20) + 3}, -1, 1, 2);
-  check_large("add, vectorized with a tail", {a, b}, [](const V& x) { return x[0] + x[1]; }, 1e-6);
-  check_large("mul, misaligned views", {a, b},
-              [](const V& x) { return slice(x[0], 0, 1, 1000001) * slice(x[1], 0, 3, 1000003); }, 1e-6);
-  check_large("add a scalar", {a}, [](const V& x) { return x[0] * 2.5 + 1.0; }, 1e-6);
-  check_large("broadcast (1000, 1) + (1, 700)", {u({1000, 1}), u({1, 700}, -1, 1, 3)},
-              [](const V& x) { return x[0] + x[1]; }, 1e-6);
-  check_large("gelu on a transposed view", {u({300, 500})}, [](const V& x) { return gelu(transpose(x[0], 0, 1)); },
-              1e-5);
-  check_large("where with broadcast", {u({64, 1, 33}), u({1, 50, 33}, -1, 1, 4)},
-              [](const V& x) { return where(gt(x[0], x[1]), x[0], x[1]); }, 0);
-  check_large("cast F32 -> BF16 -> F32", {a}, [](const V& x) { return cast(cast(x[0], DType::BF16), DType::F32); }, 0);
-  check_large("cast F32 -> F16 -> F64", {a}, [](const V& x) { return cast(cast(x[0], DType::F16), DType::F64); }, 0);
-  check_large("cast F32 -> I64 -> F32", {a},
-              [](const V& x) { return cast(cast(x[0] * 1000.0, DType::I64), DType::F32); }, 0);
-  check_large("cast I64 -> U8 -> Bool -> F16", {a},
-              [](const V& x) { return cast(cast(cast(cast(x[0] * 300.0, DType::I64), DType::U8), DType::Bool), DType::F16); },
-              0);
-  check_large("integer arithmetic", {a}, [](const V& x) {
-    Tensor i = cast(x[0] * 1e6, DType::I64);
-    Tensor j = cast(x[0] * 100.0, DType::I32);
-    return cast(i * i - i + abs(i), DType::F64) + cast(maximum(j, neg(j)), DType::F64);
-  }, 0);
-  check_large("comparisons on I64", {a},
-              [](const V& x) { return cast(lt(cast(x[0] * 10.0, DType::I64), zeros({}, DType::I64, x[0].device())), DType::F32); },
-              0);
-  check_large("masked_fill on F16", {a, b},
-              [](const V& x) { return masked_fill(cast(x[0], DType::F16), gt(x[1], zeros_like(x[1])), -3.0); }, 0);
+  check_large(
+      "add, vectorized with a tail", {a, b}, [](const V& x) { return x[0] + x[1]; }, 1e-6);
+  check_large(
+      "mul, misaligned views", {a, b},
+      [](const V& x) { return slice(x[0], 0, 1, 1000001) * slice(x[1], 0, 3, 1000003); }, 1e-6);
+  check_large(
+      "add a scalar", {a}, [](const V& x) { return x[0] * 2.5 + 1.0; }, 1e-6);
+  check_large(
+      "broadcast (1000, 1) + (1, 700)", {u({1000, 1}), u({1, 700}, -1, 1, 3)}, [](const V& x) { return x[0] + x[1]; },
+      1e-6);
+  check_large(
+      "gelu on a transposed view", {u({300, 500})}, [](const V& x) { return gelu(transpose(x[0], 0, 1)); }, 1e-5);
+  check_large(
+      "where with broadcast", {u({64, 1, 33}), u({1, 50, 33}, -1, 1, 4)},
+      [](const V& x) { return where(gt(x[0], x[1]), x[0], x[1]); }, 0);
+  check_large(
+      "cast F32 -> BF16 -> F32", {a}, [](const V& x) { return cast(cast(x[0], DType::BF16), DType::F32); }, 0);
+  check_large(
+      "cast F32 -> F16 -> F64", {a}, [](const V& x) { return cast(cast(x[0], DType::F16), DType::F64); }, 0);
+  check_large(
+      "cast F32 -> I64 -> F32", {a}, [](const V& x) { return cast(cast(x[0] * 1000.0, DType::I64), DType::F32); }, 0);
+  check_large(
+      "cast I64 -> U8 -> Bool -> F16", {a},
+      [](const V& x) { return cast(cast(cast(cast(x[0] * 300.0, DType::I64), DType::U8), DType::Bool), DType::F16); },
+      0);
+  check_large(
+      "integer arithmetic", {a},
+      [](const V& x) {
+        Tensor i = cast(x[0] * 1e6, DType::I64);
+        Tensor j = cast(x[0] * 100.0, DType::I32);
+        return cast(i * i - i + abs(i), DType::F64) + cast(maximum(j, neg(j)), DType::F64);
+      },
+      0);
+  check_large(
+      "comparisons on I64", {a},
+      [](const V& x) {
+        return cast(lt(cast(x[0] * 10.0, DType::I64), zeros({}, DType::I64, x[0].device())), DType::F32);
+      },
+      0);
+  check_large(
+      "masked_fill on F16", {a, b},
+      [](const V& x) { return masked_fill(cast(x[0], DType::F16), gt(x[1], zeros_like(x[1])), -3.0); }, 0);
 }
 
 TEST_CASE("cuda: reductions, softmax and cross-entropy on large inputs") {
   BRISK_REQUIRE_GPU();
   using V = std::vector<Tensor>;
   const Tensor big = u({3000000}, 0, 1, 5);
-  check_large("sum of 3M elements (split)", {big}, [](const V& x) { return sum(x[0]); }, 1e-5);
-  check_large("sum of 3M elements in F64", {big}, [](const V& x) { return sum(cast(x[0], DType::F64)); }, 1e-12);
-  check_large("sum dim 0 of (4096, 300) (columns)", {u({4096, 300}, 0, 1, 6)}, [](const V& x) { return sum(x[0], {0}); },
-              1e-5);
-  check_large("sum dim 1 of (300, 4096) (rows)", {u({300, 4096}, 0, 1, 7)}, [](const V& x) { return sum(x[0], {1}); },
-              1e-5);
-  check_large("sum dims (0, 2) of (64, 50, 70), keepdim", {u({64, 50, 70}, 0, 1, 8)},
-              [](const V& x) { return sum(x[0], {0, 2}, true); }, 1e-5);
-  check_large("sum of a transposed view", {u({700, 900}, 0, 1, 9)},
-              [](const V& x) { return sum(transpose(x[0], 0, 1), {1}); }, 1e-5);
-  check_large("sum of Bool to I64", {u({100000}, -1, 1, 10)}, [](const V& x) { return sum(gt(x[0], zeros_like(x[0]))); },
-              0);
-  check_large("amax / amin over dims", {u({500, 600}, -1, 1, 11)},
-              [](const V& x) { return amax(x[0], {1}) - amin(x[0], {0}).sum(); }, 1e-6);
-  check_large("var over 200000 rows (columns, split)", {u({200000, 3}, -1, 1, 12)},
-              [](const V& x) { return var(x[0], {0}); }, 1e-5);
-  check_large("var, unbiased = 0, over rows", {u({40, 5000}, -1, 1, 13)},
-              [](const V& x) { return var(x[0], {1}, 0); }, 1e-5);
-  check_large("argmax of 3M elements", {big}, [](const V& x) { return argmax(x[0]); }, 0);
-  check_large("argmin over dim 0", {u({3000, 200}, -1, 1, 14)}, [](const V& x) { return argmin(x[0], 0); }, 0);
-  check_large("argmax with ties (first wins)", {u({1000, 64}, -1, 1, 15)},
-              [](const V& x) { return argmax(clamp(x[0], -0.5, 0.5), 1); }, 0);
-  check_large("softmax rows of 5000", {u({512, 5000}, -5, 5, 16)}, [](const V& x) { return softmax(x[0], 1); }, 1e-5);
-  check_large("log_softmax rows of 7 (warp per row)", {u({10000, 7}, -5, 5, 17)},
-              [](const V& x) { return log_softmax(x[0], -1); }, 1e-5);
-  check_large("softmax over dim 0 (columns)", {u({300, 7, 5}, -5, 5, 18)}, [](const V& x) { return softmax(x[0], 0); },
-              1e-5);
-  check_large("log_softmax in BF16", {u({64, 1000}, -5, 5, 19)},
-              [](const V& x) { return log_softmax(cast(x[0], DType::BF16), 1); }, 1e-2);
+  check_large(
+      "sum of 3M elements (split)", {big}, [](const V& x) { return sum(x[0]); }, 1e-5);
+  check_large(
+      "sum of 3M elements in F64", {big}, [](const V& x) { return sum(cast(x[0], DType::F64)); }, 1e-12);
+  check_large(
+      "sum dim 0 of (4096, 300) (columns)", {u({4096, 300}, 0, 1, 6)}, [](const V& x) { return sum(x[0], {0}); }, 1e-5);
+  check_large(
+      "sum dim 1 of (300, 4096) (rows)", {u({300, 4096}, 0, 1, 7)}, [](const V& x) { return sum(x[0], {1}); }, 1e-5);
+  check_large(
+      "sum dims (0, 2) of (64, 50, 70), keepdim", {u({64, 50, 70}, 0, 1, 8)},
+      [](const V& x) {
+        return sum(x[0], {0, 2}, true);
+      },
+      1e-5);
+  check_large(
+      "sum of a transposed view", {u({700, 900}, 0, 1, 9)}, [](const V& x) { return sum(transpose(x[0], 0, 1), {1}); },
+      1e-5);
+  check_large(
+      "sum of Bool to I64", {u({100000}, -1, 1, 10)}, [](const V& x) { return sum(gt(x[0], zeros_like(x[0]))); }, 0);
+  check_large(
+      "amax / amin over dims", {u({500, 600}, -1, 1, 11)},
+      [](const V& x) { return amax(x[0], {1}) - amin(x[0], {0}).sum(); }, 1e-6);
+  check_large(
+      "var over 200000 rows (columns, split)", {u({200000, 3}, -1, 1, 12)}, [](const V& x) { return var(x[0], {0}); },
+      1e-5);
+  check_large(
+      "var, unbiased = 0, over rows", {u({40, 5000}, -1, 1, 13)}, [](const V& x) { return var(x[0], {1}, 0); }, 1e-5);
+  check_large(
+      "argmax of 3M elements", {big}, [](const V& x) { return argmax(x[0]); }, 0);
+  check_large(
+      "argmin over dim 0", {u({3000, 200}, -1, 1, 14)}, [](const V& x) { return argmin(x[0], 0); }, 0);
+  check_large(
+      "argmax with ties (first wins)", {u({1000, 64}, -1, 1, 15)},
+      [](const V& x) { return argmax(clamp(x[0], -0.5, 0.5), 1); }, 0);
+  check_large(
+      "softmax rows of 5000", {u({512, 5000}, -5, 5, 16)}, [](const V& x) { return softmax(x[0], 1); }, 1e-5);
+  check_large(
+      "log_softmax rows of 7 (warp per row)", {u({10000, 7}, -5, 5, 17)},
+      [](const V& x) { return log_softmax(x[0], -1); }, 1e-5);
+  check_large(
+      "softmax over dim 0 (columns)", {u({300, 7, 5}, -5, 5, 18)}, [](const V& x) { return softmax(x[0], 0); }, 1e-5);
+  check_large(
+      "log_softmax in BF16", {u({64, 1000}, -5, 5, 19)},
+      [](const V& x) { return log_softmax(cast(x[0], DType::BF16), 1); }, 1e-2);
   const Tensor logits = u({4096, 1000}, -4, 4, 20);
   Tensor target = idx(4096, 1000, 21);
   {
@@ -419,14 +449,18 @@ TEST_CASE("cuda: reductions, softmax and cross-entropy on large inputs") {
   }
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
     for (double smoothing : {0.0, 0.1}) {
-      check_large("cross_entropy", {logits, target},
-                  [r, smoothing](const V& x) { return cross_entropy(x[0], x[1], r, smoothing); }, 1e-5);
-      check_large("cross_entropy backward", {logits, target}, [r, smoothing](const V& x) {
-        Tensor l = x[0].detach().clone().requires_grad_();
-        Tensor loss = cross_entropy(l, x[1], r, smoothing);
-        (r == Reduction::None ? sum(loss) : loss).backward();
-        return l.grad();
-      }, 1e-5);
+      check_large(
+          "cross_entropy", {logits, target},
+          [r, smoothing](const V& x) { return cross_entropy(x[0], x[1], r, smoothing); }, 1e-5);
+      check_large(
+          "cross_entropy backward", {logits, target},
+          [r, smoothing](const V& x) {
+            Tensor l = x[0].detach().clone().requires_grad_();
+            Tensor loss = cross_entropy(l, x[1], r, smoothing);
+            (r == Reduction::None ? sum(loss) : loss).backward();
+            return l.grad();
+          },
+          1e-5);
     }
   }
 }
@@ -439,35 +473,46 @@ TEST_CASE("cuda: matmul through cuBLASLt matches the CPU") {
   // a few 1e-6 (summation order), hence 5e-5 rather than 1e-5.
   const double f32 = 5e-5;
   check_large("(512, 384) @ (384, 256)", {u({512, 384}), u({384, 256}, -1, 1, 2)}, mm, f32);
-  check_large("transposed views", {u({384, 512}), u({256, 384}, -1, 1, 2)},
-              [](const V& x) { return matmul(x[0].t(), x[1].t()); }, f32);
-  check_large("strided rows (copied first)", {u({64, 100}), u({50, 30}, -1, 1, 2)},
-              [](const V& x) { return matmul(slice(x[0], 1, 0, 100, 2), x[1]); }, f32);
+  check_large(
+      "transposed views", {u({384, 512}), u({256, 384}, -1, 1, 2)},
+      [](const V& x) { return matmul(x[0].t(), x[1].t()); }, f32);
+  check_large(
+      "strided rows (copied first)", {u({64, 100}), u({50, 30}, -1, 1, 2)},
+      [](const V& x) { return matmul(slice(x[0], 1, 0, 100, 2), x[1]); }, f32);
   check_large("batched (4, 3, 64, 32) @ (32, 48)", {u({4, 3, 64, 32}), u({32, 48}, -1, 1, 2)}, mm, f32);
   check_large("broadcast (3, 1, 64, 32) @ (5, 32, 16)", {u({3, 1, 64, 32}), u({5, 32, 16}, -1, 1, 2)}, mm, f32);
-  check_large("vector @ matrix and matrix @ vector", {u({77}), u({77, 33}, -1, 1, 2)},
-              [](const V& x) { return matmul(x[0], x[1]).sum() + matmul(x[1].t(), x[0]).sum(); }, f32);
+  check_large(
+      "vector @ matrix and matrix @ vector", {u({77}), u({77, 33}, -1, 1, 2)},
+      [](const V& x) { return matmul(x[0], x[1]).sum() + matmul(x[1].t(), x[0]).sum(); }, f32);
   check_large("K = 0 gives zeros", {u({5, 0}), u({0, 4}, -1, 1, 2)}, mm, 0);
   check_large("F64", {u({200, 300}, -1, 1, 1, DType::F64), u({300, 100}, -1, 1, 2, DType::F64)}, mm, 1e-12);
-  check_large("F16 with F32 accumulation", {u({256, 512}), u({512, 128}, -1, 1, 2)},
-              [](const V& x) { return matmul(cast(x[0], DType::F16), cast(x[1], DType::F16)); }, 1e-2);
-  check_large("BF16 with F32 accumulation", {u({256, 512}), u({512, 128}, -1, 1, 2)},
-              [](const V& x) { return matmul(cast(x[0], DType::BF16), cast(x[1], DType::BF16)); }, 1e-2);
-  check_large("I64", {u({20, 30}), u({30, 10}, -1, 1, 2)}, [](const V& x) {
-    return matmul(cast(x[0] * 100.0, DType::I64), cast(x[1] * 100.0, DType::I64));
-  }, 0);
-  check_large("backward", {u({64, 48}), u({48, 32}, -1, 1, 2)}, [](const V& x) {
-    Tensor a = x[0].detach().clone().requires_grad_(), b = x[1].detach().clone().requires_grad_();
-    matmul(a, b).sum().backward();
-    return cat({a.grad().flatten(), b.grad().flatten()});
-  }, f32);
+  check_large(
+      "F16 with F32 accumulation", {u({256, 512}), u({512, 128}, -1, 1, 2)},
+      [](const V& x) { return matmul(cast(x[0], DType::F16), cast(x[1], DType::F16)); }, 1e-2);
+  check_large(
+      "BF16 with F32 accumulation", {u({256, 512}), u({512, 128}, -1, 1, 2)},
+      [](const V& x) { return matmul(cast(x[0], DType::BF16), cast(x[1], DType::BF16)); }, 1e-2);
+  check_large(
+      "I64", {u({20, 30}), u({30, 10}, -1, 1, 2)},
+      [](const V& x) { return matmul(cast(x[0] * 100.0, DType::I64), cast(x[1] * 100.0, DType::I64)); }, 0);
+  check_large(
+      "backward", {u({64, 48}), u({48, 32}, -1, 1, 2)},
+      [](const V& x) {
+        Tensor a = x[0].detach().clone().requires_grad_(), b = x[1].detach().clone().requires_grad_();
+        matmul(a, b).sum().backward();
+        return cat({a.grad().flatten(), b.grad().flatten()});
+      },
+      f32);
   // TF32: about 1e-3 relative, off by default.
   CHECK_FALSE(cuda::allow_tf32());
   cuda::set_allow_tf32(true);
-  check_large("TF32", {u({256, 1024}), u({1024, 256}, -1, 1, 2)}, [](const V& x) {
-    Tensor y = matmul(x[0], x[1]);
-    return y / 32.0;  // entries ~ N(0, sqrt(1024 / 9)): scaled to ~1
-  }, 1e-3 * 4);
+  check_large(
+      "TF32", {u({256, 1024}), u({1024, 256}, -1, 1, 2)},
+      [](const V& x) {
+        Tensor y = matmul(x[0], x[1]);
+        return y / 32.0;  // entries ~ N(0, sqrt(1024 / 9)): scaled to ~1
+      },
+      1e-3 * 4);
   cuda::set_allow_tf32(false);
 }
 
@@ -475,32 +520,47 @@ TEST_CASE("cuda: index ops and cat on large inputs") {
   BRISK_REQUIRE_GPU();
   using V = std::vector<Tensor>;
   const Tensor x = u({10000, 64});
-  check_large("index_select rows", {x, idx(5000, 10000, 1)}, [](const V& v) { return index_select(v[0], 0, v[1]); }, 0);
-  check_large("index_select columns with I32 indices", {x, idx(100, 64, 2)},
-              [](const V& v) { return index_select(v[0], 1, cast(v[1], DType::I32)); }, 0);
-  check_large("index_add with repeated indices", {x, idx(20000, 10000, 3), u({20000, 64}, -1, 1, 4)},
-              [](const V& v) { return index_add(v[0], 0, v[1], v[2]); }, 1e-5);
-  check_large("index_add in F16", {x, idx(300, 100, 5), u({300, 64}, -1, 1, 6)}, [](const V& v) {
-    return index_add(cast(slice(v[0], 0, 0, 100), DType::F16), 0, v[1], cast(v[2], DType::F16));
-  }, 1e-2);
+  check_large(
+      "index_select rows", {x, idx(5000, 10000, 1)}, [](const V& v) { return index_select(v[0], 0, v[1]); }, 0);
+  check_large(
+      "index_select columns with I32 indices", {x, idx(100, 64, 2)},
+      [](const V& v) { return index_select(v[0], 1, cast(v[1], DType::I32)); }, 0);
+  check_large(
+      "index_add with repeated indices", {x, idx(20000, 10000, 3), u({20000, 64}, -1, 1, 4)},
+      [](const V& v) { return index_add(v[0], 0, v[1], v[2]); }, 1e-5);
+  check_large(
+      "index_add in F16", {x, idx(300, 100, 5), u({300, 64}, -1, 1, 6)},
+      [](const V& v) { return index_add(cast(slice(v[0], 0, 0, 100), DType::F16), 0, v[1], cast(v[2], DType::F16)); },
+      1e-2);
   const Tensor gi = cast(test::uniform_values({500, 64}, 0, 10000, 7), DType::I64);
-  check_large("gather dim 0", {x, gi}, [](const V& v) { return gather(v[0], 0, v[1]); }, 0);
-  check_large("scatter_add with collisions", {zeros({100, 64}), cast(test::uniform_values({5000, 64}, 0, 100, 8), DType::I64),
-                                               u({5000, 64}, -1, 1, 9)},
-              [](const V& v) { return scatter_add(v[0], 0, v[1], v[2]); }, 1e-5);
-  check_large("embedding backward", {u({1000, 32}), cast(test::uniform_values({64, 20}, 0, 1000, 10), DType::I64)},
-              [](const V& v) {
-                Tensor w = v[0].detach().clone().requires_grad_();
-                (embedding(w, v[1]) * 3.0).sum().backward();
-                return w.grad();
-              }, 1e-5);
-  check_large("cat along dim 1", {u({300, 17}), u({300, 1}, -1, 1, 2), u({300, 40}, -1, 1, 3)},
-              [](const V& v) { return cat({v[0], v[1], v[2]}, 1); }, 0);
-  check_large("slice backward", {u({50, 60})}, [](const V& v) {
-    Tensor w = v[0].detach().clone().requires_grad_();
-    slice(w, 1, 3, 50, 4).sum().backward();
-    return w.grad();
-  }, 0);
+  check_large(
+      "gather dim 0", {x, gi}, [](const V& v) { return gather(v[0], 0, v[1]); }, 0);
+  check_large(
+      "scatter_add with collisions",
+      {zeros({100, 64}), cast(test::uniform_values({5000, 64}, 0, 100, 8), DType::I64), u({5000, 64}, -1, 1, 9)},
+      [](const V& v) { return scatter_add(v[0], 0, v[1], v[2]); }, 1e-5);
+  check_large(
+      "embedding backward", {u({1000, 32}), cast(test::uniform_values({64, 20}, 0, 1000, 10), DType::I64)},
+      [](const V& v) {
+        Tensor w = v[0].detach().clone().requires_grad_();
+        (embedding(w, v[1]) * 3.0).sum().backward();
+        return w.grad();
+      },
+      1e-5);
+  check_large(
+      "cat along dim 1", {u({300, 17}), u({300, 1}, -1, 1, 2), u({300, 40}, -1, 1, 3)},
+      [](const V& v) {
+        return cat({v[0], v[1], v[2]}, 1);
+      },
+      0);
+  check_large(
+      "slice backward", {u({50, 60})},
+      [](const V& v) {
+        Tensor w = v[0].detach().clone().requires_grad_();
+        slice(w, 1, 3, 50, 4).sum().backward();
+        return w.grad();
+      },
+      0);
 }
 
 TEST_CASE("cuda: an out-of-range index is reported at the next synchronization") {
@@ -531,10 +591,13 @@ TEST_CASE("cuda: rand, randn and dropout give the CPU's values for the same seed
     CHECK(equal(dd.to(Device::cpu()), cd));
     CHECK(g1.offset() == g2.offset());
   }
-  check_large("arange", {zeros({1})}, [](const std::vector<Tensor>& v) {
-    return cast(arange(-3.0, 7.0, 0.37, DType::F32, v[0].device()), DType::F64) +
-           cast(arange(0.0, 100.0, 3.0, DType::I64, v[0].device()), DType::F64).sum();
-  }, 0);
+  check_large(
+      "arange", {zeros({1})},
+      [](const std::vector<Tensor>& v) {
+        return cast(arange(-3.0, 7.0, 0.37, DType::F32, v[0].device()), DType::F64) +
+               cast(arange(0.0, 100.0, 3.0, DType::I64, v[0].device()), DType::F64).sum();
+      },
+      0);
 }
 
 TEST_CASE("cuda: pinned memory and non_blocking copies round-trip") {
@@ -684,12 +747,14 @@ TEST_CASE("cuda: conv2d forward and gradients in F64, F32, F16 and BF16 match th
       const std::vector<Tensor> want = conv_with_grads(x, w, v, c);
       const std::vector<Tensor> got = conv_with_grads(x.to(kGpu), w.to(kGpu), v.to(kGpu), c);
       const char* part[3] = {"y", "grad x", "grad w"};
-      for (int i = 0; i < 3; ++i) check_scaled(got[size_t(i)], want[size_t(i)], 1e-12, std::string(c.name) + " F64 " + part[i]);
+      for (int i = 0; i < 3; ++i)
+        check_scaled(got[size_t(i)], want[size_t(i)], 1e-12, std::string(c.name) + " F64 " + part[i]);
     }
     // F32 and F16 against F64 of the same (rounded) values: only the arithmetic differs.
     for (DType t : {DType::F32, DType::F16, DType::BF16}) {
       const Tensor xt = cast(x, t), wt = cast(w, t), vt = cast(v, t);
-      const std::vector<Tensor> want = conv_with_grads(cast(xt, DType::F64), cast(wt, DType::F64), cast(vt, DType::F64), c);
+      const std::vector<Tensor> want =
+          conv_with_grads(cast(xt, DType::F64), cast(wt, DType::F64), cast(vt, DType::F64), c);
       const std::vector<Tensor> got = conv_with_grads(xt.to(kGpu), wt.to(kGpu), vt.to(kGpu), c);
       // F32: summation order (and Winograd/FFT transforms); 16-bit: the output's rounding.
       const double rel = t == DType::F32 ? 2e-5 : t == DType::F16 ? 4e-3 : 1.5e-2;
@@ -707,8 +772,8 @@ TEST_CASE("cuda: conv2d honours the TF32 switch and reads strided inputs") {
   const ConvCase& c = conv_cases()[0];
   const Tensor x = u(c.x, -1, 1, 401, DType::F64), w = u(c.w, -1, 1, 402, DType::F64);
   NoGradGuard ng;
-  const Tensor want = F::conv2d(cast(cast(x, DType::F32), DType::F64), cast(cast(w, DType::F32), DType::F64), {},
-                                c.stride, c.padding);
+  const Tensor want =
+      F::conv2d(cast(cast(x, DType::F32), DType::F64), cast(cast(w, DType::F32), DType::F64), {}, c.stride, c.padding);
   const Tensor xg = cast(x, DType::F32).to(kGpu), wg = cast(w, DType::F32).to(kGpu);
   // TF32 rounds the operands to 10 mantissa bits: errors ~1e-3 relative. With TF32 off (the
   // default, checked above at 2e-5) the same geometry's plan must not use it.
@@ -737,8 +802,8 @@ TEST_CASE("cuda: a ResNet basic block trains the same on CUDA and on the CPU") {
     const double rel = t == DType::F64 ? 1e-10 : 1e-4;
     auto param = [t](const Shape& s, double lo, double hi, uint64_t seed) { return u(s, lo, hi, seed, t); };
     const std::vector<Tensor> params = {param({16, 8, 3, 3}, -0.3, 0.3, 501), param({16}, 0.5, 1.5, 502),
-                                        param({16}, -0.2, 0.2, 503),         param({16, 16, 3, 3}, -0.2, 0.2, 504),
-                                        param({16}, 0.5, 1.5, 505),          param({16}, -0.2, 0.2, 506),
+                                        param({16}, -0.2, 0.2, 503),          param({16, 16, 3, 3}, -0.2, 0.2, 504),
+                                        param({16}, 0.5, 1.5, 505),           param({16}, -0.2, 0.2, 506),
                                         param({16, 8, 1, 1}, -0.5, 0.5, 507), param({10, 16}, -0.5, 0.5, 508)};
     const Tensor x = u({6, 8, 12, 12}, -1, 2, 509, t);
     const Tensor target = cast(test::uniform_values({6}, 0, 10, 510), DType::I64);
@@ -768,7 +833,8 @@ TEST_CASE("cuda: a ResNet basic block trains the same on CUDA and on the CPU") {
     check_scaled(got.loss, want.loss, rel, "loss");
     for (size_t i = 0; i < want.grads.size(); ++i) {
       REQUIRE(got.grads[i].defined());
-      check_scaled(got.grads[i], want.grads[i], rel, i == 0 ? std::string("grad of x") : "grad of parameter " + std::to_string(i - 1));
+      check_scaled(got.grads[i], want.grads[i], rel,
+                   i == 0 ? std::string("grad of x") : "grad of parameter " + std::to_string(i - 1));
     }
     for (size_t i = 0; i < want.stats.size(); ++i) {
       check_scaled(got.stats[i], want.stats[i], rel, "running statistic " + std::to_string(i));
@@ -783,7 +849,9 @@ TEST_CASE("cuda: batch norm layers keep the CPU's running statistics over traini
     Shape x;
   };
   std::vector<Layer> layers = {
-      {std::make_shared<nn::BatchNorm2d>(12, 1e-5, 0.1), std::make_shared<nn::BatchNorm2d>(12, 1e-5, 0.1), {16, 12, 9, 7}},
+      {std::make_shared<nn::BatchNorm2d>(12, 1e-5, 0.1),
+       std::make_shared<nn::BatchNorm2d>(12, 1e-5, 0.1),
+       {16, 12, 9, 7}},
       {std::make_shared<nn::BatchNorm1d>(20, 1e-3, 0.3), std::make_shared<nn::BatchNorm1d>(20, 1e-3, 0.3), {64, 20}},
       {std::make_shared<nn::BatchNorm1d>(5, 1e-5, 0.1), std::make_shared<nn::BatchNorm1d>(5, 1e-5, 0.1), {3, 5, 33}},
   };
@@ -899,8 +967,8 @@ TEST_CASE("cuda: max_pool2d picks the CPU's index among ties and routes the same
       check_scaled(got_g, want_g, t == DType::F16 ? 2e-3 : 0.0, "gradient");
       // The indices themselves, through the op.
       Attrs attrs;
-      attrs.geometry = {c.stride[0], c.stride[1], c.padding[0], c.padding[1], c.dilation[0], c.dilation[1],
-                        c.kernel[0], c.kernel[1]};
+      attrs.geometry = {c.stride[0],   c.stride[1],   c.padding[0], c.padding[1],
+                        c.dilation[0], c.dilation[1], c.kernel[0],  c.kernel[1]};
       attrs.flag = c.ceil_mode;
       std::vector<Tensor> want(2), got(2);
       call(OpId::MaxPool2d, std::vector<Tensor>{x}, attrs, want);
@@ -937,24 +1005,35 @@ TEST_CASE("cuda: average and adaptive pooling on large inputs match the CPU") {
     };
   };
   const Tensor x = u({8, 32, 29, 31}, -1, 1, 902);
-  check_large("avg_pool2d 3x3 stride 2 padding 1 ceil_mode, count_include_pad", {x},
-              with_grad([](const Tensor& t) { return F::avg_pool2d(t, {3, 3}, F::Pair{2, 2}, {1, 1}, true, true); }),
+  check_large("avg_pool2d 3x3 stride 2 padding 1 ceil_mode, count_include_pad", {x}, with_grad([](const Tensor& t) {
+                return F::avg_pool2d(t, {3, 3}, F::Pair{2, 2}, {1, 1}, true, true);
+              }),
               1e-5);
   check_large("avg_pool2d 3x2 stride (2, 1) padding (1, 1) ceil_mode, count_include_pad false", {x},
-              with_grad([](const Tensor& t) { return F::avg_pool2d(t, {3, 2}, F::Pair{2, 1}, {1, 1}, true, false); }),
+              with_grad([](const Tensor& t) {
+                return F::avg_pool2d(t, {3, 2}, F::Pair{2, 1}, {1, 1}, true, false);
+              }),
               1e-5);
   check_large("avg_pool2d 2x2 in BF16", {x}, with_grad([](const Tensor& t) {
                 return F::avg_pool2d(cast(t, DType::BF16), {2, 2});
               }),
               1e-2);
-  check_large("adaptive_avg_pool2d to (1, 1)", {x},
-              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(t, {1, 1}); }), 1e-5);
-  check_large("adaptive_avg_pool2d to (7, 5) (overlapping windows)", {x},
-              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(t, {7, 5}); }), 1e-5);
-  check_large("adaptive_avg_pool2d to (40, 45) (upsampling)", {x},
-              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(t, {40, 45}); }), 1e-5);
-  check_large("adaptive_avg_pool2d in F16", {x},
-              with_grad([](const Tensor& t) { return F::adaptive_avg_pool2d(cast(t, DType::F16), {6, 6}); }), 1e-2);
+  check_large("adaptive_avg_pool2d to (1, 1)", {x}, with_grad([](const Tensor& t) {
+                return F::adaptive_avg_pool2d(t, {1, 1});
+              }),
+              1e-5);
+  check_large("adaptive_avg_pool2d to (7, 5) (overlapping windows)", {x}, with_grad([](const Tensor& t) {
+                return F::adaptive_avg_pool2d(t, {7, 5});
+              }),
+              1e-5);
+  check_large("adaptive_avg_pool2d to (40, 45) (upsampling)", {x}, with_grad([](const Tensor& t) {
+                return F::adaptive_avg_pool2d(t, {40, 45});
+              }),
+              1e-5);
+  check_large("adaptive_avg_pool2d in F16", {x}, with_grad([](const Tensor& t) {
+                return F::adaptive_avg_pool2d(cast(t, DType::F16), {6, 6});
+              }),
+              1e-2);
 }
 
 TEST_CASE("cuda: layer_norm keeps F32 accuracy when the mean is large against the spread") {
@@ -998,7 +1077,8 @@ TEST_CASE("cuda: max_pool2d_backward reports an index outside its plane") {
   const Tensor g = ones({1, 1, 2, 2}, DType::F32, kGpu);
   const Tensor bad = from_vector({0, 3, 99, 15}, {1, 1, 2, 2}, DType::I64, kGpu);
   Tensor gx = call1(OpId::MaxPool2dBackward, {g, bad}, attrs);
-  CHECK_THROWS_WITH_AS(gx.to_vector<float>(), doctest::Contains("max_pool2d_backward: index 99 is out of range"), Error);
+  CHECK_THROWS_WITH_AS(gx.to_vector<float>(), doctest::Contains("max_pool2d_backward: index 99 is out of range"),
+                       Error);
   CHECK_NOTHROW(cuda::synchronize());
 }
 

@@ -102,7 +102,9 @@ TEST_CASE("cuda dynload: candidates are the soname, then the soname beside the c
 TEST_CASE("cuda dynload: a missing library is an error naming it, every path tried, the reason and the remedy") {
   const char* const symbols[] = {"cuFakeCreate"};
   const cu::detail::LibrarySpec spec{
-      "cuFake", {"libbrisk_no_such_library.so.1", "/nonexistent/lib/libbrisk_no_such_library.so.1"}, symbols,
+      "cuFake",
+      {"libbrisk_no_such_library.so.1", "/nonexistent/lib/libbrisk_no_such_library.so.1"},
+      symbols,
       "Install cuFake 1."};
   const std::string msg = open_error(spec);
   INFO(msg);

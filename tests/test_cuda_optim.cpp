@@ -55,13 +55,21 @@ const std::vector<Case>& all_cases() {
       {"Adam", {{"lr", 0.01}}},
       {"Adam", {{"lr", 0.01}, {"weight_decay", 0.01}}},
       {"Adam", {{"lr", 0.01}, {"amsgrad", 1}}},
-      {"Adam", {{"lr", 0.01}, {"beta1", 0.8}, {"beta2", 0.99}, {"eps", 1e-6}, {"amsgrad", 1}, {"maximize", 1}, {"weight_decay", 0.1}}},
+      {"Adam",
+       {{"lr", 0.01},
+        {"beta1", 0.8},
+        {"beta2", 0.99},
+        {"eps", 1e-6},
+        {"amsgrad", 1},
+        {"maximize", 1},
+        {"weight_decay", 0.1}}},
       {"AdamW", {{"lr", 0.01}}},
       {"AdamW", {{"lr", 0.01}, {"weight_decay", 0.1}, {"amsgrad", 1}, {"maximize", 1}}},
       {"RMSprop", {{"lr", 0.01}}},
       {"RMSprop", {{"lr", 0.01}, {"centered", 1}}},
       {"RMSprop", {{"lr", 0.01}, {"momentum", 0.9}}},
-      {"RMSprop", {{"lr", 0.01}, {"alpha", 0.9}, {"centered", 1}, {"momentum", 0.9}, {"weight_decay", 0.01}, {"maximize", 1}}},
+      {"RMSprop",
+       {{"lr", 0.01}, {"alpha", 0.9}, {"centered", 1}, {"momentum", 0.9}, {"weight_decay", 0.01}, {"maximize", 1}}},
       {"Adagrad", {{"lr", 0.05}}},
       {"Adagrad", {{"lr", 0.05}, {"lr_decay", 0.01}, {"weight_decay", 0.01}}},
       {"Adagrad", {{"lr", 0.05}, {"initial_accumulator_value", 0.1}, {"eps", 1e-8}, {"maximize", 1}}},
@@ -166,7 +174,8 @@ TEST_CASE("fused optim interface: FusedGroup refuses tensors that do not match t
   CHECK_THROWS_AS(kernels::FusedGroup("SGD", DType::F32, Device::cpu(), 4), Error);
 }
 
-TEST_CASE("fused optim interface: a device type without a fused step, or buffers that do not fit the options, is an error") {
+TEST_CASE(
+    "fused optim interface: a device type without a fused step, or buffers that do not fit the options, is an error") {
   ensure_init();
   kernels::FusedGroup group("Adam", DType::F32, Device::cpu(), 2);
   group.add(zeros({5}), ones({5}), {zeros({5}), zeros({5})}, 0.1, 1.0);
@@ -323,8 +332,9 @@ std::vector<Tensor> make_grads(const std::vector<Tensor>& params, int t) {
   std::vector<Tensor> grads;
   for (size_t k = 0; k < params.size(); ++k) {
     const bool skip = (k == 1 && t % 3 == 1) || (k == 2 && t < 5);
-    grads.push_back(skip ? Tensor()
-                         : from_vector(values(params[k].numel(), int(k) + 100, t), params[k].sizes(), params[k].dtype()));
+    grads.push_back(
+        skip ? Tensor()
+             : from_vector(values(params[k].numel(), int(k) + 100, t), params[k].sizes(), params[k].dtype()));
   }
   return grads;
 }

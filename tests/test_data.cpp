@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <set>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "brisk.h"
@@ -135,8 +135,8 @@ TEST_CASE("data: batches are identical for 0, 1 and 3 workers, with shuffling an
     o.shuffle = true;
     o.seed = 5;
     o.num_workers = workers;
-    o.transform = Compose({random_crop(4, 4, 1), random_horizontal_flip(), to_tensor(), normalize({0.5}, {0.25}),
-                           random_erasing(0.5)});
+    o.transform = Compose(
+        {random_crop(4, 4, 1), random_horizontal_flip(), to_tensor(), normalize({0.5}, {0.25}), random_erasing(0.5)});
     DataLoader loader(ds, o);
     auto e0 = drain(loader);
     auto e1 = drain(loader);
@@ -236,7 +236,8 @@ TEST_CASE("data: IDX reader rejects bad files with the file name and the problem
   std::vector<uint8_t> short_data = good;
   short_data.pop_back();
   write_gz(dir / "short.gz", short_data);
-  CHECK_THROWS_WITH_AS(read_idx((dir / "short.gz").string()), doctest::Contains("short.gz: IDX data has 2 bytes"), Error);
+  CHECK_THROWS_WITH_AS(read_idx((dir / "short.gz").string()), doctest::Contains("short.gz: IDX data has 2 bytes"),
+                       Error);
   write_gz(dir / "magic.gz", {1, 0, 8, 1, 0, 0, 0, 1, 5});
   CHECK_THROWS_WITH_AS(read_idx((dir / "magic.gz").string()), doctest::Contains("bad IDX magic"), Error);
   write_gz(dir / "type.gz", {0, 0, 0x0d, 1, 0, 0, 0, 1, 5, 5, 5, 5});
@@ -260,10 +261,10 @@ TEST_CASE("data: IDX dims whose product overflows or passes the limit are refuse
   const Case cases[] = {
       // 2^17 * 2^17 * 2^30 = 2^64: wrapped to 0 in 64 bits, which once passed as "0 bytes of data".
       {{1u << 17, 1u << 17, 1u << 30}, "IDX dims (131072, 131072, 1073741824) have more elements than fit in 64 bits"},
-      {{0xffffffffu, 0xffffffffu, 2}, "have more elements than fit in 64 bits"},             // ~2^65
-      {{0, 0xffffffffu, 0xffffffffu, 0xffffffffu}, "have more elements than fit in 64 bits"},  // a zero dim too
+      {{0xffffffffu, 0xffffffffu, 2}, "have more elements than fit in 64 bits"},                    // ~2^65
+      {{0, 0xffffffffu, 0xffffffffu, 0xffffffffu}, "have more elements than fit in 64 bits"},       // a zero dim too
       {{1u << 21, 1u << 21, 1u << 21}, "describe 9223372036854775808 bytes, more than the limit"},  // 2^63
-      {{1u << 31, 1u << 31, 1}, "describe 4611686018427387904 bytes, more than the limit"},        // 2^62
+      {{1u << 31, 1u << 31, 1}, "describe 4611686018427387904 bytes, more than the limit"},         // 2^62
       {{1u << 16, 1u << 16, 2}, "describe 8589934592 bytes, more than the limit of 4294967296"},
   };
   for (const Case& c : cases) {
@@ -375,13 +376,13 @@ std::vector<uint8_t> bmp(uint32_t w, uint32_t h, const std::vector<uint8_t>& pix
   b.push_back('M');
   le(uint32_t(54 + pixels.size()), 4);
   le(0, 4);
-  le(54, 4);                                  // file header: size, reserved, pixel data offset
-  le(40, 4);                                  // BITMAPINFOHEADER
+  le(54, 4);  // file header: size, reserved, pixel data offset
+  le(40, 4);  // BITMAPINFOHEADER
   le(w, 4);
   le(h, 4);
-  le(1, 2);                                   // planes
-  le(24, 2);                                  // bits per pixel
-  for (int i = 0; i < 6; ++i) le(0, 4);       // no compression, sizes, resolution, palette
+  le(1, 2);                              // planes
+  le(24, 2);                             // bits per pixel
+  for (int i = 0; i < 6; ++i) le(0, 4);  // no compression, sizes, resolution, palette
   b.insert(b.end(), pixels.begin(), pixels.end());
   return b;
 }
@@ -474,9 +475,9 @@ TEST_CASE("data: read_image checks PNG and JPEG structure before stb_image sees 
     Tensor img = read_image((images / name).string());
     REQUIRE(img.sizes() == Shape{3, 4, 8});
     const std::vector<int> v = img.to_vector<int>();
-    CHECK(std::abs(v[0] - 255) < 8);          // R at (0, 0)
-    CHECK(v[7] < 8);                          // R at (0, 7)
-    CHECK(std::abs(v[64 + 7] - 255) < 8);     // B at (0, 7)
+    CHECK(std::abs(v[0] - 255) < 8);       // R at (0, 0)
+    CHECK(v[7] < 8);                       // R at (0, 7)
+    CHECK(std::abs(v[64 + 7] - 255) < 8);  // B at (0, 7)
     CHECK(read_image((images / name).string(), 1).sizes() == Shape{1, 4, 8});
     CHECK(error("small.jpg", read_file(images / name)).empty());
     std::vector<uint8_t> cut = read_file(images / name);

@@ -45,11 +45,11 @@ std::string show(const std::vector<double>& v) {
   return s + "]";
 }
 
-#define CHECK_SAME(got, ...)                                                              \
-  do {                                                                                    \
-    const std::vector<double> got_ = (got);                                               \
-    const std::vector<double> want_ = __VA_ARGS__;                                        \
-    CHECK_MESSAGE(same(got_, want_), "got " << show(got_) << ", want " << show(want_));   \
+#define CHECK_SAME(got, ...)                                                            \
+  do {                                                                                  \
+    const std::vector<double> got_ = (got);                                             \
+    const std::vector<double> want_ = __VA_ARGS__;                                      \
+    CHECK_MESSAGE(same(got_, want_), "got " << show(got_) << ", want " << show(want_)); \
   } while (0)
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
@@ -100,7 +100,7 @@ TEST_CASE("edge values: pow's gradients at a zero base follow PyTorch") {
   Tensor y = pow(a, b);
   CHECK_SAME(values(y), {1.0, kInf, 0.0, 1.0, kNan});
   y.backward(vec({1, 1, 1, 1, 1}));
-  CHECK_SAME(grad_of(a), {0.0, -kInf, 0.0, 0.0, kNan});  // 0 where the exponent is 0
+  CHECK_SAME(grad_of(a), {0.0, -kInf, 0.0, 0.0, kNan});             // 0 where the exponent is 0
   CHECK_SAME(grad_of(b), {0.0, -kInf, 0.0, std::log(2.0f), kNan});  // 0 where base 0 and exponent >= 0
 }
 

@@ -28,7 +28,8 @@ TEST_CASE("errors: a device that does not exist, and mixed devices") {
 }
 
 TEST_CASE("errors: bad dims and indices") {
-  CHECK_THROWS_WITH_AS(zeros({2, 3}).transpose(0, 2), "transpose: dim 2 is out of range for a tensor with 2 dims", Error);
+  CHECK_THROWS_WITH_AS(zeros({2, 3}).transpose(0, 2), "transpose: dim 2 is out of range for a tensor with 2 dims",
+                       Error);
   CHECK_THROWS_WITH_AS(zeros({2, 3}).select(1, 3), doctest::Contains("out of range"), Error);
   CHECK_THROWS_WITH_AS(zeros({2, 3}).narrow(0, 1, 2), doctest::Contains("narrow"), Error);
   CHECK_THROWS_WITH_AS(zeros({2, 3}).view({4}), doctest::Contains("view: shape (4) is invalid"), Error);

@@ -162,9 +162,9 @@ TEST_CASE("nn: conv and pooling geometry near 2^63 is an error naming the op, ne
   Tensor x = zeros({1, 1, 4, 4});
   Tensor w = zeros({1, 1, 3, 3});
   CHECK_THROWS_WITH_AS(F::conv2d(x, w, {}, {1, 1}, {huge, 0}), doctest::Contains("conv2d: padded input height"), Error);
-  CHECK_THROWS_WITH_AS(F::conv2d(x, w, {}, {1, 1}, {0, 0}, {1, huge}),
-                       doctest::Contains("conv2d: dilated kernel width (4611686018427387904 x 2 + 1) overflows 64 bits"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      F::conv2d(x, w, {}, {1, 1}, {0, 0}, {1, huge}),
+      doctest::Contains("conv2d: dilated kernel width (4611686018427387904 x 2 + 1) overflows 64 bits"), Error);
   CHECK_THROWS_WITH_AS(F::max_pool2d(x, {3, 3}, std::nullopt, {0, 0}, {huge, 1}),
                        doctest::Contains("max_pool2d: dilated window size"), Error);
   CHECK_THROWS_WITH_AS(F::max_pool2d(x, {2, 2}, F::Pair{std::numeric_limits<int64_t>::max(), 1}, {0, 0}, {1, 1}, true),

@@ -196,8 +196,7 @@ TEST_CASE("normalization: errors name the op and the shapes") {
   CHECK_THROWS_WITH_AS(F::layer_norm(x, {3}), doctest::Contains("(2, 3, 4)"), Error);
   CHECK_THROWS_WITH_AS(F::layer_norm(x, {2, 3, 4, 5}), doctest::Contains("layer_norm"), Error);
   CHECK_THROWS_WITH_AS(F::layer_norm(x, {}), doctest::Contains("layer_norm"), Error);
-  CHECK_THROWS_WITH_AS(F::layer_norm(x, {4}, zeros({3})), doctest::Contains("layer_norm: weight has shape (3)"),
-                       Error);
+  CHECK_THROWS_WITH_AS(F::layer_norm(x, {4}, zeros({3})), doctest::Contains("layer_norm: weight has shape (3)"), Error);
   CHECK_THROWS_WITH_AS(F::layer_norm(x, {4}, {}, zeros({4, 1})), doctest::Contains("bias has shape (4, 1)"), Error);
   CHECK_THROWS_WITH_AS(F::layer_norm(zeros({2, 4}, DType::I64), {4}), doctest::Contains("floating"), Error);
 
@@ -217,6 +216,5 @@ TEST_CASE("normalization: errors name the op and the shapes") {
   CHECK_THROWS_WITH_AS(F::group_norm(zeros({2, 6, 4}), 4),
                        doctest::Contains("group_norm: 6 channels of input (2, 6, 4) are not divisible by 4 groups"),
                        Error);
-  CHECK_THROWS_WITH_AS(F::group_norm(zeros({2, 6, 4}), 3, ones({4})), doctest::Contains("weight has shape (4)"),
-                       Error);
+  CHECK_THROWS_WITH_AS(F::group_norm(zeros({2, 6, 4}), 3, ones({4})), doctest::Contains("weight has shape (4)"), Error);
 }

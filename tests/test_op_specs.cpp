@@ -60,8 +60,8 @@ TEST_CASE("op specs: non-contiguous inputs give the same result as contiguous on
     std::vector<Tensor> strided;
     for (const Tensor& x : c.inputs) strided.push_back(noncontiguous(x));
     Tensor got = spec.fn(strided);
-    CHECK_MESSAGE(allclose(cast(got, DType::F64), cast(dense, DType::F64), 1e-12, 1e-12), "strided ", got,
-                  "\ndense ", dense);
+    CHECK_MESSAGE(allclose(cast(got, DType::F64), cast(dense, DType::F64), 1e-12, 1e-12), "strided ", got, "\ndense ",
+                  dense);
   });
 }
 

@@ -184,7 +184,12 @@ std::vector<std::string> keys_of(const nn::NamedTensors& tensors) {
 // ---------------------------------------------------------------------------- GPT-2
 
 nn::models::GPT2Config tiny_gpt2_config() {
-  return {.vocab_size = 101, .n_positions = 32, .n_embd = 64, .n_layer = 2, .n_head = 2, .dropout = 0.0,
+  return {.vocab_size = 101,
+          .n_positions = 32,
+          .n_embd = 64,
+          .n_layer = 2,
+          .n_head = 2,
+          .dropout = 0.0,
           .layer_norm_eps = 1e-5};
 }
 
@@ -228,9 +233,14 @@ TEST_CASE("parity: SmallCNN matches PyTorch's logits and gradients (eval mode)")
 
 TEST_CASE("parity: ResNet-18 matches torchvision in eval and train mode") {
   SafetensorsFile io = load_reference("resnet18_io.safetensors");
-  const std::vector<std::string> grad_names = {"input", "conv1.weight", "bn1.bias", "layer1.0.bn1.weight",
-                                               "layer3.0.downsample.0.weight", "layer4.1.bn2.weight",
-                                               "fc.weight", "fc.bias"};
+  const std::vector<std::string> grad_names = {"input",
+                                               "conv1.weight",
+                                               "bn1.bias",
+                                               "layer1.0.bn1.weight",
+                                               "layer3.0.downsample.0.weight",
+                                               "layer4.1.bn2.weight",
+                                               "fc.weight",
+                                               "fc.bias"};
   Tensor target = find(io.tensors, "target");
   for (const char* mode : {"eval", "train"}) {
     const std::string m = mode;
@@ -377,8 +387,9 @@ TEST_CASE("parity: brisk writes the committed brisk_gpt2.safetensors that PyTorc
   nn::save_module(model, tmp.string(), meta);
   bool same = read_bytes(tmp.string()) == read_bytes(golden.string());
   fs::remove(tmp);
-  CHECK_MESSAGE(same, golden.string(), " is no longer what brisk writes: if that is intended, rewrite it with "
-                      "BRISK_REGENERATE_PARITY=1 and rerun tests/make_parity_reference.py --check");
+  CHECK_MESSAGE(same, golden.string(),
+                " is no longer what brisk writes: if that is intended, rewrite it with "
+                "BRISK_REGENERATE_PARITY=1 and rerun tests/make_parity_reference.py --check");
   SafetensorsFile committed = load_reference("brisk_gpt2_logits.safetensors");
   double e = rel_err(logits, find(committed.tensors, "logits"));
   MESSAGE("GPT-2 (brisk init): logits vs the committed brisk logits, rel err ", e);

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,23 +35,62 @@ struct Tolerance {
   double rtol, atol;
 };
 constexpr Tolerance kExact = {0, 0};
-constexpr Tolerance kMath = {4e-6, 1e-30};     // one transcendental function: a few ulp
-constexpr Tolerance kComposite = {1e-5, 1e-6}; // a few ops or a short sum
-constexpr Tolerance kSums = {2e-5, 1e-5};      // reductions, GEMM, conv, norms: other summation orders
+constexpr Tolerance kMath = {4e-6, 1e-30};      // one transcendental function: a few ulp
+constexpr Tolerance kComposite = {1e-5, 1e-6};  // a few ops or a short sum
+constexpr Tolerance kSums = {2e-5, 1e-5};       // reductions, GEMM, conv, norms: other summation orders
 
 const std::map<std::string, Tolerance>& tolerances() {
   static const std::map<std::string, Tolerance> t = {
-      {"neg", kExact}, {"abs", kExact}, {"sign", kExact}, {"relu", kExact}, {"clamp", kExact},
-      {"clamp_min", kExact}, {"clamp_max", kExact}, {"square", kExact}, {"add", kExact}, {"sub", kExact},
-      {"mul", kExact}, {"div", kExact}, {"maximum", kExact}, {"minimum", kExact}, {"eq", kExact},
-      {"ne", kExact}, {"lt", kExact}, {"le", kExact}, {"gt", kExact}, {"ge", kExact}, {"where", kExact},
-      {"masked_fill", kExact}, {"amax", kExact}, {"amin", kExact}, {"max_all", kExact}, {"min_all", kExact},
-      {"argmax", kExact}, {"argmin", kExact}, {"argmax_all", kExact}, {"cat", kExact}, {"stack", kExact},
-      {"index_select", kExact}, {"gather", kExact}, {"embedding", kExact}, {"max_pool2d", kExact},
-      {"exp", kMath}, {"log", kMath}, {"sqrt", kMath}, {"rsqrt", kMath}, {"sigmoid", kMath}, {"tanh", kMath},
-      {"pow", kMath}, {"pow_scalar", kMath},
-      {"gelu", kComposite}, {"gelu_tanh", kComposite}, {"silu", kComposite}, {"scatter_add", kExact},
-      {"index_add", kExact}, {"softmax", kComposite}, {"log_softmax", kComposite},
+      {"neg", kExact},
+      {"abs", kExact},
+      {"sign", kExact},
+      {"relu", kExact},
+      {"clamp", kExact},
+      {"clamp_min", kExact},
+      {"clamp_max", kExact},
+      {"square", kExact},
+      {"add", kExact},
+      {"sub", kExact},
+      {"mul", kExact},
+      {"div", kExact},
+      {"maximum", kExact},
+      {"minimum", kExact},
+      {"eq", kExact},
+      {"ne", kExact},
+      {"lt", kExact},
+      {"le", kExact},
+      {"gt", kExact},
+      {"ge", kExact},
+      {"where", kExact},
+      {"masked_fill", kExact},
+      {"amax", kExact},
+      {"amin", kExact},
+      {"max_all", kExact},
+      {"min_all", kExact},
+      {"argmax", kExact},
+      {"argmin", kExact},
+      {"argmax_all", kExact},
+      {"cat", kExact},
+      {"stack", kExact},
+      {"index_select", kExact},
+      {"gather", kExact},
+      {"embedding", kExact},
+      {"max_pool2d", kExact},
+      {"exp", kMath},
+      {"log", kMath},
+      {"sqrt", kMath},
+      {"rsqrt", kMath},
+      {"sigmoid", kMath},
+      {"tanh", kMath},
+      {"pow", kMath},
+      {"pow_scalar", kMath},
+      {"gelu", kComposite},
+      {"gelu_tanh", kComposite},
+      {"silu", kComposite},
+      {"scatter_add", kExact},
+      {"index_add", kExact},
+      {"softmax", kComposite},
+      {"log_softmax", kComposite},
       // A constant channel has rstd = 1/sqrt(eps) = 316: PyTorch's float32 mean, one rounding
       // off, shows at 6e-5 after that scale (brisk's moments are in double).
       {"batch_norm", {2e-5, 1e-4}},
@@ -67,9 +106,10 @@ Tolerance tolerance_for(const std::string& op) {
 // Ops whose outputs must keep the sign of a zero (PyTorch's results carry it and a later
 // division or copysign would see it). Gradients and sums are compared without it.
 bool signed_zero_matters(const std::string& op) {
-  static const char* const ops[] = {"neg", "abs", "relu", "clamp", "clamp_min", "clamp_max", "mul", "div",
-                                    "sqrt", "maximum", "minimum", "where", "masked_fill", "cat", "stack",
-                                    "index_select", "gather", "embedding", "sign", "square", "max_pool2d"};
+  static const char* const ops[] = {"neg",         "abs",    "relu",      "clamp",        "clamp_min", "clamp_max",
+                                    "mul",         "div",    "sqrt",      "maximum",      "minimum",   "where",
+                                    "masked_fill", "cat",    "stack",     "index_select", "gather",    "embedding",
+                                    "sign",        "square", "max_pool2d"};
   for (const char* o : ops) {
     if (op == o) return true;
   }
@@ -324,7 +364,8 @@ void compare(const Tensor& got, const json& want, Tolerance tol, bool signed_zer
     } else {
       ok = std::fabs(a - b) <= tol.atol + tol.rtol * std::fabs(b);
     }
-    if (!ok && reported++ < 6) errors.push_back(what + "[" + std::to_string(i) + "]: brisk " + show(a) + ", torch " + show(b));
+    if (!ok && reported++ < 6)
+      errors.push_back(what + "[" + std::to_string(i) + "]: brisk " + show(a) + ", torch " + show(b));
   }
   if (reported > 6) errors.push_back(what + ": " + std::to_string(reported - 6) + " more");
 }

@@ -142,8 +142,8 @@ TEST_CASE("safetensors: every dtype round trips bit for bit, dense, strided, 0-d
     if (dt == DType::I8 || dt == DType::I32 || dt == DType::I64) v[5] = -7;
     Tensor dense = from_vector(v, {3, 4}, dt);
     saved.emplace_back(n + ".dense", dense);
-    saved.emplace_back(n + ".transposed", dense.t());                 // strides (1, 4)
-    saved.emplace_back(n + ".sliced", dense.slice(1, 1, 4, 2));       // offset and step
+    saved.emplace_back(n + ".transposed", dense.t());                    // strides (1, 4)
+    saved.emplace_back(n + ".sliced", dense.slice(1, 1, 4, 2));          // offset and step
     saved.emplace_back(n + ".scalar", dense.select(0, 1).select(0, 2));  // 0-dim, offset 6
     saved.emplace_back(n + ".empty", zeros({0, 5}, dt));
     saved.emplace_back(n + ".expanded", dense.select(0, 0).unsqueeze(0).expand({2, 4}));  // stride 0
@@ -230,12 +230,10 @@ TEST_CASE("safetensors: the writer's bytes are exactly the format's (8-byte padd
                     {"u", from_vector({3, 4, 5}, {3}, DType::U8)},
                     {"a", from_vector({7}, {1}, DType::I64)}},
                    {{"k", "v"}});
-  const std::string header =
-      R"({"__metadata__":{"k":"v"},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
-      R"("u":{"dtype":"U8","shape":[3],"data_offsets":[16,19]},)"
-      R"("a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})";
-  const std::string expected =
-      st_file(header, raw<int64_t>({7}) + raw<float>({1.5f, -2.0f}) + raw<uint8_t>({3, 4, 5}));
+  const std::string header = R"({"__metadata__":{"k":"v"},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                             R"("u":{"dtype":"U8","shape":[3],"data_offsets":[16,19]},)"
+                             R"("a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})";
+  const std::string expected = st_file(header, raw<int64_t>({7}) + raw<float>({1.5f, -2.0f}) + raw<uint8_t>({3, 4, 5}));
   const std::string got = read_bytes(path);
   CHECK(got == expected);
   SafetensorsFile back = load_safetensors(path);
@@ -370,8 +368,9 @@ TEST_CASE("safetensors: every malformed header is refused with an error naming t
       {"span too short", one(R"("dtype":"F32","shape":[2],"data_offsets":[0,4])"),
        "\"data_offsets\" [0,4] span 4 bytes, but \"shape\" [2] of F32 needs 8"},
       {"span too long", one(R"("dtype":"F16","shape":[2],"data_offsets":[0,8])"), "span 8 bytes, but"},
-      {"overlap", st_file("{\"a\":{" + f32x2 + R"(},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                          std::string(16, '\0')),
+      {"overlap",
+       st_file("{\"a\":{" + f32x2 + R"(},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+               std::string(16, '\0')),
        "tensors \"a\" and \"b\" overlap: \"data_offsets\" [0,8] and [4,12]"},
       {"contained overlap",
        st_file(R"({"big":{"dtype":"U8","shape":[16],"data_offsets":[0,16]},)"
@@ -398,8 +397,7 @@ TEST_CASE("safetensors: every malformed header is refused with an error naming t
       {"strides overflow beside a zero dim",
        one(R"("dtype":"U8","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0])", ""),
        "\"shape\" [0,1099511627776,1099511627776] has more elements than fit in 64 bits"},
-      {"extent near 2^63 of F64",
-       one(R"("dtype":"F64","shape":[0,2147483648,2147483648],"data_offsets":[0,0])", ""),
+      {"extent near 2^63 of F64", one(R"("dtype":"F64","shape":[0,2147483648,2147483648],"data_offsets":[0,0])", ""),
        "of F64 has more bytes than fit in 64 bits"},
       {"duplicate tensor name", st_file("{\"a\":{" + f32x2 + "},\"a\":{" + f32x2 + "}}", data8),
        "duplicate tensor name \"a\" in the header"},

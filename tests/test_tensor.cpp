@@ -14,13 +14,13 @@ using namespace brisk;
 TEST_CASE("half: float round trip rounds to nearest even and keeps NaN/Inf") {
   CHECK(float(Half(1.0f)) == 1.0f);
   CHECK(float(Half(65504.0f)) == 65504.0f);
-  CHECK(std::isinf(float(Half(65520.0f))));        // rounds up past the largest half
-  CHECK(float(Half(65519.0f)) == 65504.0f);        // rounds down
+  CHECK(std::isinf(float(Half(65520.0f))));  // rounds up past the largest half
+  CHECK(float(Half(65519.0f)) == 65504.0f);  // rounds down
   CHECK(std::isinf(float(Half(std::numeric_limits<float>::infinity()))));
   CHECK(std::isnan(float(Half(std::nanf("")))));
-  CHECK(float(Half(5.9604645e-8f)) == 5.9604645e-8f);  // smallest subnormal
-  CHECK(float(Half(2.9802322e-8f)) == 0.0f);            // exactly half of it: ties to even (0)
-  CHECK(float(Half(1.0f + 1.0f / 2048)) == 1.0f);       // tie between 1 and 1+2^-10: even is 1
+  CHECK(float(Half(5.9604645e-8f)) == 5.9604645e-8f);            // smallest subnormal
+  CHECK(float(Half(2.9802322e-8f)) == 0.0f);                     // exactly half of it: ties to even (0)
+  CHECK(float(Half(1.0f + 1.0f / 2048)) == 1.0f);                // tie between 1 and 1+2^-10: even is 1
   CHECK(float(Half(1.0f + 3.0f / 2048)) == 1.0f + 2.0f / 1024);  // tie: even is 1+2^-9
   // Exhaustive: every half converts to float and back unchanged.
   for (uint32_t h = 0; h < 0x10000; ++h) {
@@ -33,8 +33,8 @@ TEST_CASE("half: float round trip rounds to nearest even and keeps NaN/Inf") {
 
 TEST_CASE("bfloat16: round to nearest even, NaN stays NaN") {
   CHECK(float(BFloat16(1.0f)) == 1.0f);
-  CHECK(float(BFloat16(1.00390625f)) == 1.0f);          // tie -> even
-  CHECK(float(BFloat16(1.01171875f)) == 1.015625f);     // tie -> even (up)
+  CHECK(float(BFloat16(1.00390625f)) == 1.0f);       // tie -> even
+  CHECK(float(BFloat16(1.01171875f)) == 1.015625f);  // tie -> even (up)
   CHECK(std::isnan(float(BFloat16(std::nanf("")))));
   CHECK(std::isinf(float(BFloat16(std::numeric_limits<float>::infinity()))));
   for (uint32_t h = 0; h < 0x10000; ++h) {
@@ -91,7 +91,7 @@ TEST_CASE("views: share storage, compute strides, and copy only when asked") {
 
   CHECK(x.view({3, 2}).storage() == x.storage());
   CHECK(x.view({-1}).sizes() == Shape{6});
-  CHECK_THROWS_AS(t.view({6}), Error);               // not viewable: needs reshape
+  CHECK_THROWS_AS(t.view({6}), Error);  // not viewable: needs reshape
   CHECK(t.reshape({6}).to_vector<double>() == std::vector<double>{0, 3, 1, 4, 2, 5});
   CHECK(x.unsqueeze(0).sizes() == Shape{1, 2, 3});
   CHECK(x.unsqueeze(-1).sizes() == Shape{2, 3, 1});

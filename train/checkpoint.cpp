@@ -4,6 +4,8 @@
 // any object's state holds and which states it accepts (each object's check_state_dict).
 #include "train/checkpoint.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,7 +14,6 @@
 #include <set>
 #include <utility>
 #include <vector>
-#include <zlib.h>
 
 #include "data/dataloader.h"
 #include "engine/error.h"
@@ -105,7 +106,7 @@ class Reader {
         out[k] = v.get<double>();
       } else if (v.is_string() && (v == "nan" || v == "inf" || v == "-inf")) {
         const std::string s = v.get<std::string>();
-        out[k] = s == "nan" ? std::numeric_limits<double>::quiet_NaN()
+        out[k] = s == "nan"   ? std::numeric_limits<double>::quiet_NaN()
                  : s == "inf" ? std::numeric_limits<double>::infinity()
                               : -std::numeric_limits<double>::infinity();
       } else {

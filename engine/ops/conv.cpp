@@ -39,8 +39,8 @@ Shape conv_output(const Shape& x, const Shape& w, const Attrs& attrs, const char
   const int64_t in_h = checked_term(pad.h, 2, x[2], op, "padded input height");
   const int64_t in_w = checked_term(pad.w, 2, x[3], op, "padded input width");
   BRISK_CHECK(w[2] > 0 && w[3] > 0 && eff_h <= in_h && eff_w <= in_w, op, ": kernel (", w[2], ", ", w[3],
-              ") with dilation (", d.h, ", ", d.w, ") is larger than the padded input (", in_h, ", ", in_w,
-              "); input ", x, ", weight ", w);
+              ") with dilation (", d.h, ", ", d.w, ") is larger than the padded input (", in_h, ", ", in_w, "); input ",
+              x, ", weight ", w);
   return {x[0], w[0], (in_h - eff_h) / s.h + 1, (in_w - eff_w) / s.w + 1};
 }
 
@@ -101,9 +101,8 @@ void conv2d_backward_input_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   if (c.needs_grad(1)) gi[1] = conv2d_backward_weight(g, u, c.attrs, c.in_specs[1].sizes);
 }
 
-const OpDef kConv2dBackwardInput{.infer = conv2d_backward_input_infer,
-                                 .backward = conv2d_backward_input_bw,
-                                 .save_inputs = mask(0, 1)};  // grad, w
+const OpDef kConv2dBackwardInput{
+    .infer = conv2d_backward_input_infer, .backward = conv2d_backward_input_bw, .save_inputs = mask(0, 1)};  // grad, w
 
 Tensor conv2d_backward_input(const Tensor& g, const Tensor& w, const Attrs& attrs, const Shape& x_sizes) {
   Attrs a = attrs;

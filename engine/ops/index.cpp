@@ -199,11 +199,17 @@ void define_index_ops() {
   define(OpId::Cat, {.infer = cat_infer, .backward = cat_bw, .autocast = P::Promote});
   define(OpId::IndexSelect,
          {.infer = index_select_infer, .backward = index_select_bw, .save_inputs = kIn1, .diff_inputs = kIn0});
-  define(OpId::IndexAdd, {.infer = index_add_infer, .backward = index_add_bw, .save_inputs = kIn1,
-                          .diff_inputs = kIn0 | kIn2, .autocast = P::Promote});
+  define(OpId::IndexAdd, {.infer = index_add_infer,
+                          .backward = index_add_bw,
+                          .save_inputs = kIn1,
+                          .diff_inputs = kIn0 | kIn2,
+                          .autocast = P::Promote});
   define(OpId::Gather, {.infer = gather_infer, .backward = gather_bw, .save_inputs = kIn1, .diff_inputs = kIn0});
-  define(OpId::ScatterAdd, {.infer = scatter_add_infer, .backward = scatter_add_bw, .save_inputs = kIn1,
-                            .diff_inputs = kIn0 | kIn2, .autocast = P::Promote});
+  define(OpId::ScatterAdd, {.infer = scatter_add_infer,
+                            .backward = scatter_add_bw,
+                            .save_inputs = kIn1,
+                            .diff_inputs = kIn0 | kIn2,
+                            .autocast = P::Promote});
 }
 
 }  // namespace detail

@@ -17,10 +17,9 @@ using detail::mask;
 // Statistics (mean, rstd) are F64 for F64 inputs and F32 otherwise (see ops.def).
 DType stat_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-void check_param(const Tensor& p, const Shape& want, DType dtype, const char* op, const char* what,
-                 const Tensor& x) {
-  BRISK_CHECK(p.sizes() == want, op, ": ", what, " has shape ", p.sizes(), " but the input ", x.sizes(),
-              " needs ", want);
+void check_param(const Tensor& p, const Shape& want, DType dtype, const char* op, const char* what, const Tensor& x) {
+  BRISK_CHECK(p.sizes() == want, op, ": ", what, " has shape ", p.sizes(), " but the input ", x.sizes(), " needs ",
+              want);
   BRISK_CHECK(p.dtype() == dtype, op, ": ", what, " is ", p.str(), " but the input is ", x.str());
 }
 
@@ -99,9 +98,9 @@ void layer_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 
 const OpDef kLayerNorm{.infer = layer_norm_infer,
                        .backward = layer_norm_bw,
-                       .save_inputs = mask(0, 1),         // x, weight
-                       .save_outputs = mask(1, 2),        // mean, rstd
-                       .diff_inputs = mask(0, 1, 2),      // x, weight, bias
+                       .save_inputs = mask(0, 1),     // x, weight
+                       .save_outputs = mask(1, 2),    // mean, rstd
+                       .diff_inputs = mask(0, 1, 2),  // x, weight, bias
                        .autocast = CastPolicy::Fp32};
 
 // ---- batch_norm: x (B, C, *), weight/bias/running_mean/running_var (C) -> y like x, mean/rstd (C)
@@ -169,9 +168,9 @@ void batch_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 
 const OpDef kBatchNorm{.infer = batch_norm_infer,
                        .backward = batch_norm_bw,
-                       .save_inputs = mask(0, 1),         // x, weight
-                       .save_outputs = mask(1, 2),        // mean, rstd
-                       .diff_inputs = mask(0, 1, 2),      // x, weight, bias (not the running stats)
+                       .save_inputs = mask(0, 1),     // x, weight
+                       .save_outputs = mask(1, 2),    // mean, rstd
+                       .diff_inputs = mask(0, 1, 2),  // x, weight, bias (not the running stats)
                        .autocast = CastPolicy::Fp32};
 
 }  // namespace

@@ -21,8 +21,7 @@ using detail::mask;
 
 // PyTorch's pooling output size along one axis: the last window must start inside the input
 // or the left padding (ceil_mode can otherwise add a window that starts in the right padding).
-int64_t pool_output(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil_mode,
-                    const char* op) {
+int64_t pool_output(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil_mode, const char* op) {
   const int64_t padded = checked_term(pad, 2, in, op, "padded input size");
   const int64_t window = checked_term(dil, k - 1, 1, op, "dilated window size");
   const int64_t num = checked_term(1, padded - window, ceil_mode ? stride - 1 : 0, op, "output span");
@@ -45,8 +44,8 @@ Shape pool_output(const Shape& x, const Attrs& attrs, const char* op, bool dilat
               ") must be at most half the kernel size (", k.h, ", ", k.w, ")");
   const int64_t oh = pool_output(x[2], k.h, pad.h, s.h, d.h, p.ceil_mode, op);
   const int64_t ow = pool_output(x[3], k.w, pad.w, s.w, d.w, p.ceil_mode, op);
-  BRISK_CHECK(oh > 0 && ow > 0, op, ": input ", x, " is too small for kernel (", k.h, ", ", k.w, "), padding (",
-              pad.h, ", ", pad.w, "), dilation (", d.h, ", ", d.w, "): output would be (", oh, ", ", ow, ")");
+  BRISK_CHECK(oh > 0 && ow > 0, op, ": input ", x, " is too small for kernel (", k.h, ", ", k.w, "), padding (", pad.h,
+              ", ", pad.w, "), dilation (", d.h, ", ", d.w, "): output would be (", oh, ", ", ow, ")");
   return {x[0], x[1], oh, ow};
 }
 
@@ -81,9 +80,7 @@ void max_pool2d_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   gi[0] = call1(OpId::MaxPool2dBackward, {g, idx}, with_shape(c.attrs, c.in_specs[0].sizes));
 }
 
-const OpDef kMaxPool2d{.infer = max_pool2d_infer,
-                       .backward = max_pool2d_bw,
-                       .save_outputs = mask(1)};  // indices
+const OpDef kMaxPool2d{.infer = max_pool2d_infer, .backward = max_pool2d_bw, .save_outputs = mask(1)};  // indices
 
 // ---- max_pool2d_backward: (grad, indices) -> grad of x, sizes attrs.shape
 void max_pool2d_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {

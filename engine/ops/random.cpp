@@ -96,8 +96,8 @@ void define_random_ops() {
 
 // Length ceil((end - start) / step), as in PyTorch.
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
-  BRISK_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ",
-              end, " and step ", step, " must be finite");
+  BRISK_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ", end,
+              " and step ", step, " must be finite");
   BRISK_CHECK(step != 0, "arange: step must be nonzero");
   BRISK_CHECK(step > 0 ? end >= start : end <= start, "arange: the range from ", start, " to ", end,
               " is inconsistent with the sign of step ", step);

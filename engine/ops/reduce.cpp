@@ -105,9 +105,7 @@ void sum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec>
   out[0] = reduced_spec(x, a, "sum", is_floating(x.dtype()) ? x.dtype() : DType::I64);
 }
 
-void sum_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  gi[0] = expand(as_keepdim(c, g0(c), "sum"), input_sizes(c));
-}
+void sum_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = expand(as_keepdim(c, g0(c), "sum"), input_sizes(c)); }
 
 const OpDef kSum{.infer = sum_infer, .backward = sum_bw, .autocast = P::Fp32};
 
@@ -141,8 +139,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
       continue;
     }
     const int64_t want = shape[d - lead];
-    BRISK_CHECK(want == have || want == 1, "sum_to: ", x.str(), " does not broadcast from ", shape, " (dim ", d,
-                ": ", have, " vs ", want, ")");
+    BRISK_CHECK(want == have || want == 1, "sum_to: ", x.str(), " does not broadcast from ", shape, " (dim ", d, ": ",
+                have, " vs ", want, ")");
     if (want == 1 && have != 1) dims.push_back(d);
   }
   if (dims.empty()) return reshape(x, shape);

@@ -36,8 +36,7 @@ Shape infer_size(const Shape& shape, int64_t numel, const Tensor& x, const char*
     BRISK_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input ", x.str());
     out[infer] = numel / known;
   } else {
-    BRISK_CHECK(known == numel, op, ": shape ", shape, " is invalid for input ", x.str(), " (", numel,
-                " elements)");
+    BRISK_CHECK(known == numel, op, ": shape ", shape, " is invalid for input ", x.str(), " (", numel, " elements)");
   }
   return out;
 }
@@ -78,8 +77,8 @@ bool view_strides(const Tensor& x, const Shape& sizes, Shape& strides) {
 // ---- view functions
 Tensor view_fn(const Tensor& x, const Attrs& a) {
   Shape strides;
-  BRISK_CHECK(view_strides(x, a.shape, strides), "view: ", a.shape, " is not compatible with the strides ",
-              x.strides(), " of input ", x.str(), " (use reshape, which copies when it must)");
+  BRISK_CHECK(view_strides(x, a.shape, strides), "view: ", a.shape, " is not compatible with the strides ", x.strides(),
+              " of input ", x.str(), " (use reshape, which copies when it must)");
   return restride(x, a.shape, strides, x.offset());
 }
 

@@ -128,13 +128,12 @@ int main() {
                                        },
                                        10);
     char shapes[64];
-    std::snprintf(shapes, sizeof shapes, "(%lld,%lld,%lld,%lld)*(%lld,%lld,3,3)", (long long)l.x[0],
-                  (long long)l.x[1], (long long)l.x[2], (long long)l.x[3], (long long)l.w[0], (long long)l.w[1]);
+    std::snprintf(shapes, sizeof shapes, "(%lld,%lld,%lld,%lld)*(%lld,%lld,3,3)", (long long)l.x[0], (long long)l.x[1],
+                  (long long)l.x[2], (long long)l.x[3], (long long)l.w[0], (long long)l.w[1]);
     for (const char* c : {"forward", "backward_input", "backward_weight", "forward+backward"}) {
       auto it = torch.find(std::string(l.name) + " " + c);
       if (it != torch.end()) {
-        std::printf("%-7s %-22s %-20s %10.3f %10.3f %8.2f\n", l.name, shapes, c, ms[c], it->second,
-                    ms[c] / it->second);
+        std::printf("%-7s %-22s %-20s %10.3f %10.3f %8.2f\n", l.name, shapes, c, ms[c], it->second, ms[c] / it->second);
       } else {
         std::printf("%-7s %-22s %-20s %10.3f %10s %8s\n", l.name, shapes, c, ms[c], "n/a", "n/a");
       }

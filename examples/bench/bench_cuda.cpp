@@ -46,7 +46,7 @@ double time_ms(F&& f, int warmup, int iters) {
 }
 
 // torch.matmul TFLOP/s for "dtype n" lines, from python3 if torch imports (else empty).
-std::vector<std::pair<std::string, double>> torch_matmul(const std::vector<int>& sizes) {
+std::vector<std::pair<std::string, double> > torch_matmul(const std::vector<int>& sizes) {
   std::string ns;
   for (int n : sizes) ns += (ns.empty() ? "" : ",") + std::to_string(n);
   const std::string script =
@@ -54,7 +54,9 @@ std::vector<std::pair<std::string, double>> torch_matmul(const std::vector<int>&
       "if not torch.cuda.is_available(): sys.exit(1)\n"
       "for name,dt,tf in [('F32',torch.float32,False),('TF32',torch.float32,True),('BF16',torch.bfloat16,False)]:\n"
       "  torch.backends.cuda.matmul.allow_tf32=tf\n"
-      "  for n in [" + ns + "]:\n"
+      "  for n in [" +
+      ns +
+      "]:\n"
       "    a=torch.rand(n,n,device='cuda',dtype=dt);b=torch.rand(n,n,device='cuda',dtype=dt)\n"
       "    for _ in range(3): a@b\n"
       "    s=torch.cuda.Event(enable_timing=True);e=torch.cuda.Event(enable_timing=True)\n"
@@ -62,7 +64,7 @@ std::vector<std::pair<std::string, double>> torch_matmul(const std::vector<int>&
       "    for _ in range(it): a@b\n"
       "    e.record();e.synchronize();ms=s.elapsed_time(e)/it\n"
       "    print(name,n,2*n**3/ms/1e9,flush=True)\n";
-  std::vector<std::pair<std::string, double>> out;
+  std::vector<std::pair<std::string, double> > out;
   const std::string cmd = "python3 -c \"" + [&] {
     std::string s;
     for (char c : script) {
@@ -76,7 +78,8 @@ std::vector<std::pair<std::string, double>> torch_matmul(const std::vector<int>&
   char name[16];
   int n = 0;
   double tflops = 0;
-  while (std::fscanf(p, "%15s %d %lf", name, &n, &tflops) == 3) out.push_back({std::string(name) + " " + std::to_string(n), tflops});
+  while (std::fscanf(p, "%15s %d %lf", name, &n, &tflops) == 3)
+    out.push_back({std::string(name) + " " + std::to_string(n), tflops});
   pclose(p);
   return out;
 }

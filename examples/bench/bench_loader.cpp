@@ -92,8 +92,9 @@ int main(int argc, char** argv) {
     opt.step();
   }
   const double total = bench::now_s() - t_start;
-  std::printf("CNN training, 2 workers, %d compute threads, %d steps: %.3f s total, %.4f s blocked in next() "
-              "(%.2f%% of the time waiting on data)\n",
-              threads, steps, total, waited, 100 * waited / total);
+  std::printf(
+      "CNN training, 2 workers, %d compute threads, %d steps: %.3f s total, %.4f s blocked in next() "
+      "(%.2f%% of the time waiting on data)\n",
+      threads, steps, total, waited, 100 * waited / total);
   return 0;
 }

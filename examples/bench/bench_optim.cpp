@@ -128,9 +128,11 @@ void cuda_section(const std::vector<std::pair<const char*, MakeOptimizer>>& opti
 }  // namespace
 
 int main() {
-  const std::vector<std::pair<const char*, MakeOptimizer>> optimizers = {
-      {"adam", make_adam}, {"adamw", make_adamw}, {"sgd_momentum", make_sgd_momentum},
-      {"rmsprop", make_rmsprop}, {"adagrad", make_adagrad}};
+  const std::vector<std::pair<const char*, MakeOptimizer>> optimizers = {{"adam", make_adam},
+                                                                         {"adamw", make_adamw},
+                                                                         {"sgd_momentum", make_sgd_momentum},
+                                                                         {"rmsprop", make_rmsprop},
+                                                                         {"adagrad", make_adagrad}};
   for (int64_t total : {int64_t(1'000'000), int64_t(10'000'000)}) {
     for (int k = 0; k < 3; ++k) compare(optimizers[k].first, total, optimizers[k].second);
   }

@@ -163,9 +163,7 @@ std::string short_number(double v) {
   return buf;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int run(const Args& a) {
   if (a.threads > 0) omp_set_num_threads(a.threads);
@@ -227,12 +225,15 @@ int run(const Args& a) {
   const int64_t steps_per_epoch = train_loader.num_batches();
   auto sched = make_schedule(a, *opt, steps_per_epoch);
 
-  const std::map<std::string, std::string> config = {
-      {"model", a.model},          {"optimizer", a.optimizer},
-      {"schedule", a.schedule},    {"epochs", std::to_string(a.epochs)},
-      {"batch_size", std::to_string(a.batch_size)}, {"lr", short_number(a.lr)},
-      {"seed", std::to_string(a.seed)},             {"limit", std::to_string(a.limit)},
-      {"augment", a.augment ? "1" : "0"}};
+  const std::map<std::string, std::string> config = {{"model", a.model},
+                                                     {"optimizer", a.optimizer},
+                                                     {"schedule", a.schedule},
+                                                     {"epochs", std::to_string(a.epochs)},
+                                                     {"batch_size", std::to_string(a.batch_size)},
+                                                     {"lr", short_number(a.lr)},
+                                                     {"seed", std::to_string(a.seed)},
+                                                     {"limit", std::to_string(a.limit)},
+                                                     {"augment", a.augment ? "1" : "0"}};
   TrainState st;
   st.config = config;
   if (a.resume) {
@@ -290,8 +291,8 @@ int run(const Args& a) {
     const bool best = ev.acc > st.best_acc;
     std::fprintf(stderr,
                  "epoch %lld: train loss %.4f | test loss %.4f, accuracy %.2f%%%s | lr %.3g | %.1f s, %.0f samples/s\n",
-                 (long long)epoch, r.train_loss, r.test_loss, 100 * r.test_acc, best ? " (best)" : "", r.lr,
-                 r.seconds, r.samples_per_s);
+                 (long long)epoch, r.train_loss, r.test_loss, 100 * r.test_acc, best ? " (best)" : "", r.lr, r.seconds,
+                 r.samples_per_s);
     if (best) {
       st.best_acc = ev.acc;
       nn::save_module(*model, best_path,

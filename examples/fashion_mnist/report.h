@@ -113,8 +113,8 @@ inline std::string curves_svg(const std::vector<EpochRecord>& history, const std
       svg << "<text x=\"" << px0 - 4 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\">" << tick << "</text>\n";
     }
     for (size_t i = 0; i < history.size(); ++i) {  // x ticks: epoch numbers
-      svg << "<text x=\"" << X(double(i)) << "\" y=\"" << py1 + 14 << "\" text-anchor=\"middle\">"
-          << history[i].epoch << "</text>\n";
+      svg << "<text x=\"" << X(double(i)) << "\" y=\"" << py1 + 14 << "\" text-anchor=\"middle\">" << history[i].epoch
+          << "</text>\n";
     }
     svg << "<text x=\"" << (px0 + px1) / 2 << "\" y=\"" << py1 + 27 << "\" text-anchor=\"middle\">epoch</text>\n"
         << "<text x=\"" << px0 + 4 << "\" y=\"" << py0 - 4 << "\">" << ylabel << "</text>\n";

@@ -152,8 +152,7 @@ inline std::string lr_curves_svg(const std::vector<Curve>& curves, int64_t steps
         << "\" fill=\"none\" stroke=\"#888\"/>\n";
     for (const auto& [v, text] : yticks) {
       const double y = py1 - (py1 - py0) * v;
-      svg << "<line x1=\"" << px0 << "\" x2=\"" << px1 << "\" y1=\"" << y << "\" y2=\"" << y
-          << "\" stroke=\"#eee\"/>\n"
+      svg << "<line x1=\"" << px0 << "\" x2=\"" << px1 << "\" y1=\"" << y << "\" y2=\"" << y << "\" stroke=\"#eee\"/>\n"
           << "<text x=\"" << px0 - 5 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << text << "</text>\n";
     }
     if (steps_per_epoch > 0) {
@@ -166,16 +165,16 @@ inline std::string lr_curves_svg(const std::vector<Curve>& curves, int64_t steps
             << "<text x=\"" << x << "\" y=\"" << py1 + 16 << "\" text-anchor=\"middle\">" << e << "</text>\n";
       }
     }
-    svg << "<text x=\"" << (px0 + px1) / 2 << "\" y=\"" << py1 + 32 << "\" text-anchor=\"middle\">epoch ("
-        << steps << " optimizer steps)</text>\n"
+    svg << "<text x=\"" << (px0 + px1) / 2 << "\" y=\"" << py1 + 32 << "\" text-anchor=\"middle\">epoch (" << steps
+        << " optimizer steps)</text>\n"
         << "<text x=\"" << px0 << "\" y=\"" << py0 - 8 << "\" font-size=\"12\">" << ylabel << "</text>\n";
     for (size_t i = 0; i < curves.size(); ++i) {
       const Curve& c = curves[i];
       if (c.values.empty()) continue;
       double peak = 0;
       for (double v : c.values) peak = std::max(peak, v);
-      svg << "<polyline fill=\"none\" stroke=\"" << color(i) << "\" stroke-width=\"1.6\" stroke-dasharray=\""
-          << dash(i) << "\" points=\"";
+      svg << "<polyline fill=\"none\" stroke=\"" << color(i) << "\" stroke-width=\"1.6\" stroke-dasharray=\"" << dash(i)
+          << "\" points=\"";
       for (const auto& [step, v] : decimate(c.values, int64_t(kPanelW))) {
         const double frac = std::clamp(y_of(v, peak), 0.0, 1.0);
         svg << X(double(step)) << "," << py1 - (py1 - py0) * frac << " ";
@@ -192,9 +191,8 @@ inline std::string lr_curves_svg(const std::vector<Curve>& curves, int64_t steps
     std::snprintf(t, sizeof t, "1e%d", int(d));
     log_ticks.emplace_back((d - dec_lo) / decades, t);
   }
-  panel(kLeft, "learning rate (log scale)", log_ticks, [&](double v, double) {
-    return v > 0 ? (std::log10(v) - dec_lo) / decades : 0.0;
-  });
+  panel(kLeft, "learning rate (log scale)", log_ticks,
+        [&](double v, double) { return v > 0 ? (std::log10(v) - dec_lo) / decades : 0.0; });
   std::vector<std::pair<double, std::string>> lin_ticks;
   for (int k = 0; k <= 4; ++k) lin_ticks.emplace_back(k / 4.0 / 1.05, std::to_string(k * 25) + "%");
   panel(kLeft + kPanelW + kGap, "learning rate / its peak", lin_ticks,

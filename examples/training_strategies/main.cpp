@@ -174,9 +174,7 @@ std::shared_ptr<nn::Module> make_model(const std::string& name) {
   return std::make_shared<nn::models::MLP>(std::vector<int64_t>{784, 256, 128, 10});
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string num(const char* format, double v) {
   char buf[64];
@@ -266,9 +264,9 @@ Tensor accumulate_grads(nn::Module& model, const data::Batch& batch, int64_t mic
   Tensor total = zeros({}, DType::F32);
   for (int64_t k = 0; k < parts; ++k) {
     const int64_t begin = k * B / parts, len = (k + 1) * B / parts - begin;
-    Tensor loss = cross_entropy(model(batch.input.narrow(0, begin, len)), batch.target.narrow(0, begin, len),
-                                Reduction::Sum) /
-                  double(B);
+    Tensor loss =
+        cross_entropy(model(batch.input.narrow(0, begin, len)), batch.target.narrow(0, begin, len), Reduction::Sum) /
+        double(B);
     loss.backward();
     NoGradGuard no_grad;
     total.add_(loss.detach());
@@ -307,8 +305,7 @@ RunResult run_strategy(const Strategy& s, const Args& a, Data& d, const std::str
     stopper = std::make_unique<optim::EarlyStopping>(
         optim::EarlyStoppingOptions{.patience = s.early_stop_patience, .min_delta = s.early_stop_min_delta});
   }
-  const std::string momentum_key =
-      opt->has_option("beta1") ? "beta1" : (opt->has_option("momentum") ? "momentum" : "");
+  const std::string momentum_key = opt->has_option("beta1") ? "beta1" : (opt->has_option("momentum") ? "momentum" : "");
   const std::vector<Tensor> params = model->parameters();
 
   RunResult r;
@@ -467,13 +464,12 @@ std::string results_json(const Args& a, int64_t steps_per_epoch, const std::vect
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + json_number(v[i]);
     return out + "]";
   };
-  std::string out = "{\n  \"config\": {\"model\": " + json_string(a.model) + ", \"epochs\": " +
-                    std::to_string(a.epochs) + ", \"batch_size\": " + std::to_string(a.batch_size) +
-                    ", \"train_size\": " + std::to_string(a.train_size) + ", \"val_size\": " +
-                    std::to_string(a.val_size) + ", \"test_size\": " + std::to_string(a.test_size) +
-                    ", \"seed\": " + std::to_string(a.seed) + ", \"steps_per_epoch\": " +
-                    std::to_string(steps_per_epoch) + ", \"threads\": " + std::to_string(omp_get_max_threads()) +
-                    "},\n  \"strategies\": [\n";
+  std::string out =
+      "{\n  \"config\": {\"model\": " + json_string(a.model) + ", \"epochs\": " + std::to_string(a.epochs) +
+      ", \"batch_size\": " + std::to_string(a.batch_size) + ", \"train_size\": " + std::to_string(a.train_size) +
+      ", \"val_size\": " + std::to_string(a.val_size) + ", \"test_size\": " + std::to_string(a.test_size) +
+      ", \"seed\": " + std::to_string(a.seed) + ", \"steps_per_epoch\": " + std::to_string(steps_per_epoch) +
+      ", \"threads\": " + std::to_string(omp_get_max_threads()) + "},\n  \"strategies\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const RunResult& r = results[i];
     out += "    {\"name\": " + json_string(rows[i].name) + ", \"optimizer\": " + json_string(rows[i].optimizer) +
@@ -548,8 +544,9 @@ int run(const Args& a) {
       const std::string verdict = compare_weights(results[i].weights, results[j].weights, &identical);
       add_note(results[i].notes, verdict + " vs " + rows[j].name);
       equivalences.push_back(rows[i].name + " vs " + rows[j].name + ": final weights " + verdict +
-                             (identical ? "" : " (the same updates up to float rounding, compounded over the steps" +
-                                                   std::string(a.model == "cnn" ? "; and other dropout masks)" : ")")));
+                             (identical ? ""
+                                        : " (the same updates up to float rounding, compounded over the steps" +
+                                              std::string(a.model == "cnn" ? "; and other dropout masks)" : ")")));
     }
   }
 
@@ -588,8 +585,8 @@ int run(const Args& a) {
 
   std::vector<Curve> curves;
   for (size_t i = 0; i < rows.size(); ++i) curves.push_back({rows[i].name, results[i].lr});
-  const std::string title = "brisk: learning rate per step, Fashion-MNIST " + a.model + ", " +
-                            std::to_string(a.epochs) + " epochs";
+  const std::string title =
+      "brisk: learning rate per step, Fashion-MNIST " + a.model + ", " + std::to_string(a.epochs) + " epochs";
   fashion_mnist::write_file_atomic(a.out + "/lr_curves.svg", lr_curves_svg(curves, steps_per_epoch, title));
   fashion_mnist::write_file_atomic(a.out + "/results.csv", results_csv(rows, results));
   fashion_mnist::write_file_atomic(a.out + "/results.json", results_json(a, steps_per_epoch, rows, results));

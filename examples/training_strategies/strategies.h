@@ -39,8 +39,8 @@ struct Strategy {
   std::string schedule;
   std::function<std::unique_ptr<optim::Optimizer>(const optim::NamedTensors&)> make_optimizer;
   std::function<Schedule(optim::Optimizer&)> make_schedule;  // empty: constant learning rate
-  int64_t micro_batches = 1;  // > 1: gradient accumulation over this many slices of each batch
-  double l1 = 0;              // > 0: loss += l1 * sum |p|
+  int64_t micro_batches = 1;        // > 1: gradient accumulation over this many slices of each batch
+  double l1 = 0;                    // > 0: loss += l1 * sum |p|
   int64_t early_stop_patience = 0;  // > 0: EarlyStopping on the validation loss
   double early_stop_min_delta = 0;
   // Another row this one should match (same updates by construction): the report compares
@@ -56,9 +56,7 @@ inline std::string fmt(const char* format, double a, double b = 0, double c = 0)
   return buf;
 }
 
-inline optim::SGDOptions sgd_nesterov(double lr) {
-  return {.lr = lr, .momentum = 0.9, .nesterov = true};
-}
+inline optim::SGDOptions sgd_nesterov(double lr) { return {.lr = lr, .momentum = 0.9, .nesterov = true}; }
 
 // A linear warm-up over the first `warmup` steps (from 10% of the peak), then cosine annealing
 // to 0 over the rest: SequentialLR(LinearLR, CosineAnnealingLR).
@@ -100,77 +98,76 @@ inline std::vector<Strategy> make_strategies(const RunLength& len) {
   rows.push_back({.name = "sgd-nesterov-step",
                   .optimizer = "SGD lr 0.05 m 0.9 nesterov",
                   .schedule = fmt("StepLR x0.2 every %.0f steps", double(step_size)),
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05));
-                  },
-                  .make_schedule = [step_size](optim::Optimizer& opt) {
-                    Schedule s;
-                    s.per_step = std::make_unique<optim::StepLR>(opt, step_size, 0.2);
-                    return s;
-                  }});
-  rows.push_back({.name = "sgd-warmup-cosine",
-                  .optimizer = "SGD lr 0.05 m 0.9 nesterov",
-                  .schedule = fmt("LinearLR warm-up %.0f steps, then cosine", double(warmup)),
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05));
-                  },
-                  .make_schedule = [total, warmup](optim::Optimizer& opt) {
-                    return detail::warmup_cosine(opt, total, warmup);
-                  }});
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) { return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05)); },
+                  .make_schedule =
+                      [step_size](optim::Optimizer& opt) {
+                        Schedule s;
+                        s.per_step = std::make_unique<optim::StepLR>(opt, step_size, 0.2);
+                        return s;
+                      }});
+  rows.push_back(
+      {.name = "sgd-warmup-cosine",
+       .optimizer = "SGD lr 0.05 m 0.9 nesterov",
+       .schedule = fmt("LinearLR warm-up %.0f steps, then cosine", double(warmup)),
+       .make_optimizer =
+           [](const optim::NamedTensors& p) { return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05)); },
+       .make_schedule = [total, warmup](optim::Optimizer& opt) { return detail::warmup_cosine(opt, total, warmup); }});
   rows.push_back({.name = "sgd-onecycle",
                   .optimizer = "SGD m 0.95..0.85 nesterov",
                   .schedule = "OneCycleLR max 0.1, 30% up",
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::SGD>(p, sgd_nesterov(0.1));
-                  },
-                  .make_schedule = [total](optim::Optimizer& opt) {
-                    optim::OneCycleLROptions o;
-                    o.max_lr = {0.1};
-                    o.total_steps = total;
-                    Schedule s;
-                    s.per_step = std::make_unique<optim::OneCycleLR>(opt, o);
-                    return s;
-                  }});
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) { return std::make_unique<optim::SGD>(p, sgd_nesterov(0.1)); },
+                  .make_schedule =
+                      [total](optim::Optimizer& opt) {
+                        optim::OneCycleLROptions o;
+                        o.max_lr = {0.1};
+                        o.total_steps = total;
+                        Schedule s;
+                        s.per_step = std::make_unique<optim::OneCycleLR>(opt, o);
+                        return s;
+                      }});
   // Three cycles, each half as high as the one before (triangular2); momentum 0.9 at the lowest
   // learning rate, 0.8 at the highest.
   const double half_cycle = std::max(1.0, double(total) / 6);
   rows.push_back({.name = "sgd-cyclic",
                   .optimizer = "SGD m 0.9..0.8",
                   .schedule = fmt("CyclicLR triangular2 0.005..0.1, %.0f steps up", half_cycle),
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.005, .momentum = 0.9});
-                  },
-                  .make_schedule = [half_cycle](optim::Optimizer& opt) {
-                    optim::CyclicLROptions o;
-                    o.base_lr = {0.005};
-                    o.max_lr = {0.1};
-                    o.step_size_up = half_cycle;
-                    o.mode = optim::CyclicMode::Triangular2;
-                    o.cycle_momentum = true;
-                    o.base_momentum = {0.8};
-                    o.max_momentum = {0.9};
-                    Schedule s;
-                    s.per_step = std::make_unique<optim::CyclicLR>(opt, o);
-                    return s;
-                  }});
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) {
+                        return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.005, .momentum = 0.9});
+                      },
+                  .make_schedule =
+                      [half_cycle](optim::Optimizer& opt) {
+                        optim::CyclicLROptions o;
+                        o.base_lr = {0.005};
+                        o.max_lr = {0.1};
+                        o.step_size_up = half_cycle;
+                        o.mode = optim::CyclicMode::Triangular2;
+                        o.cycle_momentum = true;
+                        o.base_momentum = {0.8};
+                        o.max_momentum = {0.9};
+                        Schedule s;
+                        s.per_step = std::make_unique<optim::CyclicLR>(opt, o);
+                        return s;
+                      }});
   rows.push_back({.name = "sgd-plateau",
                   .optimizer = "SGD lr 0.05 m 0.9 nesterov",
                   .schedule = "ReduceLROnPlateau x0.3 (val loss)",
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05));
-                  },
-                  .make_schedule = [](optim::Optimizer& opt) {
-                    Schedule s;
-                    s.plateau = std::make_unique<optim::ReduceLROnPlateau>(
-                        opt, optim::ReduceLROnPlateauOptions{.factor = 0.3, .patience = 0, .threshold = 1e-3});
-                    return s;
-                  }});
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) { return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05)); },
+                  .make_schedule =
+                      [](optim::Optimizer& opt) {
+                        Schedule s;
+                        s.plateau = std::make_unique<optim::ReduceLROnPlateau>(
+                            opt, optim::ReduceLROnPlateauOptions{.factor = 0.3, .patience = 0, .threshold = 1e-3});
+                        return s;
+                      }});
   rows.push_back({.name = "sgd-accum4",
                   .optimizer = "SGD lr 0.05 m 0.9 nesterov",
                   .schedule = "constant, 4 micro-batches of B/4",
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05));
-                  },
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) { return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05)); },
                   .micro_batches = 4,
                   .same_as = "sgd-nesterov"});
   rows.push_back({.name = "sgd-l2",
@@ -184,9 +181,8 @@ inline std::vector<Strategy> make_strategies(const RunLength& len) {
   rows.push_back({.name = "sgd-l1",
                   .optimizer = "SGD lr 0.05 m 0.9 nesterov",
                   .schedule = "constant, loss + 1e-5 sum|p|",
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05));
-                  },
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) { return std::make_unique<optim::SGD>(p, sgd_nesterov(0.05)); },
                   .l1 = 1e-5});
 
   rows.push_back({.name = "adam",
@@ -198,38 +194,42 @@ inline std::vector<Strategy> make_strategies(const RunLength& len) {
   rows.push_back({.name = "adam-unfused",
                   .optimizer = "Adam lr 1e-3 (tensor ops)",
                   .schedule = "constant",
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 1e-3, .fused = false});
-                  },
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) {
+                        return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 1e-3, .fused = false});
+                      },
                   .same_as = "adam"});
   // Decays 10x over the run whatever its length.
   const double gamma = std::pow(0.1, 1.0 / double(total));
   rows.push_back({.name = "adam-exp",
                   .optimizer = "Adam lr 2e-3",
                   .schedule = fmt("ExponentialLR gamma %.5f (x0.1 over the run)", gamma),
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 2e-3});
-                  },
-                  .make_schedule = [gamma](optim::Optimizer& opt) {
-                    Schedule s;
-                    s.per_step = std::make_unique<optim::ExponentialLR>(opt, gamma);
-                    return s;
-                  }});
-  rows.push_back({.name = "adamw-warmup-cosine",
-                  .optimizer = "AdamW lr 2e-3 wd 0.05",
-                  .schedule = fmt("LinearLR warm-up %.0f steps, then cosine", double(warmup)),
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 2e-3, .weight_decay = 0.05});
-                  },
-                  .make_schedule = [total, warmup](optim::Optimizer& opt) {
-                    return detail::warmup_cosine(opt, total, warmup);
-                  }});
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) {
+                        return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 2e-3});
+                      },
+                  .make_schedule =
+                      [gamma](optim::Optimizer& opt) {
+                        Schedule s;
+                        s.per_step = std::make_unique<optim::ExponentialLR>(opt, gamma);
+                        return s;
+                      }});
+  rows.push_back(
+      {.name = "adamw-warmup-cosine",
+       .optimizer = "AdamW lr 2e-3 wd 0.05",
+       .schedule = fmt("LinearLR warm-up %.0f steps, then cosine", double(warmup)),
+       .make_optimizer =
+           [](const optim::NamedTensors& p) {
+             return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 2e-3, .weight_decay = 0.05});
+           },
+       .make_schedule = [total, warmup](optim::Optimizer& opt) { return detail::warmup_cosine(opt, total, warmup); }});
   rows.push_back({.name = "adam-early-stop",
                   .optimizer = "Adam lr 1e-3",
                   .schedule = "constant, EarlyStopping(val loss, patience 1, min_delta 0.01)",
-                  .make_optimizer = [](const optim::NamedTensors& p) {
-                    return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 1e-3});
-                  },
+                  .make_optimizer =
+                      [](const optim::NamedTensors& p) {
+                        return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 1e-3});
+                      },
                   .early_stop_patience = 1,
                   .early_stop_min_delta = 0.01});
   rows.push_back({.name = "rmsprop",

@@ -5,6 +5,8 @@
 // Not here: shapes, checks and backward formulas (engine/ops/conv.cpp); pooling
 // (kernels/cpu/pool.cpp); reference loops for the tests (tests/specs_nn.cpp); the CUDA kernels
 // (cuDNN, kernels/cuda/conv.cu).
+#include "kernels/cpu/conv.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 
 #include "engine/op.h"
 #include "engine/op_params.h"
-#include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/scratch.h"

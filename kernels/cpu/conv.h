@@ -70,12 +70,27 @@ struct Conv {
   int64_t sh, sw, ph, pw, dh, dw;
 
   Conv(const Shape& x, const Shape& w, const Shape& y, const ConvParams& p)
-      : B(x[0]), C(x[1]), H(x[2]), W(x[3]), O(w[0]), kh(w[2]), kw(w[3]), Ho(y[2]), Wo(y[3]), groups(p.groups),
-        Cg(w[1]), Og(w[0] / p.groups), sh(p.stride.h), sw(p.stride.w), ph(p.padding.h), pw(p.padding.w),
-        dh(p.dilation.h), dw(p.dilation.w) {}
+      : B(x[0]),
+        C(x[1]),
+        H(x[2]),
+        W(x[3]),
+        O(w[0]),
+        kh(w[2]),
+        kw(w[3]),
+        Ho(y[2]),
+        Wo(y[3]),
+        groups(p.groups),
+        Cg(w[1]),
+        Og(w[0] / p.groups),
+        sh(p.stride.h),
+        sw(p.stride.w),
+        ph(p.padding.h),
+        pw(p.padding.w),
+        dh(p.dilation.h),
+        dw(p.dilation.w) {}
 
   int64_t K() const { return Cg * kh * kw; }  // GEMM depth
-  int64_t P() const { return Ho * Wo; }        // output pixels per plane
+  int64_t P() const { return Ho * Wo; }       // output pixels per plane
   double macs() const { return double(B) * double(O) * double(K()) * double(P()); }
   // The input plane is the col matrix itself.
   bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
@@ -113,8 +128,7 @@ struct Input {
   const T* data;
   int64_t sB, sC, sH, sW;
   explicit Input(const Tensor& x)
-      : data(static_cast<const T*>(x.data_ptr())), sB(x.stride(0)), sC(x.stride(1)), sH(x.stride(2)),
-        sW(x.stride(3)) {}
+      : data(static_cast<const T*>(x.data_ptr())), sB(x.stride(0)), sC(x.stride(1)), sH(x.stride(2)), sW(x.stride(3)) {}
   // Whether the (pointwise) col matrix of a sample is the input itself: each plane dense.
   bool planes_dense(const Conv& p) const { return sW == 1 && (sH == p.W || p.H == 1); }
 };

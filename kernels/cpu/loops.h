@@ -8,9 +8,9 @@
 #include <omp.h>
 
 #include <array>
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
-#include <cstdint>
 #include <utility>
 
 #include "engine/tensor.h"
@@ -125,8 +125,8 @@ void run_inner_dispatch(Out* o, int64_t n, F& f, const Ptrs& ptrs, const int64_t
 
 // Runs f over output indices [begin, end) of `it`, innermost dim as the tight loop.
 template <class Out, class... In, class F, size_t... I>
-void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, [[maybe_unused]] std::tuple<const In*...> ins, F& f, int64_t begin,
-               int64_t end, std::index_sequence<I...>) {
+void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, [[maybe_unused]] std::tuple<const In*...> ins, F& f,
+               int64_t begin, int64_t end, std::index_sequence<I...>) {
   constexpr int N = 1 + sizeof...(In);
   const int nd = it.ndim;
   const int64_t inner = it.sizes[nd - 1];
@@ -182,7 +182,8 @@ void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins
   Out* o = static_cast<Out*>(out.data_ptr());
   auto ptrs = [&]<size_t... I>(std::index_sequence<I...>) {
     return std::make_tuple(static_cast<const In*>(ins[I]->data_ptr())...);
-  }(std::index_sequence_for<In...>{});
+  }
+  (std::index_sequence_for<In...>{});
   int nt = threads_for(numel);
   if (nt <= 1) {
     detail::run_range<Out, In...>(it, o, ptrs, f, 0, numel, std::index_sequence_for<In...>{});

@@ -225,8 +225,8 @@ void max_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> ou
     using T = decltype(tag);
     return max_pool_backward<T>(cdata<T>(g), cdata<int64_t>(idx), mdata<T>(gx.dense), p);
   });
-  BRISK_CHECK(ok, "max_pool2d_backward: an index is outside its plane of ", p.H, " x ", p.W, " (indices ",
-              idx.str(), ")");
+  BRISK_CHECK(ok, "max_pool2d_backward: an index is outside its plane of ", p.H, " x ", p.W, " (indices ", idx.str(),
+              ")");
   gx.finish();
 }
 

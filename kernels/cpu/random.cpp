@@ -3,11 +3,12 @@
 // OpenMP split never changes a value and the CUDA kernels reproduce them.
 // Outputs are the fresh dense tensors dispatch allocates.
 // Not here: the generator and Philox itself (engine/random.h).
+#include "engine/random.h"
+
 #include <cmath>
 #include <type_traits>
 
 #include "engine/op.h"
-#include "engine/random.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
 

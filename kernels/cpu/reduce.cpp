@@ -95,8 +95,7 @@ typename Op::Acc combine_pairwise(typename Op::Acc* parts, int64_t n, const Op& 
 // Accumulates q[0], q[s], ..., q[(n-1)s], the reduced elements r0, r0 + 1, ..., into the lanes
 // (lane l takes every kLanes-th element).
 template <class T, class Op>
-BRISK_INLINE void accumulate_run(typename Op::Acc* lanes, const T* q, int64_t n, int64_t s, const Op& op,
-                                 int64_t r0) {
+BRISK_INLINE void accumulate_run(typename Op::Acc* lanes, const T* q, int64_t n, int64_t s, const Op& op, int64_t r0) {
   using V = typename Op::Value;
   int64_t i = 0;
   // `omp simd` lets GCC vectorize the NaN-aware max/min lanes too (plain sums vectorize anyway).
@@ -463,14 +462,14 @@ struct CeRows {
 };
 
 CeRows ce_rows(const Tensor& logits, const Tensor& target, const Attrs& a, const char* op) {
-  CeRows r{logits.sizes()[0],     logits.sizes()[1],  logits.strides()[0],        logits.strides()[1],
+  CeRows r{logits.sizes()[0],      logits.sizes()[1],   logits.strides()[0],        logits.strides()[1],
            target.data<int64_t>(), target.strides()[0], CrossEntropyParams::from(a)};
   // Checked here, before the parallel loops (which cannot throw).
   const int64_t ignore = r.params.ignore_index;
   for (int64_t i = 0; i < r.n; ++i) {
     const int64_t t = r.t(i);
-    BRISK_CHECK(t == ignore || (t >= 0 && t < r.c), op, ": target index ", t, " (row ", i,
-                ") is out of range for ", r.c, " classes (C = ", r.c, ", ignore_index = ", ignore, ")");
+    BRISK_CHECK(t == ignore || (t >= 0 && t < r.c), op, ": target index ", t, " (row ", i, ") is out of range for ",
+                r.c, " classes (C = ", r.c, ", ignore_index = ", ignore, ")");
   }
   return r;
 }

@@ -16,8 +16,8 @@ void slice_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, co
     int d = int(a.dim);
     sizes[d] = in[0].sizes()[d];
     strides[d] *= a.step;
-    Tensor window = make_view(out[0].storage(), sizes, strides, out[0].offset() + a.start * out[0].strides()[d],
-                              out[0].dtype());
+    Tensor window =
+        make_view(out[0].storage(), sizes, strides, out[0].offset() + a.start * out[0].strides()[d], out[0].dtype());
     elementwise<T, T>(window, {&in[0]}, [](compute_t<T> v) { return v; });
   });
 }

@@ -5,12 +5,13 @@
 // Host code only (no kernels), compiled by the C++ compiler.
 // Not here: kernels (kernels/cuda/*.cu), cuBLAS handles (kernels/cuda/matmul.cu), opening the
 // cuBLAS and cuDNN libraries (kernels/cuda/dynload.cpp).
+#include "engine/backend.h"
+
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
 
-#include "engine/backend.h"
 #include "engine/op.h"
 #include "kernels/cuda/dynload.h"
 #include "kernels/cuda/register.h"
@@ -23,8 +24,8 @@ namespace detail {
 
 void cuda_fail(cudaError_t err, const char* call, const char* file, int line) {
   (void)cudaGetLastError();  // clear a non-sticky error so the next call does not report it again
-  BRISK_FAIL("CUDA error: ", call, " failed with ", cudaGetErrorName(err), " (", int(err), "): ",
-             cudaGetErrorString(err), " [", file, ":", line, "]");
+  BRISK_FAIL("CUDA error: ", call, " failed with ", cudaGetErrorName(err), " (", int(err),
+             "): ", cudaGetErrorString(err), " [", file, ":", line, "]");
 }
 
 void cublas_fail(int status, const char* call, const char* file, int line) {
@@ -279,7 +280,8 @@ void Event::block(Stream stream) const {
   if (!event_) return;
   BRISK_CHECK(stream.handle(), "Event::block: null stream");
   DeviceGuard guard(stream.device());
-  BRISK_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()), static_cast<cudaEvent_t>(event_), 0));
+  BRISK_CUDA_CHECK(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle()), static_cast<cudaEvent_t>(event_), 0));
 }
 
 float Event::elapsed_ms(const Event& end) const {
@@ -455,8 +457,7 @@ class CudaBackend final : public Backend {
     const void* host = to_device ? src : dst;
     DeviceGuard guard(device);
     cudaStream_t s = stream_handle(device);
-    BRISK_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
+    BRISK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
     if (non_blocking && pinned().record_use(host, s)) return;
     BRISK_CUDA_CHECK(cudaStreamSynchronize(s));
     check_device_errors(device);

@@ -1,7 +1,7 @@
 // kernels/cuda/conv.cu: the CUDA kernels of conv2d, conv2d_backward_input and
 // conv2d_backward_weight, through cuDNN's convolution calls (groups, stride, padding, dilation;
-// F32 and F64 natively, F16/BF16 with F32 compute; conv2d's optional bias added after). One plan per geometry (descriptors and the
-// algorithms cuDNN's heuristic ranks, tried in order until one runs), cached per thread and
+// F32 and F64 natively, F16/BF16 with F32 compute; conv2d's optional bias added after). One plan per geometry
+// (descriptors and the algorithms cuDNN's heuristic ranks, tried in order until one runs), cached per thread and
 // device; workspaces come from brisk's caching allocator. F32 runs without TF32
 // unless set_allow_tf32(true), as matmul. Parameters: ConvParams (engine/op_params.h).
 // Without cuDNN (no BRISK_WITH_CUDNN) the conv ops get no CUDA kernel: using them on CUDA is
@@ -70,8 +70,8 @@ struct ConvGeometry {
 using PlanKey = std::array<int64_t, 24>;
 
 PlanKey plan_key(ConvKind kind, DType dtype, bool tf32, int device, const ConvGeometry& g) {
-  return {int64_t(kind), int64_t(dtype), tf32 ? 1 : 0, device, g.x[0], g.x[1], g.x[2], g.x[3],
-          g.w[0],        g.w[1],         g.w[2],       g.w[3], g.y[0], g.y[1], g.y[2], g.y[3],
+  return {int64_t(kind), int64_t(dtype), tf32 ? 1 : 0, device, g.x[0], g.x[1], g.x[2],   g.x[3],
+          g.w[0],        g.w[1],         g.w[2],       g.w[3], g.y[0], g.y[1], g.y[2],   g.y[3],
           g.sh,          g.sw,           g.ph,         g.pw,   g.dh,   g.dw,   g.groups, 0};
 }
 
@@ -243,8 +243,8 @@ void run_conv(ConvKind kind, const Tensor& x_in, const Tensor& w_in, const Tenso
   const Tensor w = kind == ConvKind::BackwardFilter ? out : dense(w_in);
   const Tensor y = kind == ConvKind::Forward ? out : dense(y_in);
   const ConvParams cp = ConvParams::from(attrs, kind_name(kind));
-  const ConvGeometry g{x.sizes(),     w.sizes(),     y.sizes(),      cp.stride.h,    cp.stride.w,
-                       cp.padding.h,  cp.padding.w,  cp.dilation.h,  cp.dilation.w,  cp.groups};
+  const ConvGeometry g{x.sizes(),    w.sizes(),    y.sizes(),     cp.stride.h,   cp.stride.w,
+                       cp.padding.h, cp.padding.w, cp.dilation.h, cp.dilation.w, cp.groups};
   const int device = target.device().index;
   DeviceGuard guard(device);
   cudnnHandle_t h = cudnn_handle(device, kind_name(kind));
@@ -311,8 +311,8 @@ void conv2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (in.size() == 2) return;
   const Tensor& y = out[0];
   const Tensor& bias = in[2];
-  const Tensor b = make_view(bias.storage(), {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.offset(),
-                             bias.dtype());
+  const Tensor b =
+      make_view(bias.storage(), {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.offset(), bias.dtype());
   dispatch_float(y.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
     launch_elementwise<T, T, T>(y, {&y, &b}, functors::Add{});

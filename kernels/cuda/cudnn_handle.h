@@ -23,32 +23,32 @@ namespace brisk::kernels::cuda {
 // The cuDNN functions brisk calls, one X(name) each (see Note [Lazy CUDA libraries]). All of
 // them are exported by libcudnn.so.9 itself, which loads its sub-libraries (ops, cnn, graph,
 // engines) as it needs them.
-#define BRISK_CUDNN_FUNCTIONS(X)                     \
-  X(cudnnGetErrorString)                             \
-  X(cudnnCreate)                                     \
-  X(cudnnSetStream)                                  \
-  X(cudnnCreateTensorDescriptor)                     \
-  X(cudnnDestroyTensorDescriptor)                    \
-  X(cudnnSetTensor4dDescriptor)                      \
-  X(cudnnCreateFilterDescriptor)                     \
-  X(cudnnDestroyFilterDescriptor)                    \
-  X(cudnnSetFilter4dDescriptor)                      \
-  X(cudnnCreateConvolutionDescriptor)                \
-  X(cudnnDestroyConvolutionDescriptor)               \
-  X(cudnnSetConvolution2dDescriptor)                 \
-  X(cudnnSetConvolutionGroupCount)                   \
-  X(cudnnSetConvolutionMathType)                     \
-  X(cudnnGetConvolutionForwardAlgorithm_v7)          \
-  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)     \
-  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)   \
-  X(cudnnGetConvolutionForwardWorkspaceSize)         \
-  X(cudnnGetConvolutionBackwardDataWorkspaceSize)    \
-  X(cudnnGetConvolutionBackwardFilterWorkspaceSize)  \
-  X(cudnnConvolutionForward)                         \
-  X(cudnnConvolutionBackwardData)                    \
-  X(cudnnConvolutionBackwardFilter)                  \
-  X(cudnnDeriveBNTensorDescriptor)                   \
-  X(cudnnBatchNormalizationForwardTraining)          \
+#define BRISK_CUDNN_FUNCTIONS(X)                    \
+  X(cudnnGetErrorString)                            \
+  X(cudnnCreate)                                    \
+  X(cudnnSetStream)                                 \
+  X(cudnnCreateTensorDescriptor)                    \
+  X(cudnnDestroyTensorDescriptor)                   \
+  X(cudnnSetTensor4dDescriptor)                     \
+  X(cudnnCreateFilterDescriptor)                    \
+  X(cudnnDestroyFilterDescriptor)                   \
+  X(cudnnSetFilter4dDescriptor)                     \
+  X(cudnnCreateConvolutionDescriptor)               \
+  X(cudnnDestroyConvolutionDescriptor)              \
+  X(cudnnSetConvolution2dDescriptor)                \
+  X(cudnnSetConvolutionGroupCount)                  \
+  X(cudnnSetConvolutionMathType)                    \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)         \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)  \
+  X(cudnnGetConvolutionForwardWorkspaceSize)        \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
+  X(cudnnConvolutionForward)                        \
+  X(cudnnConvolutionBackwardData)                   \
+  X(cudnnConvolutionBackwardFilter)                 \
+  X(cudnnDeriveBNTensorDescriptor)                  \
+  X(cudnnBatchNormalizationForwardTraining)         \
   X(cudnnBatchNormalizationForwardInference)
 
 struct CudnnApi {
@@ -62,12 +62,12 @@ namespace detail {
 }
 }  // namespace detail
 
-#define BRISK_CUDNN_CHECK(call)                                                               \
-  do {                                                                                        \
-    cudnnStatus_t brisk_cudnn_status_ = (call);                                               \
-    if (__builtin_expect(brisk_cudnn_status_ != CUDNN_STATUS_SUCCESS, 0)) {                   \
+#define BRISK_CUDNN_CHECK(call)                                                                   \
+  do {                                                                                            \
+    cudnnStatus_t brisk_cudnn_status_ = (call);                                                   \
+    if (__builtin_expect(brisk_cudnn_status_ != CUDNN_STATUS_SUCCESS, 0)) {                       \
       ::brisk::kernels::cuda::detail::cudnn_fail(brisk_cudnn_status_, #call, __FILE__, __LINE__); \
-    }                                                                                         \
+    }                                                                                             \
   } while (0)
 
 // The calling thread's cuDNN handle on `device` (the caller holds a DeviceGuard for it), set

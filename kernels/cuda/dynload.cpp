@@ -147,8 +147,7 @@ Loaded<CudnnApi> load_cudnn() {
   static constexpr const char* kNames[] = {BRISK_CUDNN_FUNCTIONS(BRISK_DYNLOAD_NAME)};
   void* addresses[std::size(kNames)];
   const std::string major = std::to_string(CUDNN_MAJOR);
-  const std::string remedy = "Install cuDNN " + major + " (libcudnn.so." + major +
-                             " and its libcudnn_*.so." + major +
+  const std::string remedy = "Install cuDNN " + major + " (libcudnn.so." + major + " and its libcudnn_*.so." + major +
                              " sub-libraries, side by side), or put its lib folder on LD_LIBRARY_PATH; to build "
                              "against a cuDNN elsewhere, reconfigure with CUDNN_ROOT=<its install folder>.";
   Loaded<CudnnApi> l;

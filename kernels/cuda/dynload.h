@@ -40,20 +40,20 @@ namespace brisk::kernels::cuda {
 // libraries, never a silent eager load.
 
 // cuBLASLt: the GEMM path of kernels/cuda/matmul.cu, and status names for BRISK_CUBLAS_CHECK.
-#define BRISK_CUBLASLT_FUNCTIONS(X)        \
-  X(cublasLtCreate)                        \
-  X(cublasLtMatmul)                        \
-  X(cublasLtMatmulAlgoGetHeuristic)        \
-  X(cublasLtMatmulDescCreate)              \
-  X(cublasLtMatmulDescDestroy)             \
-  X(cublasLtMatmulDescSetAttribute)        \
-  X(cublasLtMatmulPreferenceCreate)        \
-  X(cublasLtMatmulPreferenceDestroy)       \
-  X(cublasLtMatmulPreferenceSetAttribute)  \
-  X(cublasLtMatrixLayoutCreate)            \
-  X(cublasLtMatrixLayoutDestroy)           \
-  X(cublasLtMatrixLayoutSetAttribute)      \
-  X(cublasLtGetStatusName)                 \
+#define BRISK_CUBLASLT_FUNCTIONS(X)       \
+  X(cublasLtCreate)                       \
+  X(cublasLtMatmul)                       \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescDestroy)            \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatrixLayoutSetAttribute)     \
+  X(cublasLtGetStatusName)                \
   X(cublasLtGetStatusString)
 
 // cuBLAS: the fallback GEMM of kernels/cuda/matmul.cu. The exported names of cublasCreate and
@@ -68,11 +68,11 @@ namespace brisk::kernels::cuda {
 // a cudaDataType), so &::cublasGemmStridedBatchedEx has no single type: the exported
 // function's type is written out, and the static_assert picks that overload from the header
 // (it fails to compile if the declaration changes).
-using CublasGemmStridedBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
-                                                        int, int, const void*, const void*, cudaDataType, int,
-                                                        long long, const void*, cudaDataType, int, long long,
-                                                        const void*, void*, cudaDataType, int, long long, int,
-                                                        cublasComputeType_t, cublasGemmAlgo_t);
+using CublasGemmStridedBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                                        int, const void*, const void*, cudaDataType, int, long long,
+                                                        const void*, cudaDataType, int, long long, const void*, void*,
+                                                        cudaDataType, int, long long, int, cublasComputeType_t,
+                                                        cublasGemmAlgo_t);
 static_assert(sizeof(static_cast<CublasGemmStridedBatchedExFn>(&::cublasGemmStridedBatchedEx)) > 0);
 
 #define BRISK_DYNLOAD_MEMBER(name) decltype(&::name) name = nullptr;

@@ -28,8 +28,10 @@ void list_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   if constexpr (E::dtypes == F::Numeric) {
     BRISK_CHECK(t != DType::Bool, op_name(E::id), ": no kernel for dtype Bool");
     if (is_integral(t)) {
-      if constexpr (E::arity == 1) return launch_elementwise_int<1>(out[0], {&in[0]}, f);
-      else return launch_elementwise_int<2>(out[0], {&in[0], &in[1]}, f);
+      if constexpr (E::arity == 1)
+        return launch_elementwise_int<1>(out[0], {&in[0]}, f);
+      else
+        return launch_elementwise_int<2>(out[0], {&in[0], &in[1]}, f);
     }
   }
   dispatch_float(t, op_name(E::id), [&](auto tag) {

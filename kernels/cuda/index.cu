@@ -50,18 +50,14 @@ __device__ __forceinline__ void atomic_add(Half* p, Half v) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
   atomicAdd(reinterpret_cast<__half*>(p), __ushort_as_half(v.bits));
 #else
-  atomic_update_narrow(&p->bits, [v](uint16_t b) {
-    return Half(float(Half::from_bits(b)) + float(v)).bits;
-  });
+  atomic_update_narrow(&p->bits, [v](uint16_t b) { return Half(float(Half::from_bits(b)) + float(v)).bits; });
 #endif
 }
 __device__ __forceinline__ void atomic_add(BFloat16* p, BFloat16 v) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   atomicAdd(reinterpret_cast<__nv_bfloat16*>(p), __ushort_as_bfloat16(v.bits));
 #else
-  atomic_update_narrow(&p->bits, [v](uint16_t b) {
-    return BFloat16(float(BFloat16::from_bits(b)) + float(v)).bits;
-  });
+  atomic_update_narrow(&p->bits, [v](uint16_t b) { return BFloat16(float(BFloat16::from_bits(b)) + float(v)).bits; });
 #endif
 }
 
@@ -87,8 +83,8 @@ __global__ void gather_kernel(int64_t n, OffsetCalc<3> calc, U* out, const U* x,
 // src: sizes S; out written at S's positions with dim `dim` replaced by the index.
 // Offsets: [src, out without dim, index].
 template <class T, class I>
-__global__ void scatter_add_kernel(int64_t n, OffsetCalc<3> calc, T* out, const T* src, const I* index,
-                                   int64_t along, int64_t size, DeviceErrorSlot* slot, int op) {
+__global__ void scatter_add_kernel(int64_t n, OffsetCalc<3> calc, T* out, const T* src, const I* index, int64_t along,
+                                   int64_t size, DeviceErrorSlot* slot, int op) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[3];
     calc.get(i, off);
@@ -152,8 +148,8 @@ void scatter_add_into(const Tensor& out, const Tensor& src, const Tensor& index,
       if constexpr (!std::is_same_v<T, bool>) {  // dispatch_numeric rejects Bool at run time
         scatter_add_kernel<T, I><<<grid_for(n), kBlock, 0, stream_handle(device)>>>(
             n, calc, static_cast<T*>(out.data_ptr()), static_cast<const T*>(src.data_ptr()),
-            static_cast<const I*>(index.data_ptr()), out.strides()[dim], out.sizes()[dim],
-            device_error_slot(device), int(op));
+            static_cast<const I*>(index.data_ptr()), out.strides()[dim], out.sizes()[dim], device_error_slot(device),
+            int(op));
         BRISK_CUDA_CHECK_LAUNCH();
       }
     });

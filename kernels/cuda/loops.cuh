@@ -193,8 +193,8 @@ __device__ __forceinline__ void apply_at(Out* out, const int64_t* off, const InP
 
 // VEC output elements starting at `base`; inputs are dense or scalars (bit k of scalar_mask).
 template <int VEC, class Out, class F, class... In, size_t... I>
-__device__ __forceinline__ void apply_vec(Out* out, int64_t base, const InPtrs<In...>& ins, uint32_t scalar_mask,
-                                          F& f, std::index_sequence<I...>) {
+__device__ __forceinline__ void apply_vec(Out* out, int64_t base, const InPtrs<In...>& ins, uint32_t scalar_mask, F& f,
+                                          std::index_sequence<I...>) {
   ::cuda::std::tuple<Vec<In, VEC>...> regs;
   (load_vec(::cuda::std::get<I>(regs), static_cast<const In*>(ins.p[I]), base, (scalar_mask >> I & 1u) != 0), ...);
   Vec<Out, VEC> res;
@@ -349,8 +349,8 @@ void launch_elementwise_int(const Tensor& out, std::array<const Tensor*, NIN> in
     operands.t[k] = ins[k]->dtype();
   }
   OffsetCalc<1 + NIN> calc = make_offset_calc<1 + NIN>(ops.data());
-  int_kernel<F, NIN><<<grid_for(n), kBlock, 0, stream_handle(device)>>>(n, calc, out.data_ptr(), out.dtype(),
-                                                                          operands, f);
+  int_kernel<F, NIN>
+      <<<grid_for(n), kBlock, 0, stream_handle(device)>>>(n, calc, out.data_ptr(), out.dtype(), operands, f);
   BRISK_CUDA_CHECK_LAUNCH();
 }
 

@@ -112,9 +112,25 @@ LtPlan& lt_plan(const Gemm& g, int device) {
   const uint32_t al_a = alignment(g.a, g.stride_a * esize, g.batch);
   const uint32_t al_b = alignment(g.b, g.stride_b * esize, g.batch);
   const uint32_t al_c = alignment(g.c, g.stride_c * esize, g.batch);
-  const PlanKey key{device,      int64_t(g.dtype), int64_t(compute_type(g.dtype)), g.op_a, g.op_b, g.m, g.n,
-                    g.k,         g.lda,            g.ldb,                          g.ldc,  g.batch, g.stride_a,
-                    g.stride_b,  g.stride_c,       al_a,                           al_b,   al_c,    0,
+  const PlanKey key{device,
+                    int64_t(g.dtype),
+                    int64_t(compute_type(g.dtype)),
+                    g.op_a,
+                    g.op_b,
+                    g.m,
+                    g.n,
+                    g.k,
+                    g.lda,
+                    g.ldb,
+                    g.ldc,
+                    g.batch,
+                    g.stride_a,
+                    g.stride_b,
+                    g.stride_c,
+                    al_a,
+                    al_b,
+                    al_c,
+                    0,
                     0};
   auto& cache = plan_cache();
   auto it = cache.find(key);
@@ -186,15 +202,14 @@ void run_gemm(const Gemm& g, int device, cudaStream_t stream) {
     if (st == CUBLAS_STATUS_SUCCESS) return;
     // The heuristic's algorithm refused this problem at run time: the classic API below takes
     // it from now on (the plan is cached per geometry). Any other failure is an error.
-    BRISK_CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_ARCH_MISMATCH, "matmul: cublasLtMatmul failed: ",
-                cublas_lt().cublasLtGetStatusName(st), " (", int(st), ") for ", g.m, " x ", g.n, " x ", g.k, " ",
-                g.dtype, ", batch ", g.batch);
+    BRISK_CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_ARCH_MISMATCH,
+                "matmul: cublasLtMatmul failed: ", cublas_lt().cublasLtGetStatusName(st), " (", int(st), ") for ", g.m,
+                " x ", g.n, " x ", g.k, " ", g.dtype, ", batch ", g.batch);
     p.ok = false;
   }
   // Fallback: the classic API (its own heuristics, int32 sizes).
   constexpr int64_t kInt = int64_t(1) << 31;
-  BRISK_CHECK(g.m < kInt && g.n < kInt && g.k < kInt && g.lda < kInt && g.ldb < kInt && g.ldc < kInt &&
-                  g.batch < kInt,
+  BRISK_CHECK(g.m < kInt && g.n < kInt && g.k < kInt && g.lda < kInt && g.ldb < kInt && g.ldc < kInt && g.batch < kInt,
               "matmul: problem too large for cuBLAS (", g.m, " x ", g.n, " x ", g.k, ")");
   cublasHandle_t h = handles(device).blas;
   BRISK_CUBLAS_CHECK(cublas().cublasSetStream(h, stream));
@@ -316,7 +331,8 @@ __global__ void matmul_int_kernel(int64_t total, OffsetCalc<3> calc, int64_t m, 
     calc.get(idx / (m * n), off);
     uint64_t acc = 0;
     for (int64_t p = 0; p < k; ++p) {
-      acc += uint64_t(load_int(a, off[1] + i * ars + p * acs, at)) * uint64_t(load_int(b, off[2] + p * brs + j * bcs, bt));
+      acc +=
+          uint64_t(load_int(a, off[1] + i * ars + p * acs, at)) * uint64_t(load_int(b, off[2] + p * brs + j * bcs, bt));
     }
     store_int(c, off[0] + i * n + j, ct, int64_t(acc));
   }

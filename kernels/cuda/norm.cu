@@ -109,9 +109,9 @@ void layer_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
       using T = decltype(tag);
       using S = compute_t<T>;
       layer_norm_kernel<T><<<grid, block, 0, stream>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
-          static_cast<const T*>(b.data_ptr()), static_cast<T*>(y.dense.data_ptr()),
-          static_cast<S*>(mean.dense.data_ptr()), static_cast<S*>(rstd.dense.data_ptr()), rows, n, eps);
+          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()), static_cast<const T*>(b.data_ptr()),
+          static_cast<T*>(y.dense.data_ptr()), static_cast<S*>(mean.dense.data_ptr()),
+          static_cast<S*>(rstd.dense.data_ptr()), rows, n, eps);
       BRISK_CUDA_CHECK_LAUNCH();
     });
   }
@@ -181,7 +181,7 @@ void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
   const double eps = params.eps;
   const int64_t batch = x_in.sizes()[0], channels = x_in.sizes()[1];
   const int64_t spatial = batch * channels == 0 ? 0 : x_in.numel() / (batch * channels);
-  if (channels == 0) return;  // every output is empty
+  if (channels == 0) return;          // every output is empty
   const DType stat = out[1].dtype();  // F32, or F64 for F64 inputs
   DenseOut y(out[0]), mean(out[1]), rstd(out[2]);
   const int device = x_in.device().index;
@@ -200,9 +200,9 @@ void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
     dispatch_float(stat, op, [&](auto tag) {
       using S = decltype(tag);
       if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
-        bn_rstd_kernel<S><<<grid_for(channels), kBlock, 0, stream>>>(
-            training ? nullptr : static_cast<const S*>(run_var.data_ptr()), static_cast<S*>(rstd.dense.data_ptr()),
-            channels, eps);
+        bn_rstd_kernel<S>
+            <<<grid_for(channels), kBlock, 0, stream>>>(training ? nullptr : static_cast<const S*>(run_var.data_ptr()),
+                                                        static_cast<S*>(rstd.dense.data_ptr()), channels, eps);
         BRISK_CUDA_CHECK_LAUNCH();
       }
     });

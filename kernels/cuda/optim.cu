@@ -58,9 +58,8 @@ constexpr size_t kTableBytes = 3840;
 // tensors, and for each block (chunk) the tensor it works on and which of its chunks.
 template <int Depth>
 struct ChunkTable {
-  static constexpr int kMaxTensors =
-      int((kTableBytes - kMaxChunks * (sizeof(int32_t) + sizeof(uint8_t))) /
-          (Depth * sizeof(void*) + sizeof(int64_t) + 2 * sizeof(double)));
+  static constexpr int kMaxTensors = int((kTableBytes - kMaxChunks * (sizeof(int32_t) + sizeof(uint8_t))) /
+                                         (Depth * sizeof(void*) + sizeof(int64_t) + 2 * sizeof(double)));
   void* ptr[Depth][kMaxTensors];
   int64_t numel[kMaxTensors];
   double scalars[2][kMaxTensors];
@@ -178,8 +177,8 @@ struct SgdOp {
   bool has_wd, has_momentum, nesterov, maximize;
 
   static SgdOp make(const SgdHyper& h) {
-    return {T(h.weight_decay), T(h.momentum), T(1 - h.dampening), T(-h.lr),
-            h.weight_decay != 0, h.momentum != 0, h.nesterov, h.maximize};
+    return {T(h.weight_decay),   T(h.momentum),   T(1 - h.dampening), T(-h.lr),
+            h.weight_decay != 0, h.momentum != 0, h.nesterov,         h.maximize};
   }
 
   __device__ void operator()(T* const* ptr, int n, T fresh, T) const {
@@ -260,8 +259,8 @@ struct RmspropOp {
   bool has_wd, centered, has_momentum, maximize;
 
   static RmspropOp make(const RmspropHyper& h) {
-    return {T(h.weight_decay), T(h.alpha),  T(1 - h.alpha), T(h.eps),    T(h.momentum),
-            T(-h.lr),          h.weight_decay != 0, h.centered, h.momentum > 0, h.maximize};
+    return {T(h.weight_decay), T(h.alpha),          T(1 - h.alpha), T(h.eps),       T(h.momentum),
+            T(-h.lr),          h.weight_decay != 0, h.centered,     h.momentum > 0, h.maximize};
   }
 
   __device__ void operator()(T* const* ptr, int n, T, T) const {
@@ -302,7 +301,9 @@ struct AdagradOp {
   T wd, eps;
   bool has_wd, maximize;
 
-  static AdagradOp make(const AdagradHyper& h) { return {T(h.weight_decay), T(h.eps), h.weight_decay != 0, h.maximize}; }
+  static AdagradOp make(const AdagradHyper& h) {
+    return {T(h.weight_decay), T(h.eps), h.weight_decay != 0, h.maximize};
+  }
 
   __device__ void operator()(T* const* ptr, int n, T clr, T) const {
     T* __restrict__ p = ptr[0];

@@ -239,8 +239,8 @@ void max_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
   const int64_t n = p.planes * p.Ho * p.Wo;
   run_pool(x, n, "max_pool2d", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    max_pool_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense),
-                                                           mdata<int64_t>(idx.dense), p);
+    max_pool_kernel<T>
+        <<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense), mdata<int64_t>(idx.dense), p);
   });
   y.finish();
   idx.finish();
@@ -273,12 +273,12 @@ void max_pool2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> ou
         cdata<int64_t>(idx), n_out, p.H * p.W, device_error_slot(device), int(OpId::MaxPool2dBackward));
     BRISK_CUDA_CHECK_LAUNCH();
   }
-  const bool empty_windows = has_empty_window(p.H, p.Ho, p.kh, p.sh, p.ph, p.dh) ||
-                             has_empty_window(p.W, p.Wo, p.kw, p.sw, p.pw, p.dw);
+  const bool empty_windows =
+      has_empty_window(p.H, p.Ho, p.kh, p.sh, p.ph, p.dh) || has_empty_window(p.W, p.Wo, p.kw, p.sw, p.pw, p.dw);
   run_pool(g, n, "max_pool2d_backward", [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    max_pool_backward_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), cdata<int64_t>(idx),
-                                                                    mdata<T>(gx.dense), p, empty_windows);
+    max_pool_backward_kernel<T>
+        <<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(g), cdata<int64_t>(idx), mdata<T>(gx.dense), p, empty_windows);
   });
   gx.finish();
 }

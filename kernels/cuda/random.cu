@@ -39,8 +39,7 @@ __global__ void arange_kernel(T* out, int64_t n, double start, double step) {
 template <class T>
 __global__ void rand_kernel(T* out, int64_t n, uint64_t seed, uint64_t offset, double scale, double low) {
   const int64_t counters = (n + 3) / 4;
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < counters;
-       c += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < counters; c += int64_t(gridDim.x) * blockDim.x) {
     const Philox4 r = philox(seed, offset + uint64_t(c));
 #pragma unroll
     for (int lane = 0; lane < 4; ++lane) {
@@ -61,8 +60,7 @@ __global__ void randn_kernel(T* out, int64_t n, uint64_t seed, uint64_t offset, 
 // keep: (n) Bool, keep[i] = u_i >= p
 __global__ void dropout_mask_kernel(bool* keep, int64_t n, uint64_t seed, uint64_t offset, double p) {
   const int64_t counters = (n + 3) / 4;
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < counters;
-       c += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < counters; c += int64_t(gridDim.x) * blockDim.x) {
     const Philox4 r = philox(seed, offset + uint64_t(c));
 #pragma unroll
     for (int lane = 0; lane < 4; ++lane) {
@@ -90,7 +88,7 @@ void arange_op(std::span<const Tensor>, std::span<Tensor> out, const Attrs& attr
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {
       arange_kernel<T><<<grid_for(n), kBlock, 0, stream_handle(y.device().index)>>>(static_cast<T*>(y.data_ptr()), n,
-                                                                                   attrs.a, attrs.b);
+                                                                                    attrs.a, attrs.b);
       BRISK_CUDA_CHECK_LAUNCH();
     }
   });

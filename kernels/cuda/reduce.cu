@@ -514,8 +514,13 @@ __global__ void ce_backward_kernel(CeArgs a, const T* g, int64_t gs, const T* x,
 }
 
 CeArgs ce_args(const Tensor& logits, const Tensor& target, const CrossEntropyParams& p, OpId op) {
-  return CeArgs{logits.sizes()[0], logits.sizes()[1], target.data<int64_t>(), p.ignore_index, p.label_smoothing,
-                device_error_slot(logits.device().index), int(op)};
+  return CeArgs{logits.sizes()[0],
+                logits.sizes()[1],
+                target.data<int64_t>(),
+                p.ignore_index,
+                p.label_smoothing,
+                device_error_slot(logits.device().index),
+                int(op)};
 }
 
 void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
@@ -545,8 +550,8 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
     A* lp = static_cast<A*>(loss.data_ptr());
     const RowConfig c = row_config(a.n, a.c);
     const int64_t ys = none ? y.strides()[0] : 0;
-    ce_forward_kernel<T><<<c.grid, c.block, 0, stream>>>(a, static_cast<const T*>(logits.data_ptr()), lp,
-                                                         none ? yp : nullptr, ys);
+    ce_forward_kernel<T>
+        <<<c.grid, c.block, 0, stream>>>(a, static_cast<const T*>(logits.data_ptr()), lp, none ? yp : nullptr, ys);
     BRISK_CUDA_CHECK_LAUNCH();
     if (!none) {
       ce_reduce_kernel<T><<<1, kBlock, 0, stream>>>(a, lp, mean, yp);

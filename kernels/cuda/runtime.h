@@ -22,12 +22,12 @@ namespace detail {
 
 // BRISK_CUDA_CHECK(cudaMalloc(&p, n)): throws brisk::Error naming the call, the error code and
 // CUDA's message, and clears CUDA's (non-sticky) last error.
-#define BRISK_CUDA_CHECK(call)                                                               \
-  do {                                                                                       \
-    cudaError_t brisk_err_ = (call);                                                         \
-    if (__builtin_expect(brisk_err_ != cudaSuccess, 0)) {                                    \
-      ::brisk::kernels::cuda::detail::cuda_fail(brisk_err_, #call, __FILE__, __LINE__);      \
-    }                                                                                        \
+#define BRISK_CUDA_CHECK(call)                                                          \
+  do {                                                                                  \
+    cudaError_t brisk_err_ = (call);                                                    \
+    if (__builtin_expect(brisk_err_ != cudaSuccess, 0)) {                               \
+      ::brisk::kernels::cuda::detail::cuda_fail(brisk_err_, #call, __FILE__, __LINE__); \
+    }                                                                                   \
   } while (0)
 
 // After a kernel launch: reports a bad launch configuration (or an earlier asynchronous error).

@@ -34,8 +34,8 @@ SmallCNN::SmallCNN(int64_t num_classes, double dropout) : Module("SmallCNN") {
 }
 
 Tensor SmallCNN::forward(const Tensor& x) {
-  BRISK_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28, "SmallCNN: expects (B, 1, 28, 28), got ",
-              x.sizes());
+  BRISK_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
+              "SmallCNN: expects (B, 1, 28, 28), got ", x.sizes());
   Tensor h = (*child("features"))(x);
   return (*child("classifier"))(flatten(h, 1));
 }

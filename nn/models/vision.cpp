@@ -9,9 +9,8 @@ namespace {
 
 std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t pad = 0,
                              int64_t groups = 1, bool bias = false) {
-  return std::make_shared<Conv2d>(in, out, k,
-                                  ConvOptions{.stride = {stride, stride}, .padding = {pad, pad}, .groups = groups,
-                                              .bias = bias});
+  return std::make_shared<Conv2d>(
+      in, out, k, ConvOptions{.stride = {stride, stride}, .padding = {pad, pad}, .groups = groups, .bias = bias});
 }
 
 // torchvision's init for convolutional models: conv kaiming_normal(fan_out, relu), norm
@@ -118,9 +117,15 @@ Tensor ResNet::forward(const Tensor& x) {
   return (*child("fc"))(h);
 }
 
-std::shared_ptr<ResNet> resnet18(int64_t n) { return std::make_shared<ResNet>(false, std::array<int, 4>{2, 2, 2, 2}, n); }
-std::shared_ptr<ResNet> resnet34(int64_t n) { return std::make_shared<ResNet>(false, std::array<int, 4>{3, 4, 6, 3}, n); }
-std::shared_ptr<ResNet> resnet50(int64_t n) { return std::make_shared<ResNet>(true, std::array<int, 4>{3, 4, 6, 3}, n); }
+std::shared_ptr<ResNet> resnet18(int64_t n) {
+  return std::make_shared<ResNet>(false, std::array<int, 4>{2, 2, 2, 2}, n);
+}
+std::shared_ptr<ResNet> resnet34(int64_t n) {
+  return std::make_shared<ResNet>(false, std::array<int, 4>{3, 4, 6, 3}, n);
+}
+std::shared_ptr<ResNet> resnet50(int64_t n) {
+  return std::make_shared<ResNet>(true, std::array<int, 4>{3, 4, 6, 3}, n);
+}
 
 // ---- VGG
 VGG::VGG(const std::vector<int64_t>& config, int64_t num_classes, double dropout) : Module("VGG") {
@@ -199,8 +204,8 @@ class InvertedResidual : public Module {
 
 MobileNetV2::MobileNetV2(int64_t num_classes, double dropout) : Module("MobileNetV2") {
   // (expansion t, channels c, repeats n, first stride s), as in the paper and torchvision.
-  const int64_t settings[7][4] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
-                                  {6, 96, 3, 1},  {6, 160, 3, 2}, {6, 320, 1, 1}};
+  const int64_t settings[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                                  {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
   auto features = std::make_shared<Sequential>();
   features->push_back(conv_bn_relu6(3, 32, 3, 2, 1));
   int64_t in = 32;

@@ -1,8 +1,8 @@
 // tests/fuzz/fuzz_image.cpp: libFuzzer target for data::read_image and data::ImageFolder
 // (data/readers.h): the input is one image file (read_image checks PNG, JPEG and BMP
-// structure and refuses the rest before stb_image decodes; see Note [Image containers]). Even-sized inputs go through an ImageFolder (3 channels), odd-sized ones through
-// read_image with 1 channel. stb_image's implementation is compiled into this target, so the
-// decoder itself is instrumented (ASan, coverage) instead of the uninstrumented libstb.so; the
+// structure and refuses the rest before stb_image decodes; see Note [Image containers]). Even-sized inputs go through
+// an ImageFolder (3 channels), odd-sized ones through read_image with 1 channel. stb_image's implementation is compiled
+// into this target, so the decoder itself is instrumented (ASan, coverage) instead of the uninstrumented libstb.so; the
 // library's calls resolve to this copy. Not a fuzzer of the transforms or the loader.
 #include <cstddef>
 #include <cstdint>

@@ -17,8 +17,8 @@
 #include "engine/functions.h"
 #include "engine/random.h"
 #include "engine/serialize.h"
-#include "train/checkpoint.h"
 #include "tests/fuzz/checkpoint_run.h"
+#include "train/checkpoint.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb/stb_image_write.h>
