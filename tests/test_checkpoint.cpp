@@ -31,6 +31,7 @@
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 
 extern char** environ;
@@ -64,16 +65,6 @@ std::string slurp(const std::string& path) {
 void spit(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
-}
-
-template <class F>
-std::string error_text(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool bit_equal(const Tensor& a, const Tensor& b) {
@@ -245,7 +236,7 @@ TEST_CASE("checkpoint: optional parts are left out and a model-only load ignores
   save_model_only.model = a.model.get();
   train::save_checkpoint(path, save_model_only);
   train::TrainingState sb = b.state();
-  std::string msg = error_text([&] { train::load_checkpoint(path, sb); });
+  std::string msg = test::error_text([&] { train::load_checkpoint(path, sb); });
   CHECK(msg.find("'optimizer' is missing") != std::string::npos);
   CHECK(msg.find(path) != std::string::npos);
 }
@@ -268,7 +259,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   optim::Scalars sched_before = wide.sched->state_dict();
   const uint64_t offset_before = default_generator().offset();
   train::TrainingState sw = wide.state();
-  std::string msg = error_text([&] { train::load_checkpoint(path, sw); });
+  std::string msg = test::error_text([&] { train::load_checkpoint(path, sw); });
   CHECK(msg.find("'model.0.weight'") != std::string::npos);
   CHECK(msg.find("(16, 8)") != std::string::npos);
   CHECK(msg.find(path) != std::string::npos);
@@ -283,7 +274,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   deeper.model->push_back(std::make_shared<nn::Linear>(4, 4));
   train::TrainingState sd = deeper.state();
   sd.optimizer = nullptr;
-  msg = error_text([&] { train::load_checkpoint(path, sd); });
+  msg = test::error_text([&] { train::load_checkpoint(path, sd); });
   CHECK(msg.find("'model.4.weight' is missing") != std::string::npos);
 
   // A model with a layer less: the unexpected key is named.
@@ -291,7 +282,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   shallow->push_back(std::make_shared<nn::Linear>(8, 16));
   train::TrainingState ss;
   ss.model = shallow.get();
-  msg = error_text([&] { train::load_checkpoint(path, ss); });
+  msg = test::error_text([&] { train::load_checkpoint(path, ss); });
   CHECK(msg.find("'model.3.weight' is unexpected") != std::string::npos);
 
   // Another optimizer kind.
@@ -300,7 +291,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   train::TrainingState so;
   so.model = other.model.get();
   so.optimizer = &sgd;
-  msg = error_text([&] { train::load_checkpoint(path, so); });
+  msg = test::error_text([&] { train::load_checkpoint(path, so); });
   CHECK(msg.find("\"Adam\" in the checkpoint but SGD") != std::string::npos);
 
   // The same optimizer over differently named parameters.
@@ -310,7 +301,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   train::TrainingState sr;
   sr.model = other.model.get();
   sr.optimizer = &adam2;
-  msg = error_text([&] { train::load_checkpoint(path, sr); });
+  msg = test::error_text([&] { train::load_checkpoint(path, sr); });
   CHECK(msg.find("'group.0.num_params'") != std::string::npos);
 
   // Another schedule kind: its keys differ.
@@ -318,7 +309,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   optim::CosineAnnealingWarmRestarts warm(*sched_run.opt, 5);
   train::TrainingState sc = sched_run.state();
   sc.scheduler = &warm;
-  msg = error_text([&] { train::load_checkpoint(path, sc); });
+  msg = test::error_text([&] { train::load_checkpoint(path, sc); });
   CHECK(msg.find("scheduler key 'T_cur' is missing") != std::string::npos);
 }
 
@@ -390,7 +381,7 @@ TEST_CASE("checkpoint: a bad part refused by its own check changes no part, not 
                         Case{"scheduler", "last_epoch", "\"nan\"", "scheduler state"}}) {
     CAPTURE(c.section);
     save_safetensors(bad, f.tensors, {{train::kCheckpointMetadataKey, with_value(meta, c.section, c.key, c.value)}});
-    const std::string msg = error_text([&] { train::load_checkpoint(bad, sb); });
+    const std::string msg = test::error_text([&] { train::load_checkpoint(bad, sb); });
     CHECK(msg.find(c.expect) != std::string::npos);
     CHECK(msg.find(bad) != std::string::npos);
     CHECK(before.same_as(b));  // the optimizer is loaded first, yet nothing changed
@@ -445,8 +436,8 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   for (size_t cut : {size_t(0), size_t(5), size_t(8), size_t(20), bytes.size() / 2, bytes.size() - 1}) {
     CAPTURE(cut);
     spit(bad, bytes.substr(0, cut));
-    std::string msg = error_text([&] { train::load_checkpoint(bad, sb); });
-    CHECK(msg != "(no error)");
+    std::string msg = test::error_text([&] { train::load_checkpoint(bad, sb); });
+    CHECK(!msg.empty());
     CHECK(msg.find(bad) != std::string::npos);
   }
 
@@ -454,19 +445,19 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   std::string garbled = bytes;
   garbled[10] = '\x01';
   spit(bad, garbled);
-  CHECK(error_text([&] { train::load_checkpoint(bad, sb); }).find(bad) != std::string::npos);
+  CHECK(test::error_text([&] { train::load_checkpoint(bad, sb); }).find(bad) != std::string::npos);
 
   // A flipped bit in the tensor data (the last bytes belong to the last tensor written).
   std::string flipped = bytes;
   flipped[flipped.size() - 3] ^= 0x10;
   spit(bad, flipped);
-  std::string crc_msg = error_text([&] { train::load_checkpoint(bad, sb); });
+  std::string crc_msg = test::error_text([&] { train::load_checkpoint(bad, sb); });
   CHECK(crc_msg.find("fails its CRC-32 check") != std::string::npos);
   CHECK(crc_msg.find("'optimizer.state.") != std::string::npos);
 
   // A weights-only safetensors file is not a training checkpoint.
   save_safetensors(bad, a.model->state_dict());
-  CHECK(error_text([&] { train::load_checkpoint(bad, sb); }).find("not a brisk training checkpoint") !=
+  CHECK(test::error_text([&] { train::load_checkpoint(bad, sb); }).find("not a brisk training checkpoint") !=
         std::string::npos);
 
   // Metadata from another version, or broken JSON, or a missing field.
@@ -474,7 +465,7 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   std::string meta = f.metadata.at(train::kCheckpointMetadataKey);
   auto with_meta = [&](const std::string& m) {
     save_safetensors(bad, f.tensors, {{train::kCheckpointMetadataKey, m}});
-    return error_text([&] { train::load_checkpoint(bad, sb); });
+    return test::error_text([&] { train::load_checkpoint(bad, sb); });
   };
   std::string v2 = meta;
   v2.replace(v2.find("\"version\":1"), 11, "\"version\":2");
@@ -501,7 +492,8 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   // A save that fails (a user string that is not UTF-8) leaves the previous file as it was.
   train::TrainingState sa = a.state();
   sa.user_metadata["bad"] = "\xff";
-  CHECK(error_text([&] { train::save_checkpoint(path, sa); }).find("cannot be written as JSON") != std::string::npos);
+  CHECK(test::error_text([&] { train::save_checkpoint(path, sa); }).find("cannot be written as JSON") !=
+        std::string::npos);
 
   // None of it touched the good file or the objects' ability to load it.
   CHECK(slurp(path) == bytes);

@@ -4,7 +4,8 @@
 // instantiation: a contiguous one (operands dense or scalar, 16-byte vector loads/stores when
 // every pointer is aligned) and a strided one (per-element offsets from sizes and strides).
 // 16-bit floats are read as float, computed in float and rounded once on store, as on the CPU.
-// Also here: device helpers shared by the other kernel files (block reductions, error slot).
+// Also here: device helpers shared by the other kernel files (the error slot); block reductions
+// are in kernels/cuda/block_reduce.cuh.
 #pragma once
 
 #include <cuda_bf16.h>

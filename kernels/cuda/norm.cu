@@ -11,6 +11,7 @@
 
 #include "engine/op.h"
 #include "engine/op_params.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
 #ifdef BRISK_WITH_CUDNN
@@ -28,25 +29,6 @@ int pow2_at_least(int64_t n, int cap) {
 }
 
 // ---- layer norm
-// Sum of v over the blockDim.x threads of each row group (threadIdx.y picks the row): shuffles
-// within a warp, then shared memory across the group's warps. blockDim.x is a power of two
-// >= 32; every thread of the block must call it (rows past the end with 0).
-template <class A>
-__device__ A row_sum(A v) {
-  __shared__ A smem[kBlock / 32];
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (blockDim.x == 32) return v;
-  const int warps = blockDim.x / 32;
-  A* s = smem + threadIdx.y * warps;
-  __syncthreads();  // the previous call's readers are done
-  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
-  __syncthreads();
-  A r = s[0];
-  for (int w = 1; w < warps; ++w) r += s[w];
-  return r;
-}
-
 // x (rows, n), w/b (n) -> y (rows, n), mean/rstd (rows); all dense. blockDim.x threads per row,
 // blockDim.y rows per block. Two passes (mean, then the mean of squared deviations) keep the
 // variance free of the cancellation of E[x^2] - E[x]^2; the row is re-read from cache. Both
@@ -66,7 +48,7 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, comp
     if (valid) {
       for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += A(load_value(xr + j)) - k;
     }
-    const A total = row_sum(s);
+    const A total = group_reduce(s, SumF{});
     const A dm = n > 0 ? total / A(n) : A(0);  // mean - k
     A q = 0;
     if (valid) {
@@ -75,7 +57,7 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, comp
         q += d * d;
       }
     }
-    q = row_sum(q);
+    q = group_reduce(q, SumF{});
     if (!valid) continue;
     const A var = n > 0 ? q / A(n) : A(0);
     const A rs = A(1.0 / sqrt(double(var) + eps));
