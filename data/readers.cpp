@@ -474,8 +474,10 @@ Tensor read_image(const std::string& path, int channels, int64_t max_pixels) {
   // The header's size first: a few hundred bytes of PNG can claim a 16384 x 16384 image.
   BRISK_CHECK(stbi_info_from_memory(bytes.data(), n, &w, &h, &c), path, ": cannot decode image (",
               stbi_failure_reason(), ")");
-  BRISK_CHECK(int64_t(w) * int64_t(h) <= max_pixels, path, ": image of ", w, " x ", h,
-              " pixels is larger than the limit of ", max_pixels, " pixels (read_image's max_pixels)");
+  // |h|: stb_image 2.27's stbi_info reports a top-down BMP's height negative (stbi_load does not).
+  BRISK_CHECK(w > 0 && h != 0 && int64_t(w) * std::abs(int64_t(h)) <= max_pixels, path, ": image of ", w, " x ",
+              std::abs(int64_t(h)), " pixels is larger than the limit of ", max_pixels,
+              " pixels (read_image's max_pixels)");
   uint8_t* pixels = stbi_load_from_memory(bytes.data(), n, &w, &h, &c, channels);
   BRISK_CHECK(pixels, path, ": cannot decode image (", stbi_failure_reason(), ")");
   Tensor hwc = from_blob(pixels, {h, w, channels}, DType::U8, [](void* p) { stbi_image_free(p); });

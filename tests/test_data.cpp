@@ -402,6 +402,11 @@ TEST_CASE("data: read_image decodes (C, H, W) and refuses a header that claims t
   CHECK_THROWS_WITH_AS(read_image((dir / "huge.bmp").string()),
                        doctest::Contains("image of 100000 x 100000 pixels is larger than the limit"), Error);
   CHECK_THROWS_WITH_AS(read_image((dir / "tiny.bmp").string(), 3, 1), doctest::Contains("limit of 1 pixels"), Error);
+  // A top-down BMP (negative height), whose height stb_image's header probe reports negative:
+  // found by fuzzing as a 32-byte file that decoded 168M pixels.
+  write_file(dir / "topdown.bmp", bmp(1284, uint32_t(-130941), {1, 2, 3, 4}));
+  CHECK_THROWS_WITH_AS(read_image((dir / "topdown.bmp").string()),
+                       doctest::Contains("image of 1284 x 130941 pixels is larger than the limit"), Error);
   write_file(dir / "junk.png", {0x89, 'P', 'N', 'G', 1, 2, 3});
   CHECK_THROWS_WITH_AS(read_image((dir / "junk.png").string()),
                        doctest::Contains("junk.png: not a PNG, JPEG or BMP file"), Error);
