@@ -51,10 +51,19 @@ struct SumOp {
   using Value = A;
   using Acc = A;
   BRISK_INLINE Acc identity() const { return A(0); }
-  BRISK_INLINE Acc step(Acc acc, A v, int64_t) const { return acc + v; }
-  BRISK_INLINE Acc combine(Acc a, Acc b) const { return a + b; }
+  BRISK_INLINE Acc step(Acc acc, A v, int64_t) const { return add(acc, v); }
+  BRISK_INLINE Acc combine(Acc a, Acc b) const { return add(a, b); }
   BRISK_INLINE A finish(Acc a) const { return a; }
   BRISK_INLINE SumOp at(int64_t) const { return *this; }
+  // Integer sums wrap around in two's complement, as PyTorch's do (signed overflow would be
+  // undefined behaviour); floating sums are plain adds.
+  BRISK_INLINE static A add(A a, A b) {
+    if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) {
+      return A(std::make_unsigned_t<A>(a) + std::make_unsigned_t<A>(b));
+    } else {
+      return a + b;
+    }
+  }
 };
 
 // The sum divided by each output's element count (var's first pass).

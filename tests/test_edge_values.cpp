@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -248,4 +249,13 @@ TEST_CASE("edge values: batch_norm's running variance of a channel with NaN is N
   F::batch_norm(from_vector({kNan, 1, 1, 2}, {2, 2}), rm, rv, {}, {}, true);
   CHECK_SAME(values(rm), {kNan, 0.15});
   CHECK_SAME(values(rv), {kNan, 0.95});  // a NaN variance is not clamped to 0
+}
+
+TEST_CASE("edge values: integer sums wrap around as PyTorch's do, never overflow undefined") {
+  Tensor x = from_vector({1, 2}, {2}, DType::I64);
+  x.data<int64_t>()[0] = std::numeric_limits<int64_t>::max();
+  CHECK(sum(x).item<int64_t>() == std::numeric_limits<int64_t>::min() + 1);
+  Tensor y = from_vector({-1, -2}, {2}, DType::I64);
+  y.data<int64_t>()[0] = std::numeric_limits<int64_t>::min();
+  CHECK(sum(y).item<int64_t>() == std::numeric_limits<int64_t>::max() - 1);
 }
