@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-PKGS=(cmake ninja-build g++ libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libstb-dev dataset-fashion-mnist)
+PKGS=(cmake ninja-build g++ libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libstb-dev libjpeg-dev dataset-fashion-mnist)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
