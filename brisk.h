@@ -9,5 +9,6 @@
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/gradcheck.h"
+#include "engine/nonfinite.h"
 #include "engine/random.h"
 #include "engine/tensor.h"

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "engine/functions.h"
+#include "engine/nonfinite.h"
 
 namespace brisk {
 
@@ -180,15 +181,6 @@ struct ByPriority {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 
-void check_finite_grads(const Node& n, const std::vector<Tensor>& grads) {
-  for (const Tensor& g : grads) {
-    if (!g.defined() || !is_floating(g.dtype())) continue;
-    for (double v : g.to_vector<double>()) {
-      BRISK_CHECK(std::isfinite(v), "anomaly: backward of ", n.name(), " produced NaN/Inf in ", g.str());
-    }
-  }
-}
-
 // Brings a gradient to the shape and dtype of the slot it feeds; a wrong shape is a bug in a
 // backward formula and is reported with the op's name.
 Tensor validate(const Node& producer, const Node& consumer, int slot, Tensor g) {
@@ -346,9 +338,16 @@ void run_ready_loop(GraphTask& task) {
     task.ready.pop();
     std::vector<Tensor> grads = take_gradients(task, n);
     if (task.captured && !capture_and_continue(task, n, grads)) continue;
-    std::vector<Tensor> out = n->apply(std::move(grads));
+    std::vector<Tensor> out;
+    if (BRISK_UNLIKELY(scopes_tracked())) {
+      const std::string op = n->name();
+      detail::BackwardScope scope(op, n->scope);  // ops inside the formula report as this node
+      out = n->apply(std::move(grads));
+      detail::check_outputs(op.c_str(), n->scope, true, out);
+    } else {
+      out = n->apply(std::move(grads));
+    }
     if (!task.retain_graph) n->release();
-    if (BRISK_UNLIKELY(AnomalyMode::enabled())) check_finite_grads(*n, out);
     pass_gradients(task, *n, out);
   }
 }

@@ -60,6 +60,7 @@ class Node {
   Device device;
   uint64_t sequence_nr;
   std::vector<std::pair<int, GradHook>> pre_hooks;  // (slot, hook): hooks of non-leaf tensors
+  std::string scope;  // the module path the op ran in, kept while scopes are tracked (engine/nonfinite.h)
 
  protected:
   bool is_accumulator_ = false;

@@ -9,6 +9,7 @@
 #include "engine/backend.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/nonfinite.h"
 
 namespace brisk {
 
@@ -39,19 +40,21 @@ std::string describe_inputs(std::span<const Tensor> in) {
   return s.str();
 }
 
-// Step 1: autocast. Returns true and fills `cast` when inputs were changed.
-bool autocast_inputs(const OpDef& op, std::span<const Tensor> in, std::vector<Tensor>& cast) {
-  if (op.autocast == CastPolicy::None || in.empty()) return false;
-  const AutocastState& st = autocast_state();
-  DeviceType dev = in[0].device().type;
+// Step 1: autocast. Returns true and fills `cast` when inputs were changed. Only F32, F16 and
+// BF16 inputs are cast (F64 and integers never are, as in PyTorch); see Note [Autocast].
+bool autocast_inputs(OpId id, std::span<const Tensor> in, std::vector<Tensor>& cast) {
+  if (in.empty()) return false;
+  AutocastState& st = autocast_state();
+  const DeviceType dev = in[0].device().type;
   if (!st.enabled[int(dev)]) return false;
-  DType target = st.dtype[int(dev)];
-  if (op.autocast == CastPolicy::Fp32) {
-    target = DType::F32;
-  } else if (op.autocast == CastPolicy::Promote) {
+  const CastPolicy policy = autocast::policy_of(id, dev);
+  if (policy == CastPolicy::None) return false;
+  auto eligible = [](DType t) { return is_floating(t) && t != DType::F64; };
+  DType target = policy == CastPolicy::Fp32 ? DType::F32 : st.dtype[int(dev)];
+  if (policy == CastPolicy::Promote) {
     bool any = false;
     for (const Tensor& t : in) {
-      if (!is_floating(t.dtype())) continue;
+      if (!eligible(t.dtype())) continue;
       target = any ? promote_types(target, t.dtype()) : t.dtype();
       any = true;
     }
@@ -59,25 +62,21 @@ bool autocast_inputs(const OpDef& op, std::span<const Tensor> in, std::vector<Te
   }
   bool changed = false;
   cast.assign(in.begin(), in.end());
-  AutocastState saved = st;
-  autocast_state() = AutocastState{};  // the casts themselves are not autocast
-  for (Tensor& t : cast) {
-    if (is_floating(t.dtype()) && t.dtype() != target) {
-      t = brisk::cast(t, target);
-      changed = true;
+  const bool enabled = st.enabled[int(dev)];
+  st.enabled[int(dev)] = false;  // the casts themselves are not autocast
+  try {
+    for (Tensor& t : cast) {
+      if (eligible(t.dtype()) && t.dtype() != target) {
+        t = autocast::cast_input(t, target);
+        changed = true;
+      }
     }
+  } catch (...) {
+    st.enabled[int(dev)] = enabled;
+    throw;
   }
-  autocast_state() = saved;
+  st.enabled[int(dev)] = enabled;
   return changed;
-}
-
-void check_finite(const OpDef& op, std::span<Tensor> out, const char* phase) {
-  for (const Tensor& t : out) {
-    if (!t.defined() || !is_floating(t.dtype())) continue;
-    for (double v : t.to_vector<double>()) {
-      BRISK_CHECK(std::isfinite(v), "anomaly: ", op.name, " produced NaN/Inf in its ", phase, " output ", t.str());
-    }
-  }
 }
 
 void record(OpId id, const OpDef& op, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out,
@@ -92,6 +91,7 @@ void record(OpId id, const OpDef& op, std::span<const Tensor> in, const Attrs& a
   node->attrs = attrs;
   node->device = device;
   node->needs_grad_mask = mask;
+  if (BRISK_UNLIKELY(scopes_tracked())) node->scope = current_scope();
   node->next_edges.resize(in.size());
   node->input_specs.resize(in.size());
   node->saved_inputs.resize(in.size());
@@ -127,7 +127,7 @@ void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Ten
   for (size_t i = 0; i < in.size(); ++i) BRISK_CHECK(in[i].defined(), op.name, ": input ", i, " is undefined");
 
   std::vector<Tensor> cast;
-  if (autocast_inputs(op, in, cast)) in = cast;
+  if (autocast_inputs(id, in, cast)) in = cast;
 
   Device device = in.empty() ? attrs.device : in[0].device();
   for (size_t i = 1; i < in.size(); ++i) {
@@ -161,7 +161,7 @@ void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Ten
       if (provided[i]) out[i].bump_version();  // written in place
     }
   }
-  if (BRISK_UNLIKELY(AnomalyMode::enabled())) check_finite(op, out, "forward");
+  if (BRISK_UNLIKELY(scopes_tracked())) detail::check_outputs(op.name, current_scope(), false, out);
   if (op.backward && GradMode::enabled()) record(id, op, in, attrs, out, device);
 }
 

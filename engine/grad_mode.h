@@ -34,7 +34,8 @@ class GradModeGuard {
 };
 
 // With anomaly mode on, every op's floating outputs (forward) and every backward formula's
-// gradients are checked for NaN/Inf; the first offender raises brisk::Error naming the op.
+// gradients are checked for NaN/Inf; the first offender raises brisk::Error naming the op and
+// the module path it ran in (engine/nonfinite.h; NonfiniteWatch records instead of throwing).
 struct AnomalyMode {
   static bool enabled();
   static void set_enabled(bool enabled);

@@ -5,6 +5,7 @@
 // weight view (read in place by the GEMM, no copy) plus the bias.
 // Not here: the ops themselves (engine/ops/conv.cpp, engine/ops/pool.cpp) and their kernels
 // (kernels/cpu/conv.cpp, kernels/cpu/pool.cpp).
+#include "engine/autocast.h"
 #include "engine/dispatch.h"
 #include "engine/op_params.h"
 #include "nn/functional.h"
@@ -17,7 +18,7 @@ namespace {
 Tensor bias_for(const Tensor& bias, const Tensor& y, int dim, const char* op) {
   BRISK_CHECK(bias.dim() == 1 && bias.size(0) == y.size(dim), op, ": bias ", bias.sizes(), " does not match the ",
               y.size(dim), " output features (output ", y.sizes(), ")");
-  Tensor b = bias.dtype() == y.dtype() ? bias : cast(bias, y.dtype());
+  Tensor b = bias.dtype() == y.dtype() ? bias : autocast::cast_input(bias, y.dtype());  // cached under autocast
   Shape s = Shape::filled(y.dim(), 1);
   s[dim] = bias.size(0);
   return reshape(b, s);
@@ -33,7 +34,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   BRISK_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out, in), got ", weight.sizes());
   BRISK_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.sizes(), " does not have the ",
               weight.size(1), " features that weight ", weight.sizes(), " expects");
-  Tensor y = matmul(x, transpose(weight, 0, 1));
+  // The weight is cast before the transpose so that autocast's cast cache sees the parameter.
+  Tensor y = matmul(x, transpose(autocast::cast_for(OpId::Matmul, weight), 0, 1));
   if (bias.defined()) y = y + bias_for(bias, y, y.dim() - 1, "linear");
   return y;
 }

@@ -14,10 +14,14 @@ namespace brisk::nn::functional {
 
 namespace {
 
-// The dtype the parameters must have to meet x in the op: x's own, or F32 where autocast
-// will bring every input of the (Fp32-policy) op to F32 anyway, so that F32 parameters are
+// The dtype the parameters must have to meet x in op `id`: x's own, or F32 where autocast will
+// bring every input of the op to F32 anyway (its policy is Fp32), so that F32 parameters are
 // not rounded through a 16-bit x's dtype on the way.
-DType param_dtype(const Tensor& x) { return autocast_state().enabled[int(x.device().type)] ? DType::F32 : x.dtype(); }
+DType param_dtype(OpId id, const Tensor& x) {
+  const DeviceType dev = x.device().type;
+  const bool to_f32 = autocast::is_enabled(dev) && autocast::policy_of(id, dev) == CastPolicy::Fp32;
+  return to_f32 && x.dtype() != DType::F64 ? DType::F32 : x.dtype();
+}
 
 // `p` in dtype `t`, or `fill` of `shape` when p is undefined (no affine).
 Tensor param_or(const Tensor& p, const Shape& shape, double fill, DType t, Device device) {
@@ -33,7 +37,7 @@ void check_param(const Tensor& p, const Shape& want, const char* op, const char*
 
 // Runs the layer_norm op over the last `normalized.size()` dims; returns y.
 Tensor layer_norm_op(const Tensor& x, const Shape& normalized, const Tensor& weight, const Tensor& bias, double eps) {
-  const DType t = param_dtype(x);
+  const DType t = param_dtype(OpId::LayerNorm, x);
   Tensor in[3] = {x, param_or(weight, normalized, 1.0, t, x.device()), param_or(bias, normalized, 0.0, t, x.device())};
   Attrs attrs;
   LayerNormParams{.normalized_dims = normalized.size(), .eps = eps}.store(attrs);
@@ -80,7 +84,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const bool tracked = running_mean.defined();
   const bool use_batch_stats = training || !tracked;  // untracked: always batch statistics
 
-  const DType t = param_dtype(x);
+  const DType t = param_dtype(OpId::BatchNorm, x);
   const Tensor w = param_or(weight, c, 1.0, t, x.device());
   const Tensor b = param_or(bias, c, 0.0, t, x.device());
   // In training the op does not read the running statistics; untracked ones are stood in for

@@ -6,6 +6,7 @@
 
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/nonfinite.h"
 
 namespace brisk::nn {
 
@@ -26,6 +27,24 @@ std::string LoadReport::str() const {
 Tensor Module::forward(const Tensor&) { BRISK_FAIL(type_name_, ": this module has no single-tensor forward"); }
 
 Tensor Module::operator()(const Tensor& x) {
+  if (BRISK_UNLIKELY(scopes_tracked())) return call_in_scope(x);
+  return call_with_hooks(x);
+}
+
+Tensor Module::call_in_scope(const Tensor& x) {
+  if (!scope_named_) name_scopes();  // first called as a root: name the tree below
+  ScopeGuard scope(scope_);
+  return call_with_hooks(x);
+}
+
+void Module::name_scopes() {
+  for (auto& [path, m] : named_modules()) {
+    m->scope_ = path;
+    m->scope_named_ = true;
+  }
+}
+
+Tensor Module::call_with_hooks(const Tensor& x) {
   if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
   Tensor in = x;
   for (auto& [id, hook] : pre_hooks_) hook(*this, in);

@@ -96,12 +96,20 @@ class Module {
   // A one-line summary per module with parameter counts.
   std::string summary() const;
 
+  // The scope this module's ops run in while scopes are tracked (anomaly mode, a
+  // NonfiniteWatch: engine/nonfinite.h): its path from the module first called as a root
+  // ("layer2.0.conv1"; "" for the root). name_scopes() (re)names this module's tree.
+  const std::string& scope() const { return scope_; }
+  void name_scopes();
+
  protected:
   // Called by train(); layers whose behaviour changes (dropout, batch norm) read is_training().
   virtual void on_train(bool) {}
 
  private:
   void add_child(const std::string& name, ModulePtr m);
+  Tensor call_with_hooks(const Tensor& x);
+  Tensor call_in_scope(const Tensor& x);
   void collect(const std::string& prefix, bool params, bool recurse, bool persistent_only, NamedTensors& out) const;
 
   std::string type_name_;
@@ -113,6 +121,8 @@ class Module {
   std::vector<std::pair<int, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<int, ForwardHook>> hooks_;
   int next_hook_ = 0;
+  std::string scope_;
+  bool scope_named_ = false;
 };
 
 // Runs its children in order; children are named "0", "1", ... as in PyTorch.

@@ -97,32 +97,28 @@ void adagrad_fused(const AdagradOptions& o, const std::vector<Optimizer::Slot*>&
 
 }  // namespace
 
-void Adagrad::step() {
-  NoGradGuard no_grad;
-  for (size_t g = 0; g < num_groups(); ++g) {
-    const AdagradOptions& o = options(g);
-    const kernels::AdagradHyper h{o.eps, o.weight_decay, o.maximize};
-    std::vector<Slot> slots = active_slots(g);
-    std::vector<Slot*> f32;
-    std::vector<Slot*> f64;
-    detail::DeviceGroups on_device("Adagrad", kernels::num_buffers(h));
-    for (Slot& s : slots) {
-      s.state->step += 1;
-      if (!s.state->buffers.count("sum")) {
-        s.state->buffers["sum"] = full(s.param.sizes(), o.initial_accumulator_value, s.param.dtype(), s.param.device());
-      }
-      switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
-        case detail::StepPath::Reference: adagrad_reference(o, s.param, s.grad, *s.state); break;
-        case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
-        case detail::StepPath::DeviceKernel:
-          on_device.of(s.param).add(s.param, s.grad, {s.state->buffers.at("sum")}, decayed_lr(o, s.state->step));
-          break;
-      }
+void Adagrad::step_group(size_t g, std::vector<Slot>& slots) {
+  const AdagradOptions& o = options(g);
+  const kernels::AdagradHyper h{o.eps, o.weight_decay, o.maximize};
+  std::vector<Slot*> f32;
+  std::vector<Slot*> f64;
+  detail::DeviceGroups on_device("Adagrad", kernels::num_buffers(h));
+  for (Slot& s : slots) {
+    s.state->step += 1;
+    if (!s.state->buffers.count("sum")) {
+      s.state->buffers["sum"] = full(s.param.sizes(), o.initial_accumulator_value, s.param.dtype(), s.param.device());
     }
-    if (!f32.empty()) adagrad_fused<float>(o, f32);
-    if (!f64.empty()) adagrad_fused<double>(o, f64);
-    on_device.run(h);
+    switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
+      case detail::StepPath::Reference: adagrad_reference(o, s.param, s.grad, *s.state); break;
+      case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
+      case detail::StepPath::DeviceKernel:
+        on_device.of(s.param).add(s.param, s.grad, {s.state->buffers.at("sum")}, decayed_lr(o, s.state->step));
+        break;
+    }
   }
+  if (!f32.empty()) adagrad_fused<float>(o, f32);
+  if (!f64.empty()) adagrad_fused<double>(o, f64);
+  on_device.run(h);
 }
 
 }  // namespace brisk::optim

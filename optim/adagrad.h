@@ -37,7 +37,7 @@ class Adagrad : public OptimizerWith<AdagradOptions> {
   explicit Adagrad(NamedTensors params, const AdagradOptions& options = {});
   explicit Adagrad(const std::vector<Tensor>& params, const AdagradOptions& options = {});
 
-  void step() override;
+  void step_group(size_t g, std::vector<Slot>& slots) override;
   const char* name() const override { return "Adagrad"; }
 
  protected:

@@ -195,12 +195,8 @@ Adam::Adam(const std::vector<Tensor>& params, const AdamOptions& options) : Adam
 
 void Adam::check_options(size_t g) const { check_adam_options("Adam", options(g)); }
 
-void Adam::step() {
-  NoGradGuard no_grad;
-  for (size_t g = 0; g < num_groups(); ++g) {
-    std::vector<Slot> slots = active_slots(g);
-    adam_group_step(hyper_of(options(g), /*decoupled=*/false), options(g).fused, slots);
-  }
+void Adam::step_group(size_t g, std::vector<Slot>& slots) {
+  adam_group_step(hyper_of(options(g), /*decoupled=*/false), options(g).fused, slots);
 }
 
 AdamW::AdamW(NamedTensors params, const AdamWOptions& options) : OptimizerWith(options) {
@@ -211,12 +207,8 @@ AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options) : A
 
 void AdamW::check_options(size_t g) const { check_adam_options("AdamW", options(g)); }
 
-void AdamW::step() {
-  NoGradGuard no_grad;
-  for (size_t g = 0; g < num_groups(); ++g) {
-    std::vector<Slot> slots = active_slots(g);
-    adam_group_step(hyper_of(options(g), /*decoupled=*/true), options(g).fused, slots);
-  }
+void AdamW::step_group(size_t g, std::vector<Slot>& slots) {
+  adam_group_step(hyper_of(options(g), /*decoupled=*/true), options(g).fused, slots);
 }
 
 }  // namespace brisk::optim

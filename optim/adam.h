@@ -65,7 +65,7 @@ class Adam : public OptimizerWith<AdamOptions> {
   explicit Adam(NamedTensors params, const AdamOptions& options = {});
   explicit Adam(const std::vector<Tensor>& params, const AdamOptions& options = {});
 
-  void step() override;
+  void step_group(size_t g, std::vector<Slot>& slots) override;
   const char* name() const override { return "Adam"; }
 
  protected:
@@ -77,7 +77,7 @@ class AdamW : public OptimizerWith<AdamWOptions> {
   explicit AdamW(NamedTensors params, const AdamWOptions& options = {});
   explicit AdamW(const std::vector<Tensor>& params, const AdamWOptions& options = {});
 
-  void step() override;
+  void step_group(size_t g, std::vector<Slot>& slots) override;
   const char* name() const override { return "AdamW"; }
 
  protected:

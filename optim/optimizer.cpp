@@ -122,6 +122,13 @@ const ParamState* Optimizer::state(const std::string& param_name) const {
   return it == state_.end() ? nullptr : &it->second;
 }
 
+// Note [Master weights]
+// A model converted whole to BF16 loses every update smaller than half a BF16 ulp of its weight
+// (2^-9 relative): lr * grad rounds away and training stalls. With use_master_weights(), the
+// step runs on an F32 copy of each 16-bit parameter, kept in its state as "master_weight" (so
+// it is in state_dict() and in training checkpoints), with the gradient cast to F32 and every
+// state buffer created in F32; the parameter then receives the copy rounded once. The copy is
+// made from the parameter at its first step (and again if a state without it is loaded).
 std::vector<Optimizer::Slot> Optimizer::active_slots(size_t g) {
   std::vector<Slot> slots;
   ParamGroup& group = groups_.at(g);
@@ -132,10 +139,28 @@ std::vector<Optimizer::Slot> Optimizer::active_slots(size_t g) {
     if (!grad.defined()) continue;
     BRISK_CHECK(grad.sizes() == p.sizes() && grad.device() == p.device(), name(), ": gradient of '", group.names[i],
                 "' is ", grad.str(), " but the parameter is ", p.str());
+    ParamState* state = &state_[group.names[i]];
+    if (uses_master(p)) {
+      Tensor& master = state->buffers["master_weight"];
+      if (!master.defined()) master = cast(p, DType::F32).contiguous();
+      slots.push_back({master, grad.dtype() == DType::F32 ? grad : cast(grad, DType::F32), state, p});
+      continue;
+    }
     if (grad.dtype() != p.dtype()) grad = cast(grad, p.dtype());
-    slots.push_back({p, grad, &state_[group.names[i]]});
+    slots.push_back({p, grad, state, Tensor()});
   }
   return slots;
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<Slot> slots = active_slots(g);
+    step_group(g, slots);
+    for (Slot& s : slots) {
+      if (s.model_param.defined()) s.model_param.copy_(s.param);  // rounded once
+    }
+  }
 }
 
 OptimizerState Optimizer::state_dict() const {
@@ -213,6 +238,10 @@ void Optimizer::check_state_dict(const OptimizerState& state) const {
     BRISK_CHECK(it != params.end(), name(), ": load_state_dict: state for unknown parameter '", param, "'");
     BRISK_CHECK(t.defined() && t.sizes() == it->second->sizes(), name(), ": load_state_dict: '", key, "' has shape ",
                 t.defined() ? t.sizes() : Shape{}, " but the parameter has ", it->second->sizes());
+    const bool is_master = key.size() > 14 && key.compare(key.size() - 14, 14, ".master_weight") == 0;
+    BRISK_CHECK(!is_master || uses_master(*it->second), name(), ": load_state_dict: '", key,
+                "' is an F32 master weight, but this optimizer keeps none for ", it->second->str(),
+                " (call use_master_weights() before loading)");
   }
   for (const auto& [key, value] : s) {
     if (key == "num_groups" || is_group_key(key, groups_.size())) continue;
@@ -232,7 +261,7 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
     const std::string param = state_param(key);
     const Tensor& p = *params.at(param);
     NoGradGuard no_grad;
-    Tensor copy = empty(p.sizes(), p.dtype(), p.device());
+    Tensor copy = empty(p.sizes(), uses_master(p) ? DType::F32 : p.dtype(), p.device());
     copy.copy_(t);
     loaded[param].buffers[key.substr(key.rfind('.') + 1)] = copy;
   }

@@ -65,7 +65,7 @@ class Optimizer {
 
   // One update of every parameter that has a gradient (frozen ones and those without a
   // gradient are skipped). Runs under NoGradGuard.
-  virtual void step() = 0;
+  void step();
   virtual const char* name() const = 0;
 
   // Clears the gradients of all parameters: drops them (set_to_none) or fills them with 0.
@@ -87,11 +87,20 @@ class Optimizer {
   // The state of one parameter (nullptr before its first update).
   const ParamState* state(const std::string& param_name) const;
 
+  // F32 master weights (Note [Master weights] in optim/optimizer.cpp): with `on`, every F16 or
+  // BF16 parameter is stepped through an F32 copy kept in its state ("master_weight") and
+  // rounded back to the parameter after each step; its other state buffers are F32 too.
+  void use_master_weights(bool on = true) { master_weights_ = on; }
+  bool master_weights() const { return master_weights_; }
+
   // A parameter taking part in a step, as the update rules see it (grad cast to its dtype).
+  // With master weights, `param` is the F32 master copy and `model_param` the 16-bit
+  // parameter it is rounded back to (undefined otherwise).
   struct Slot {
     Tensor param;
     Tensor grad;
     ParamState* state;
+    Tensor model_param;
   };
 
   OptimizerState state_dict() const;
@@ -112,6 +121,8 @@ class Optimizer {
   using OptionVisitor = std::function<void(const char* key, double* number, bool* flag)>;
   virtual void visit_options(size_t g, const OptionVisitor& f) = 0;
   virtual void check_options(size_t g) const {}
+  // The update rule: one step of group g's active parameters.
+  virtual void step_group(size_t g, std::vector<Slot>& slots) = 0;
   void add_group(NamedTensors params);
 
   // The parameters of group g that take part in this step: requires grad, grad defined.
@@ -119,6 +130,13 @@ class Optimizer {
 
   std::vector<ParamGroup> groups_;
   std::unordered_map<std::string, ParamState> state_;
+
+ private:
+  // Whether parameter p steps through an F32 master copy.
+  bool uses_master(const Tensor& p) const {
+    return master_weights_ && (p.dtype() == DType::F16 || p.dtype() == DType::BF16);
+  }
+  bool master_weights_ = false;
 };
 
 // The part of an optimizer that knows its options type: Options must offer

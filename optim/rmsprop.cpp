@@ -141,43 +141,39 @@ void rmsprop_fused(const RMSpropOptions& o, const std::vector<Optimizer::Slot*>&
 
 }  // namespace
 
-void RMSprop::step() {
-  NoGradGuard no_grad;
-  for (size_t g = 0; g < num_groups(); ++g) {
-    const RMSpropOptions& o = options(g);
-    const kernels::RmspropHyper h{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, o.centered, o.maximize};
-    std::vector<Slot> slots = active_slots(g);
-    std::vector<Slot*> f32;
-    std::vector<Slot*> f64;
-    detail::DeviceGroups on_device("RMSprop", kernels::num_buffers(h));
-    for (Slot& s : slots) {
-      s.state->step += 1;
-      init_state(o, s.param, *s.state);
-      switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
-        case detail::StepPath::Reference: rmsprop_reference(o, s.param, s.grad, *s.state); break;
-        case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
-        case detail::StepPath::DeviceKernel: {
-          // Buffers in the order of kernels::RmspropHyper: square_avg, grad_avg, momentum_buffer.
-          auto& b = s.state->buffers;
-          kernels::FusedGroup& group = on_device.of(s.param);
-          const bool momentum = o.momentum > 0;
-          if (o.centered && momentum) {
-            group.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg"), b.at("momentum_buffer")});
-          } else if (o.centered) {
-            group.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg")});
-          } else if (momentum) {
-            group.add(s.param, s.grad, {b.at("square_avg"), b.at("momentum_buffer")});
-          } else {
-            group.add(s.param, s.grad, {b.at("square_avg")});
-          }
-          break;
+void RMSprop::step_group(size_t g, std::vector<Slot>& slots) {
+  const RMSpropOptions& o = options(g);
+  const kernels::RmspropHyper h{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, o.centered, o.maximize};
+  std::vector<Slot*> f32;
+  std::vector<Slot*> f64;
+  detail::DeviceGroups on_device("RMSprop", kernels::num_buffers(h));
+  for (Slot& s : slots) {
+    s.state->step += 1;
+    init_state(o, s.param, *s.state);
+    switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
+      case detail::StepPath::Reference: rmsprop_reference(o, s.param, s.grad, *s.state); break;
+      case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
+      case detail::StepPath::DeviceKernel: {
+        // Buffers in the order of kernels::RmspropHyper: square_avg, grad_avg, momentum_buffer.
+        auto& b = s.state->buffers;
+        kernels::FusedGroup& group = on_device.of(s.param);
+        const bool momentum = o.momentum > 0;
+        if (o.centered && momentum) {
+          group.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg"), b.at("momentum_buffer")});
+        } else if (o.centered) {
+          group.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg")});
+        } else if (momentum) {
+          group.add(s.param, s.grad, {b.at("square_avg"), b.at("momentum_buffer")});
+        } else {
+          group.add(s.param, s.grad, {b.at("square_avg")});
         }
+        break;
       }
     }
-    if (!f32.empty()) rmsprop_fused<float>(o, f32);
-    if (!f64.empty()) rmsprop_fused<double>(o, f64);
-    on_device.run(h);
   }
+  if (!f32.empty()) rmsprop_fused<float>(o, f32);
+  if (!f64.empty()) rmsprop_fused<double>(o, f64);
+  on_device.run(h);
 }
 
 }  // namespace brisk::optim

@@ -40,7 +40,7 @@ class RMSprop : public OptimizerWith<RMSpropOptions> {
   explicit RMSprop(NamedTensors params, const RMSpropOptions& options = {});
   explicit RMSprop(const std::vector<Tensor>& params, const RMSpropOptions& options = {});
 
-  void step() override;
+  void step_group(size_t g, std::vector<Slot>& slots) override;
   const char* name() const override { return "RMSprop"; }
 
  protected:

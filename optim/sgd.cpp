@@ -85,35 +85,31 @@ void sgd_fused(const SGDOptions& o, const std::vector<Optimizer::Slot*>& slots) 
 
 }  // namespace
 
-void SGD::step() {
-  NoGradGuard no_grad;
-  for (size_t g = 0; g < num_groups(); ++g) {
-    const SGDOptions& o = options(g);
-    const kernels::SgdHyper h{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize};
-    std::vector<Slot> slots = active_slots(g);
-    std::vector<Slot*> f32;
-    std::vector<Slot*> f64;
-    detail::DeviceGroups on_device("SGD", kernels::num_buffers(h));
-    for (Slot& s : slots) {
-      s.state->step += 1;
-      switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
-        case detail::StepPath::Reference: sgd_reference(o, s.param, s.grad, *s.state); break;
-        case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
-        case detail::StepPath::DeviceKernel:
-          if (o.momentum == 0) {
-            on_device.of(s.param).add(s.param, s.grad, {});
-          } else {
-            bool fresh = !s.state->buffers.count("momentum_buffer");
-            if (fresh) s.state->buffers["momentum_buffer"] = empty_like(s.param);
-            on_device.of(s.param).add(s.param, s.grad, {s.state->buffers["momentum_buffer"]}, fresh ? 1 : 0);
-          }
-          break;
-      }
+void SGD::step_group(size_t g, std::vector<Slot>& slots) {
+  const SGDOptions& o = options(g);
+  const kernels::SgdHyper h{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize};
+  std::vector<Slot*> f32;
+  std::vector<Slot*> f64;
+  detail::DeviceGroups on_device("SGD", kernels::num_buffers(h));
+  for (Slot& s : slots) {
+    s.state->step += 1;
+    switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
+      case detail::StepPath::Reference: sgd_reference(o, s.param, s.grad, *s.state); break;
+      case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
+      case detail::StepPath::DeviceKernel:
+        if (o.momentum == 0) {
+          on_device.of(s.param).add(s.param, s.grad, {});
+        } else {
+          bool fresh = !s.state->buffers.count("momentum_buffer");
+          if (fresh) s.state->buffers["momentum_buffer"] = empty_like(s.param);
+          on_device.of(s.param).add(s.param, s.grad, {s.state->buffers["momentum_buffer"]}, fresh ? 1 : 0);
+        }
+        break;
     }
-    if (!f32.empty()) sgd_fused<float>(o, f32);
-    if (!f64.empty()) sgd_fused<double>(o, f64);
-    on_device.run(h);
   }
+  if (!f32.empty()) sgd_fused<float>(o, f32);
+  if (!f64.empty()) sgd_fused<double>(o, f64);
+  on_device.run(h);
 }
 
 }  // namespace brisk::optim

@@ -38,7 +38,7 @@ class SGD : public OptimizerWith<SGDOptions> {
   explicit SGD(NamedTensors params, const SGDOptions& options = {});
   explicit SGD(const std::vector<Tensor>& params, const SGDOptions& options = {});
 
-  void step() override;
+  void step_group(size_t g, std::vector<Slot>& slots) override;
   const char* name() const override { return "SGD"; }
 
  protected:

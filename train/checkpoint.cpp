@@ -154,7 +154,7 @@ struct Saved {
   NamedTensors model;
   Json optimizer_name;
   OptimizerState optimizer;
-  Scalars scheduler, plateau, early_stopping;
+  Scalars scheduler, plateau, early_stopping, scaler;
   uint64_t rng_seed = 0, rng_offset = 0;
   data::LoaderState loader;
   std::map<std::string, std::string> user;
@@ -224,6 +224,7 @@ void parse_parts(const Reader& L, const Json& meta, const TrainingState& state, 
   if (state.scheduler) saved.scheduler = L.scalars(L.member(meta, "scheduler", ""), "scheduler");
   if (state.plateau) saved.plateau = L.scalars(L.member(meta, "plateau", ""), "plateau");
   if (state.early_stopping) saved.early_stopping = L.scalars(L.member(meta, "early_stopping", ""), "early_stopping");
+  if (state.scaler) saved.scaler = L.scalars(L.member(meta, "scaler", ""), "scaler");
   if (state.rng) {
     const Json& r = L.member(meta, "rng", "");
     saved.rng_seed = L.unsigned_integer(r, "seed", "rng");
@@ -293,6 +294,10 @@ void validate(const Reader& L, const Saved& saved, const TrainingState& state) {
     L.check_same_keys(saved.early_stopping, state.early_stopping->state_dict(), "early_stopping");
     L.check_part("early_stopping state", [&] { state.early_stopping->check_state_dict(saved.early_stopping); });
   }
+  if (state.scaler) {
+    L.check_same_keys(saved.scaler, state.scaler->state_dict(), "scaler");
+    L.check_part("scaler state", [&] { state.scaler->check_state_dict(saved.scaler); });
+  }
   if (state.loader) L.check_part("loader position", [&] { state.loader->check_state(saved.loader); });
 }
 
@@ -303,6 +308,7 @@ void load_parts(Saved& saved, TrainingState& state) {
   if (state.scheduler) state.scheduler->load_state_dict(saved.scheduler);
   if (state.plateau) state.plateau->load_state_dict(saved.plateau);
   if (state.early_stopping) state.early_stopping->load_state_dict(saved.early_stopping);
+  if (state.scaler) state.scaler->load_state_dict(saved.scaler);
   if (state.rng) {
     default_generator().manual_seed(saved.rng_seed);
     default_generator().set_offset(saved.rng_offset);
@@ -333,6 +339,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state) {
   if (state.scheduler) meta["scheduler"] = scalars_to_json(state.scheduler->state_dict());
   if (state.plateau) meta["plateau"] = scalars_to_json(state.plateau->state_dict());
   if (state.early_stopping) meta["early_stopping"] = scalars_to_json(state.early_stopping->state_dict());
+  if (state.scaler) meta["scaler"] = scalars_to_json(state.scaler->state_dict());
   if (state.rng) {
     const Generator& g = default_generator();
     meta["rng"] = {{"seed", g.seed()}, {"offset", g.offset()}};

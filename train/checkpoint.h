@@ -14,6 +14,7 @@
 
 #include "nn/module.h"
 #include "optim/early_stopping.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
@@ -33,7 +34,7 @@ inline constexpr const char* kCheckpointMetadataKey = "brisk.checkpoint";
 //   tensors  "model.<state_dict name>"       the model's parameters and persistent buffers
 //            "optimizer.<state_dict key>"    the optimizer's buffers (state.<param>.exp_avg, ...)
 //   metadata "brisk.checkpoint": JSON {format, version, epoch, step, optimizer {name, scalars},
-//            scheduler, plateau, early_stopping (scalars), rng {seed, offset},
+//            scheduler, plateau, early_stopping, scaler (scalars), rng {seed, offset},
 //            loader {epoch, batch}, user {string: string}, crc32 {tensor name: CRC-32 of
 //            its bytes}} (safetensors has no checksum: this catches flipped data bytes)
 // Scalars are JSON numbers (written so they read back bit-exactly; non-finite ones as the
@@ -44,6 +45,7 @@ struct TrainingState {
   optim::LRScheduler* scheduler = nullptr;
   optim::ReduceLROnPlateau* plateau = nullptr;
   optim::EarlyStopping* early_stopping = nullptr;
+  optim::GradScaler* scaler = nullptr;  // mixed precision's loss scale and its counters
   data::DataLoader* loader = nullptr;
   bool rng = true;    // save / restore default_generator()'s seed and offset
   int64_t epoch = 0;  // the caller's counters, restored as saved

@@ -14,6 +14,7 @@ void register_random();       // kernels/cpu/random.cpp
 void register_conv();         // kernels/cpu/conv.cpp (conv2d and its backward ops; depthwise in conv_depthwise.cpp)
 void register_pool();         // kernels/cpu/pool.cpp (max, average, adaptive pooling)
 void register_norm();         // kernels/cpu/norm.cpp
+void register_amp();          // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
 
 inline void register_all() {
   register_backend();
@@ -26,6 +27,7 @@ inline void register_all() {
   register_conv();
   register_pool();
   register_norm();
+  register_amp();
 }
 
 }  // namespace brisk::kernels::cpu

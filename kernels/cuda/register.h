@@ -16,6 +16,7 @@ void register_conv();         // kernels/cuda/conv.cu (cuDNN conv)
 void register_pool();         // kernels/cuda/pool.cu (max/avg/adaptive pooling, hand-written)
 void register_norm();         // kernels/cuda/norm.cu (layer norm; batch norm through cuDNN)
 void register_optim();        // kernels/cuda/optim.cu (fused multi-tensor optimizer steps)
+void register_amp();          // kernels/cuda/amp.cu (the gradient scaler's fused unscale)
 
 inline void register_all() {
   register_backend();
@@ -29,6 +30,7 @@ inline void register_all() {
   register_pool();
   register_norm();
   register_optim();
+  register_amp();
 }
 
 }  // namespace brisk::kernels::cuda
