@@ -1,6 +1,6 @@
 // examples/fashion_mnist/checkpoint.h: the trainer's resumable checkpoint, a thin layer over
 // train/checkpoint.h (one atomic safetensors file: model, optimizer, schedule, default
-// generator, loader position, epoch). What this adds, as the checkpoint's user strings: the best
+// generator, loader position, epoch, the gradient scaler). What this adds, as the checkpoint's user strings: the best
 // test accuracy, the per-epoch history (so a resumed run redraws the same curves) and the run's
 // configuration, which must match on --resume. Not here: the best-model file
 // (nn::save_module) or the training loop.
@@ -13,6 +13,7 @@
 #include "data/dataloader.h"
 #include "examples/fashion_mnist/report.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
@@ -34,11 +35,13 @@ inline std::string full_precision(double v) {
 }
 
 inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, brisk::optim::Optimizer& opt,
-                            brisk::optim::LRScheduler* sched, brisk::data::DataLoader& loader, const TrainState& st) {
+                            brisk::optim::LRScheduler* sched, brisk::optim::GradScaler& scaler,
+                            brisk::data::DataLoader& loader, const TrainState& st) {
   brisk::train::TrainingState ts;
   ts.model = &model;
   ts.optimizer = &opt;
   ts.scheduler = sched;
+  ts.scaler = &scaler;
   ts.loader = &loader;
   ts.epoch = st.epochs_done;
   ts.user_metadata["best_acc"] = full_precision(st.best_acc);
@@ -51,12 +54,13 @@ inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, b
 // as for the saved run) and returns the rest. A configuration that differs from `config` is an
 // error naming the key.
 inline TrainState load_checkpoint(const std::string& path, brisk::nn::Module& model, brisk::optim::Optimizer& opt,
-                                  brisk::optim::LRScheduler* sched, brisk::data::DataLoader& loader,
-                                  const std::map<std::string, std::string>& config) {
+                                  brisk::optim::LRScheduler* sched, brisk::optim::GradScaler& scaler,
+                                  brisk::data::DataLoader& loader, const std::map<std::string, std::string>& config) {
   brisk::train::TrainingState ts;
   ts.model = &model;
   ts.optimizer = &opt;
   ts.scheduler = sched;
+  ts.scaler = &scaler;
   ts.loader = &loader;
   brisk::train::load_checkpoint(path, ts);
   auto user = [&](const std::string& key) -> const std::string& {

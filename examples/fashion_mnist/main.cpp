@@ -50,7 +50,8 @@ struct Args {
   uint64_t seed = 0;
   int64_t limit = 0;
   bool augment = false;
-  int64_t stop_after = 0;  // stop after this many epochs of this invocation (to test --resume)
+  int64_t stop_after = 0;    // stop after this many epochs of this invocation (to test --resume)
+  std::string amp = "none";  // none | bf16 | f16
 };
 
 void usage() {
@@ -71,7 +72,9 @@ void usage() {
       "  --seed N                 seed of init, shuffling, augmentation, dropout (default 0)\n"
       "  --limit N                train on the first N samples only (quick tests)\n"
       "  --augment                random crop (pad 2) + horizontal flip\n"
-      "  --stop-after N           stop after N epochs of this run, as if interrupted (tests --resume)\n",
+      "  --stop-after N           stop after N epochs of this run, as if interrupted (tests --resume)\n"
+      "  --amp none|bf16|f16      mixed precision: autocast to BF16 (CPU or CUDA) or F16 with a\n"
+      "                           GradScaler (CUDA); weights and optimizer state stay F32\n",
       data::FashionMNIST::kDefaultRoot);
 }
 
@@ -118,6 +121,8 @@ Args parse_args(int argc, char** argv) {
       a.augment = true;
     } else if (k == "--stop-after") {
       a.stop_after = std::stoll(value());
+    } else if (k == "--amp") {
+      a.amp = value();
     } else {
       throw std::runtime_error("unknown option " + k + " (see --help)");
     }
@@ -131,6 +136,10 @@ Args parse_args(int argc, char** argv) {
   one_of(a.optimizer, {"adam", "adamw", "sgd"}, "optimizer");
   one_of(a.schedule, {"onecycle", "cosine", "none"}, "schedule");
   one_of(a.device, {"cpu", "cuda"}, "device");
+  one_of(a.amp, {"none", "bf16", "f16"}, "amp");
+  if (a.amp == "f16" && a.device != "cuda") {
+    throw std::runtime_error("--amp f16 needs --device cuda (on the CPU use --amp bf16, which needs no scaler)");
+  }
   if (a.epochs < 1 || a.batch_size < 1 || a.workers < 0 || a.threads < 0 || a.limit < 0) {
     throw std::runtime_error("--epochs and --batch-size must be positive; --workers, --threads, --limit >= 0");
   }
@@ -224,6 +233,11 @@ int run(const Args& a) {
   auto opt = make_optimizer(a, model->named_parameters());
   const int64_t steps_per_epoch = train_loader.num_batches();
   auto sched = make_schedule(a, *opt, steps_per_epoch);
+  // Mixed precision: forward and loss under autocast; F16 gradients need the scaler, BF16's
+  // range is F32's, so its scaler stays disabled (a pass-through).
+  const bool amp = a.amp != "none";
+  const DType amp_dtype = a.amp == "f16" ? DType::F16 : DType::BF16;
+  optim::GradScaler scaler({.enabled = a.amp == "f16"});
 
   const std::map<std::string, std::string> config = {{"model", a.model},
                                                      {"optimizer", a.optimizer},
@@ -233,22 +247,23 @@ int run(const Args& a) {
                                                      {"lr", short_number(a.lr)},
                                                      {"seed", std::to_string(a.seed)},
                                                      {"limit", std::to_string(a.limit)},
-                                                     {"augment", a.augment ? "1" : "0"}};
+                                                     {"augment", a.augment ? "1" : "0"},
+                                                     {"amp", a.amp}};
   TrainState st;
   st.config = config;
   if (a.resume) {
     if (!std::filesystem::exists(ckpt_path)) throw std::runtime_error("--resume: no " + ckpt_path);
-    st = load_checkpoint(ckpt_path, *model, *opt, sched.get(), train_loader, config);
+    st = load_checkpoint(ckpt_path, *model, *opt, sched.get(), scaler, train_loader, config);
     std::fprintf(stderr, "resumed from %s after epoch %lld (best test accuracy %.2f%%)\n", ckpt_path.c_str(),
                  (long long)st.epochs_done, 100 * st.best_acc);
   }
 
   std::fprintf(stderr,
                "fashion_mnist: %s (%lld parameters), %s lr %g, %s schedule, batch %lld, %lld train / %lld test "
-               "samples, %d compute threads, %d workers, %s\n",
+               "samples, %d compute threads, %d workers, %s, amp %s\n",
                a.model.c_str(), (long long)model->num_parameters(), a.optimizer.c_str(), a.lr, a.schedule.c_str(),
                (long long)a.batch_size, (long long)train_set->size(), (long long)test_set->size(),
-               omp_get_max_threads(), a.workers, device.str().c_str());
+               omp_get_max_threads(), a.workers, device.str().c_str(), a.amp.c_str());
 
   const double run_start = now_s();
   int64_t epochs_this_run = 0;
@@ -261,12 +276,17 @@ int run(const Args& a) {
     Tensor loss_sum = zeros({}, DType::F32, device);  // summed on the device: no sync per batch
     int64_t done = 0, samples = 0;
     model->train();
+    const int64_t skipped_before = scaler.skipped_steps();
     while (auto batch = train_loader.next()) {
-      Tensor logits = (*model)(batch->input);
-      Tensor loss = cross_entropy(logits, batch->target);
+      Tensor loss;
+      {
+        AutocastGuard autocast(device, amp_dtype, amp);
+        loss = cross_entropy((*model)(batch->input), batch->target);
+      }
       opt->zero_grad();
-      loss.backward();
-      opt->step();
+      scaler.scale(loss).backward();
+      scaler.step(*opt);
+      scaler.update();
       if (sched) sched->step();
       {
         NoGradGuard no_grad;
@@ -277,7 +297,11 @@ int run(const Args& a) {
       if (bar.due(done)) bar.update(done, samples, loss_sum.item<double>() / double(samples));
     }
     const double train_seconds = now_s() - t0;
-    const EvalResult ev = evaluate(*model, test_loader);
+    EvalResult ev;
+    {
+      AutocastGuard autocast(device, amp_dtype, amp);
+      ev = evaluate(*model, test_loader);
+    }
 
     EpochRecord r;
     r.epoch = epoch;
@@ -287,6 +311,8 @@ int run(const Args& a) {
     r.lr = opt->lr(0);
     r.seconds = train_seconds;
     r.samples_per_s = double(samples) / train_seconds;
+    r.loss_scale = scaler.get_scale();
+    r.skipped_steps = scaler.skipped_steps() - skipped_before;
     st.history.push_back(r);
     const bool best = ev.acc > st.best_acc;
     std::fprintf(stderr,
@@ -300,7 +326,7 @@ int run(const Args& a) {
     }
 
     st.epochs_done = epoch;
-    save_checkpoint(ckpt_path, *model, *opt, sched.get(), train_loader, st);
+    save_checkpoint(ckpt_path, *model, *opt, sched.get(), scaler, train_loader, st);
     write_file_atomic(a.out + "/log.jsonl", log_jsonl(st.history));
     write_file_atomic(a.out + "/curves.svg", curves_svg(st.history, "brisk Fashion-MNIST " + a.model));
     ++epochs_this_run;

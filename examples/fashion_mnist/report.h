@@ -20,6 +20,8 @@ namespace fashion_mnist {
 struct EpochRecord {
   int64_t epoch = 0;  // 1-based
   double train_loss = 0, test_loss = 0, test_acc = 0, lr = 0, seconds = 0, samples_per_s = 0;
+  double loss_scale = 1;      // the GradScaler's scale at the end of the epoch (1 without --amp f16)
+  int64_t skipped_steps = 0;  // optimizer steps the scaler skipped in this epoch (Inf/NaN gradients)
 };
 
 // Writes `text` to `path` through a temp file and a rename (readers never see half a file).
@@ -39,8 +41,9 @@ inline std::string log_jsonl(const std::vector<EpochRecord>& history) {
   for (const EpochRecord& r : history) {
     std::snprintf(line, sizeof line,
                   "{\"epoch\": %lld, \"train_loss\": %.6f, \"test_loss\": %.6f, \"test_acc\": %.4f, \"lr\": %.6g, "
-                  "\"seconds\": %.3f, \"samples_per_s\": %.1f}\n",
-                  (long long)r.epoch, r.train_loss, r.test_loss, r.test_acc, r.lr, r.seconds, r.samples_per_s);
+                  "\"seconds\": %.3f, \"samples_per_s\": %.1f, \"loss_scale\": %.9g, \"skipped_steps\": %lld}\n",
+                  (long long)r.epoch, r.train_loss, r.test_loss, r.test_acc, r.lr, r.seconds, r.samples_per_s,
+                  r.loss_scale, (long long)r.skipped_steps);
     out += line;
   }
   return out;
@@ -51,8 +54,9 @@ inline std::string history_to_string(const std::vector<EpochRecord>& history) {
   std::string out;
   char buf[256];
   for (const EpochRecord& r : history) {
-    std::snprintf(buf, sizeof buf, "%lld,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g;", (long long)r.epoch, r.train_loss,
-                  r.test_loss, r.test_acc, r.lr, r.seconds, r.samples_per_s);
+    std::snprintf(buf, sizeof buf, "%lld,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%lld;", (long long)r.epoch,
+                  r.train_loss, r.test_loss, r.test_acc, r.lr, r.seconds, r.samples_per_s, r.loss_scale,
+                  (long long)r.skipped_steps);
     out += buf;
   }
   return out;
@@ -65,12 +69,13 @@ inline std::vector<EpochRecord> history_from_string(const std::string& text) {
   while (std::getline(ss, item, ';')) {
     if (item.empty()) continue;
     EpochRecord r;
-    long long epoch = 0;
-    if (std::sscanf(item.c_str(), "%lld,%lf,%lf,%lf,%lf,%lf,%lf", &epoch, &r.train_loss, &r.test_loss, &r.test_acc,
-                    &r.lr, &r.seconds, &r.samples_per_s) != 7) {
-      throw std::runtime_error("checkpoint: malformed history entry '" + item + "'");
-    }
+    long long epoch = 0, skipped = 0;
+    // 9 fields; checkpoints from before --amp have the first 7.
+    const int n = std::sscanf(item.c_str(), "%lld,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lld", &epoch, &r.train_loss,
+                              &r.test_loss, &r.test_acc, &r.lr, &r.seconds, &r.samples_per_s, &r.loss_scale, &skipped);
+    if (n != 7 && n != 9) throw std::runtime_error("checkpoint: malformed history entry '" + item + "'");
     r.epoch = epoch;
+    r.skipped_steps = skipped;
     out.push_back(r);
   }
   return out;

@@ -1,7 +1,8 @@
 // kernels/cpu/conv.cpp: CPU kernels of conv2d and its two backward ops. Conv lowers to GEMM
 // (Note [CPU conv]): im2col of one sample into a cached per-thread workspace, then the GEMM of
 // kernels/cpu/gemm.h; depthwise convs go to the direct loops of kernels/cpu/conv_depthwise.cpp.
-// F32/F64 run natively, F16/BF16 through F32 (rounded once).
+// F32/F64 run natively; BF16 runs im2col in BF16 and the BF16 GEMM of kernels/cpu/gemm_bf16.h
+// into F32 where that GEMM is native, else (and F16 always) through F32; results rounded once.
 // Not here: shapes, checks and backward formulas (engine/ops/conv.cpp); pooling
 // (kernels/cpu/pool.cpp); reference loops for the tests (tests/specs_nn.cpp); the CUDA kernels
 // (cuDNN, kernels/cuda/conv.cu).
@@ -10,11 +11,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "engine/op.h"
 #include "engine/op_params.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/scratch.h"
 
@@ -33,6 +36,10 @@ namespace brisk::kernels::cpu {
 // the input plane already is its col matrix. Depthwise convs (one input channel per group)
 // skip GEMM altogether: direct loops over each plane and tap beat a GEMM per channel (Note
 // [Depthwise conv] in kernels/cpu/conv_depthwise.cpp).
+// BF16 (where gemm_bf16 is native, Note [BF16 GEMM] in kernels/cpu/gemm_bf16.cpp): the
+// kernels are templated on the operand type T and the result type Acc: x, w, g and the im2col
+// columns stay BF16 (half the bytes to copy), the GEMMs sum into F32 (y, the gradients, and
+// backward-input's gcol), rounded to BF16 once at the end. Depthwise BF16 convs stay in F32.
 
 namespace {
 
@@ -143,16 +150,21 @@ template <class T>
 MatrixRef<const T> columns(const Input<T>& x, const Conv& p, bool direct, int64_t b, int64_t g, T* cols) {
   const T* xg = x.data + b * x.sB + g * p.Cg * x.sC;
   if (direct) return {xg, p.K(), p.P(), x.sC, 1};
-  im2col(xg, x.sC, x.sH, x.sW, p, cols);
+  if constexpr (std::is_same_v<T, BFloat16>) {  // copied as raw bits: BFloat16(0) would round a float per entry
+    im2col(reinterpret_cast<const uint16_t*>(xg), x.sC, x.sH, x.sW, p, reinterpret_cast<uint16_t*>(cols));
+  } else {
+    im2col(xg, x.sC, x.sH, x.sW, p, cols);
+  }
   return {cols, p.K(), p.P(), p.P(), 1};
 }
 
 // y (B, O, Ho, Wo) dense = conv(x (B, C, H, W) any strides, w (O, Cg, kh, kw) dense).
-template <class T>
-void conv_forward(const Tensor& x_t, const Tensor& w_t, const T* bias, const Tensor& y_t, const Conv& p) {
+// x, w: T; bias, y: Acc.
+template <class T, class Acc = T>
+void conv_forward(const Tensor& x_t, const Tensor& w_t, const Acc* bias, const Tensor& y_t, const Conv& p) {
   const Input<T> x(x_t);
   const T* w = static_cast<const T*>(w_t.data_ptr());
-  T* y = static_cast<T*>(y_t.data_ptr());
+  Acc* y = static_cast<Acc*>(y_t.data_ptr());
   const int64_t K = p.K(), P = p.P();
   const bool direct = p.pointwise() && x.planes_dense(p);
   for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
@@ -162,87 +174,106 @@ void conv_forward(const Tensor& x_t, const Tensor& w_t, const T* bias, const Ten
     }
     for (int64_t g = 0; g < p.groups; ++g) {
       // y[b, group g] (Og, P) (+)= w[group g] (Og, K) @ col (K, P)
-      gemm<T>({w + g * p.Og * K, p.Og, K, K, 1}, columns(x, p, direct, b, g, cols),
-              {y + (b * p.O + g * p.Og) * P, p.Og, P, P, 1}, bias != nullptr, threads);
+      gemm_into<T, Acc>({w + g * p.Og * K, p.Og, K, K, 1}, columns(x, p, direct, b, g, cols),
+                        {y + (b * p.O + g * p.Og) * P, p.Og, P, P, 1}, bias != nullptr, threads);
     }
   });
 }
 
 // gx (B, C, H, W) dense = conv^T(g (B, O, Ho, Wo) dense, w (O, Cg, kh, kw) dense).
-template <class T>
+// g, w: T; gx and the columns: Acc.
+template <class T, class Acc = T>
 void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_t, const Conv& p) {
   const T* g = static_cast<const T*>(g_t.data_ptr());
   const T* w = static_cast<const T*>(w_t.data_ptr());
-  T* gx = static_cast<T*>(gx_t.data_ptr());
+  Acc* gx = static_cast<Acc*>(gx_t.data_ptr());
   const int64_t K = p.K(), P = p.P(), HW = p.H * p.W;
   const bool direct = p.pointwise();  // then P == HW and gcol is the gradient plane itself
   for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
-    T* gxb = gx + b * p.C * HW;
-    T* cols = direct ? nullptr : t_cols.get<T>(K * P);
-    if (!direct) std::fill(gxb, gxb + p.C * HW, T(0));
+    Acc* gxb = gx + b * p.C * HW;
+    Acc* cols = direct ? nullptr : t_cols.get<Acc>(K * P);
+    if (!direct) std::fill(gxb, gxb + p.C * HW, Acc(0));
     for (int64_t grp = 0; grp < p.groups; ++grp) {
-      T* gx_g = gxb + grp * p.Cg * HW;
+      Acc* gx_g = gxb + grp * p.Cg * HW;
       // gcol (K, P) = w[group]^T (K, Og) @ g[b, group] (Og, P)
-      gemm<T>({w + grp * p.Og * K, K, p.Og, 1, K}, {g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1},
-              {direct ? gx_g : cols, K, P, P, 1}, false, threads);
+      gemm_into<T, Acc>({w + grp * p.Og * K, K, p.Og, 1, K}, {g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1},
+                        {direct ? gx_g : cols, K, P, P, 1}, false, threads);
       if (!direct) col2im(cols, p, gx_g);
     }
   });
 }
 
 // gw (O, Cg, kh, kw) dense = sum over b of g[b] (Og, P) @ col[b]^T (P, K), per group.
-// g (B, O, Ho, Wo) dense; x (B, C, H, W) any strides.
-template <class T>
+// g (B, O, Ho, Wo) dense; x (B, C, H, W) any strides. g, x and the columns: T; gw: Acc.
+template <class T, class Acc = T>
 void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw_t, const Conv& p) {
   const Input<T> x(x_t);
   const T* g = static_cast<const T*>(g_t.data_ptr());
-  T* gw = static_cast<T*>(gw_t.data_ptr());
+  Acc* gw = static_cast<Acc*>(gw_t.data_ptr());
   const int64_t K = p.K(), P = p.P(), n_w = p.O * K;
   const bool direct = p.pointwise() && x.planes_dense(p);
   // acc (O, K) += the products of sample b.
-  auto add_sample = [&](int64_t b, T* acc, int threads) {
+  auto add_sample = [&](int64_t b, Acc* acc, int threads) {
     T* cols = direct ? nullptr : t_cols.get<T>(K * P);
     for (int64_t grp = 0; grp < p.groups; ++grp) {
       const MatrixRef<const T> col = columns(x, p, direct, b, grp, cols);
       const MatrixRef<const T> col_t{col.data, P, K, 1, col.row_stride};
-      gemm<T>({g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1}, col_t, {acc + grp * p.Og * K, p.Og, K, K, 1}, true,
-              threads);
+      gemm_into<T, Acc>({g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1}, col_t, {acc + grp * p.Og * K, p.Og, K, K, 1},
+                        true, threads);
     }
   };
   const int nt = conv_threads(p.macs());
   if (!per_sample(p.B, nt)) {
-    std::fill(gw, gw + n_w, T(0));
+    std::fill(gw, gw + n_w, Acc(0));
     for (int64_t b = 0; b < p.B; ++b) add_sample(b, gw, nt > 1 ? 0 : 1);
     return;
   }
   // Each thread sums its samples into its own partial (thread 0 into gw), then each thread
   // adds up one slice of the partials.
-  std::vector<T*> partial(size_t(nt), nullptr);
+  std::vector<Acc*> partial(size_t(nt), nullptr);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num();
     const int team = omp_get_num_threads();
-    T* acc = t == 0 ? gw : t_partial.get<T>(n_w);
+    Acc* acc = t == 0 ? gw : t_partial.get<Acc>(n_w);
     partial[size_t(t)] = acc;
-    std::fill(acc, acc + n_w, T(0));
+    std::fill(acc, acc + n_w, Acc(0));
     for (int64_t b = p.B * t / team; b < p.B * (t + 1) / team; ++b) add_sample(b, acc, 1);
 #pragma omp barrier
     const int64_t lo = n_w * t / team, hi = n_w * (t + 1) / team;
     for (int s = 1; s < team; ++s) {
-      const T* src = partial[size_t(s)];
+      const Acc* src = partial[size_t(s)];
       for (int64_t i = lo; i < hi; ++i) gw[i] += src[i];
     }
   }
 }
 
+// Whether a conv with output `out` runs in BF16 through gemm_bf16 (see Note [CPU conv]).
+bool native_bf16(const Tensor& out, const Shape& x, const Shape& w, const Shape& y, const ConvParams& params) {
+  return out.dtype() == DType::BF16 && bf16_gemm_native() && !Conv(x, w, y, params).depthwise();
+}
+
+// `t` as a BF16 tensor: itself when it is one (any strides), else a converted dense copy.
+Tensor as_bf16(const Tensor& t) { return t.dtype() == DType::BF16 ? t : dense(t, DType::BF16); }
+
 // (x, w[, bias]) -> y
 void conv2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const ConvParams params = ConvParams::from(attrs);
+  if (native_bf16(out[0], in[0].sizes(), in[1].sizes(), out[0].sizes(), params)) {
+    const Tensor x = as_bf16(in[0]), w = dense(in[1], DType::BF16);  // strided x is read in place
+    const Tensor b = in.size() == 3 ? dense(in[2], DType::F32) : Tensor();
+    const DenseOut y(out[0], DType::F32);
+    const Conv p(x.sizes(), w.sizes(), y.dense.sizes(), params);
+    conv_forward<BFloat16, float>(x, w, b.defined() ? static_cast<const float*>(b.data_ptr()) : nullptr, y.dense, p);
+    y.finish();
+    return;
+  }
   const DType wt = work_dtype(out[0].dtype());
   const Tensor x = in[0].dtype() == wt ? in[0] : dense(in[0], wt);  // strided x is read in place
   const Tensor w = dense(in[1], wt);
   const Tensor b = in.size() == 3 ? dense(in[2], wt) : Tensor();  // optional bias (O)
   const DenseOut y(out[0], wt);
-  const Conv p(x.sizes(), w.sizes(), y.dense.sizes(), ConvParams::from(attrs));
+  const Conv p(x.sizes(), w.sizes(), y.dense.sizes(), params);
   if (p.depthwise()) {
     depthwise_forward(x, w, b, y.dense, p);
   } else {
@@ -256,10 +287,18 @@ void conv2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
 
 // (grad, w) -> gx
 void conv2d_backward_input_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const ConvParams params = ConvParams::from(attrs, "conv2d_backward_input");
+  if (native_bf16(out[0], out[0].sizes(), in[1].sizes(), in[0].sizes(), params)) {
+    const Tensor g = dense(in[0], DType::BF16), w = dense(in[1], DType::BF16);
+    const DenseOut gx(out[0], DType::F32);
+    conv_backward_input<BFloat16, float>(g, w, gx.dense, Conv(gx.dense.sizes(), w.sizes(), g.sizes(), params));
+    gx.finish();
+    return;
+  }
   const DType wt = work_dtype(out[0].dtype());
   const Tensor g = dense(in[0], wt), w = dense(in[1], wt);
   const DenseOut gx(out[0], wt);
-  const Conv p(gx.dense.sizes(), w.sizes(), g.sizes(), ConvParams::from(attrs, "conv2d_backward_input"));
+  const Conv p(gx.dense.sizes(), w.sizes(), g.sizes(), params);
   if (p.depthwise()) {
     depthwise_backward_input(g, w, gx.dense, p);
   } else {
@@ -270,11 +309,19 @@ void conv2d_backward_input_kernel(std::span<const Tensor> in, std::span<Tensor> 
 
 // (grad, x) -> gw
 void conv2d_backward_weight_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const ConvParams params = ConvParams::from(attrs, "conv2d_backward_weight");
+  if (native_bf16(out[0], in[1].sizes(), out[0].sizes(), in[0].sizes(), params)) {
+    const Tensor g = dense(in[0], DType::BF16), x = as_bf16(in[1]);  // strided x is read in place
+    const DenseOut gw(out[0], DType::F32);
+    conv_backward_weight<BFloat16, float>(g, x, gw.dense, Conv(x.sizes(), gw.dense.sizes(), g.sizes(), params));
+    gw.finish();
+    return;
+  }
   const DType wt = work_dtype(out[0].dtype());
   const Tensor g = dense(in[0], wt);
   const Tensor x = in[1].dtype() == wt ? in[1] : dense(in[1], wt);  // strided x is read in place
   const DenseOut gw(out[0], wt);
-  const Conv p(x.sizes(), gw.dense.sizes(), g.sizes(), ConvParams::from(attrs, "conv2d_backward_weight"));
+  const Conv p(x.sizes(), gw.dense.sizes(), g.sizes(), params);
   if (p.depthwise()) {
     depthwise_backward_weight(g, x, gw.dense, p);
   } else {

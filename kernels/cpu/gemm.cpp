@@ -1,9 +1,10 @@
 // kernels/cpu/gemm.cpp: the CPU matmul kernel and the GEMM driver behind it (gemm.h).
 // F32/F64 run Eigen's packed GEMM kernel directly, with a cached per-thread workspace and
-// brisk's own OpenMP split (Note [CPU GEMM]); F16/BF16 are converted to F32, multiplied and
+// brisk's own OpenMP split (Note [CPU GEMM]); BF16 runs the BF16 GEMM of
+// kernels/cpu/gemm_bf16.h into F32 and rounds once; F16 is converted to F32, multiplied and
 // rounded once; integer dtypes run a plain wrapping loop (exact, slow, rarely used).
 // Not here: the shape rules of matmul (1-D operands, broadcasting) and its backward
-// (engine/ops/linalg.cpp); AVX512-BF16 dot products (a possible later, measured, addition).
+// (engine/ops/linalg.cpp); the BF16 kernels themselves (kernels/cpu/gemm_bf16.cpp).
 #include "kernels/cpu/gemm.h"
 
 #include <omp.h>
@@ -18,6 +19,7 @@
 
 #include "engine/allocator.h"
 #include "engine/op.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
 
@@ -320,27 +322,29 @@ Tensor readable(const Tensor& t) {
   return converted(t, t.dtype());
 }
 
-// out = a @ b for float and double. out: dense (batch..., M, N).
-template <class T>
+// out = a @ b for float and double (Acc = T), and for bfloat16 operands into a float out.
+// out: dense (batch..., M, N).
+template <class T, class Acc = T>
 void matmul_float(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const Tensor a = readable(a_in), b = readable(b_in);
   const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
   const T* pa = static_cast<const T*>(a.data_ptr());
   const T* pb = static_cast<const T*>(b.data_ptr());
-  T* pc = static_cast<T*>(out.data_ptr());
+  Acc* pc = static_cast<Acc*>(out.data_ptr());
   // a: (M, K), b: (K, N), c: (M, N) at the given element offsets.
   auto mat_a = [&](int64_t off) { return MatrixRef<const T>{pa + off, m, k, a.stride(-2), a.stride(-1)}; };
   auto mat_b = [&](int64_t off) { return MatrixRef<const T>{pb + off, k, n, b.stride(-2), b.stride(-1)}; };
-  auto mat_c = [&](int64_t off) { return MatrixRef<T>{pc + off, m, n, n, 1}; };
+  auto mat_c = [&](int64_t off) { return MatrixRef<Acc>{pc + off, m, n, n, 1}; };
 
   const BatchLayout batch(a, b, out);
   if (batch.count == 1) {
-    gemm(mat_a(0), mat_b(0), mat_c(0));
+    gemm_into<T, Acc>(mat_a(0), mat_b(0), mat_c(0));
     return;
   }
   if (batch.folds_into_rows(m, a.stride(-2))) {  // (B, M, K) @ (K, N): one tall product
     const int64_t rows = batch.count * m;
-    gemm(MatrixRef<const T>{pa, rows, k, a.stride(-2), a.stride(-1)}, mat_b(0), MatrixRef<T>{pc, rows, n, n, 1});
+    gemm_into<T, Acc>(MatrixRef<const T>{pa, rows, k, a.stride(-2), a.stride(-1)}, mat_b(0),
+                      MatrixRef<Acc>{pc, rows, n, n, 1});
     return;
   }
   // Whole products per thread when they share out evenly (or there are many); otherwise one
@@ -352,14 +356,14 @@ void matmul_float(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
     for (int64_t i = 0; i < batch.count; ++i) {
       int64_t off[3];
       batch.offsets(i, off);
-      gemm(mat_a(off[0]), mat_b(off[1]), mat_c(off[2]), false, 1);
+      gemm_into<T, Acc>(mat_a(off[0]), mat_b(off[1]), mat_c(off[2]), false, 1);
     }
     return;
   }
   for (int64_t i = 0; i < batch.count; ++i) {
     int64_t off[3];
     batch.offsets(i, off);
-    gemm(mat_a(off[0]), mat_b(off[1]), mat_c(off[2]));
+    gemm_into<T, Acc>(mat_a(off[0]), mat_b(off[1]), mat_c(off[2]));
   }
 }
 
@@ -398,10 +402,16 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
     switch (c.dtype()) {
       case DType::F32: matmul_float<float>(a, b, c); break;
       case DType::F64: matmul_float<double>(a, b, c); break;
-      case DType::F16:
-      case DType::BF16: {  // in F32, rounded once
+      case DType::F16: {  // in F32, rounded once
         Tensor c32 = make_empty(c.sizes(), DType::F32, c.device());
         matmul_float<float>(converted(a, DType::F32), converted(b, DType::F32), c32);
+        convert_into(c, c32);
+        break;
+      }
+      case DType::BF16: {  // BF16 operands summed in F32 (kernels/cpu/gemm_bf16.h), rounded once
+        Tensor c32 = make_empty(c.sizes(), DType::F32, c.device());
+        auto bf16 = [](const Tensor& t) { return t.dtype() == DType::BF16 ? t : converted(t, DType::BF16); };
+        matmul_float<BFloat16, float>(bf16(a), bf16(b), c32);
         convert_into(c, c32);
         break;
       }
