@@ -48,6 +48,35 @@ WeightedRandomSampler::WeightedRandomSampler(std::vector<double> weights, int64_
               " samples without replacement from ", weights_.size(), " weights");
 }
 
+DistributedSampler::DistributedSampler(int64_t n, int64_t num_replicas, int64_t rank, bool shuffle, uint64_t seed,
+                                       bool drop_last)
+    : n_(n), replicas_(num_replicas), rank_(rank), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+  BRISK_CHECK(n >= 0, "DistributedSampler: dataset size ", n, " is negative");
+  BRISK_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be positive, got ", num_replicas);
+  BRISK_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank, " is outside [0, ", num_replicas,
+              ")");
+  BRISK_CHECK(!drop_last || n >= num_replicas || n == 0, "DistributedSampler: drop_last with ", n,
+              " samples for ", num_replicas, " replicas leaves every rank empty");
+}
+
+int64_t DistributedSampler::num_samples() const {
+  return drop_last_ ? n_ / replicas_ : (n_ + replicas_ - 1) / replicas_;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  const int64_t e = pinned_epoch_ >= 0 ? pinned_epoch_ : epoch;
+  std::vector<int64_t> order = shuffle_ ? random_permutation(n_, seed_, 0xd15700000000ULL + uint64_t(e))
+                                        : SequentialSampler(n_).indices(e);
+  const int64_t total = num_samples() * replicas_;
+  if (order.empty()) return {};
+  for (size_t i = 0; int64_t(order.size()) < total; ++i) order.push_back(order[i % size_t(n_)]);  // pad
+  order.resize(size_t(total));                                                                    // drop_last
+  std::vector<int64_t> mine;
+  mine.reserve(size_t(num_samples()));
+  for (int64_t i = rank_; i < total; i += replicas_) mine.push_back(order[size_t(i)]);
+  return mine;
+}
+
 std::vector<int64_t> WeightedRandomSampler::indices(int64_t epoch) const {
   uint64_t stream = 0x3e1900000000ULL + uint64_t(epoch);
   std::vector<int64_t> out;

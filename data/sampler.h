@@ -50,6 +50,28 @@ class WeightedRandomSampler : public Sampler {
   uint64_t seed_;
 };
 
+// One rank's shard of 0..n-1, as torch.utils.data.DistributedSampler: every rank computes the
+// same order (a permutation from (seed, epoch) when shuffling, else 0..n-1), pads it by
+// repeating its head to a multiple of num_replicas (or drops the tail with drop_last), and takes
+// every num_replicas-th index from `rank`. The loader passes its epoch, so each epoch reshuffles
+// by itself; set_epoch(e) pins the epoch instead (PyTorch's call; a loader that resumes passes
+// its own epoch, which is the same number). Knows nothing of processes: pass dist's rank/size.
+class DistributedSampler : public Sampler {
+ public:
+  DistributedSampler(int64_t n, int64_t num_replicas, int64_t rank, bool shuffle = true, uint64_t seed = 0,
+                     bool drop_last = false);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  void set_epoch(int64_t epoch) { pinned_epoch_ = epoch; }
+  int64_t num_samples() const;  // this rank's count per epoch (the same on every rank)
+
+ private:
+  int64_t n_, replicas_, rank_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  int64_t pinned_epoch_ = -1;
+};
+
 // Splits an epoch's indices into batches of batch_size (the last one smaller unless drop_last).
 std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& indices, int64_t batch_size, bool drop_last);
 

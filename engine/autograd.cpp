@@ -353,8 +353,25 @@ void run_ready_loop(GraphTask& task) {
 }
 
 // See Note [The backward engine]. `captured` is null for backward(), the result for grad().
+// The callbacks queued during the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+// Runs the queued callbacks in order once the ready loop is done, also when it threw (then the
+// first error wins and the callbacks still run, so that a hook's pending work is not left).
+struct CallbackScope {
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* prev;
+  CallbackScope() : prev(t_callbacks) { t_callbacks = &callbacks; }
+  void run() {
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();  // a callback may queue more
+    callbacks.clear();
+  }
+  ~CallbackScope() { t_callbacks = prev; }
+};
+
 void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_grads, bool retain_graph,
                   bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured, bool allow_unused) {
+  CallbackScope callbacks;
   GraphTask task;
   task.retain_graph = retain_graph;
   task.captured = captured;
@@ -369,6 +386,7 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_gr
     if (task.deps[n] == 0) push_ready(task, n);
   }
   run_ready_loop(task);
+  callbacks.run();
 
   if (captured && !allow_unused) {
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -379,6 +397,11 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_gr
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  BRISK_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread");
+  t_callbacks->push_back(std::move(fn));
+}
 
 void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, bool retain_graph,
               bool create_graph) {

@@ -119,6 +119,11 @@ Edge gradient_edge(const Tensor& t);
 // Records `node` as the producer of `outputs` (floating outputs become requires_grad).
 void set_history(std::span<Tensor> outputs, const std::shared_ptr<Node>& node);
 
+// Queues fn to run on this thread when the backward pass now running on it has finished its
+// last node, before backward() returns (PyTorch's Engine.queue_callback; DistributedDataParallel
+// waits for its last gradient buckets there). Outside a backward pass it is an error.
+void queue_callback(std::function<void()> fn);
+
 // Reverse-mode differentiation of `outputs` (scalars unless grad_outputs are given); grads
 // accumulate into the leaves' .grad.
 void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {}, bool retain_graph = false,

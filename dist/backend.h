@@ -1,0 +1,49 @@
+// dist/backend.h: what the backends of dist::ProcessGroup share (internal): the fingerprint of
+// a call (what the debug mode compares across ranks, and what Work::describe() prints), the
+// tensor checks, and the start-up hooks process_group.cpp calls. Not public: users include
+// dist/process_group.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+
+namespace brisk::dist::detail {
+
+// A call as every rank must make it (plain bytes: it travels in an allgather).
+struct Fingerprint {
+  char call[24] = {};
+  int32_t op = 0;
+  int32_t dtype = 0;
+  int32_t peer = -1;  // root, destination or source; -1 when none
+  int32_t dims = 0;
+  int64_t sizes[8] = {};
+  bool collective = true;
+};
+
+Fingerprint fingerprint(const char* call, ReduceOp op, int peer, const Tensor& t);
+// "allreduce(sum) of F32 (2, 3) on group 'world' (rank 0 of 2)"
+std::string describe(const Fingerprint& f, const ProcessGroup& g);
+// "" when every rank's fingerprint equals rank 0's, else a message naming the first rank that
+// differs and both calls.
+std::string compare_fingerprints(const std::vector<Fingerprint>& all, int my_rank, const ProcessGroup& g);
+
+// Dense, defined, on device type `device`; errors name the call, the tensor and the group.
+void check_tensor(const Tensor& t, const char* call, const ProcessGroup& g, DeviceType device);
+
+// A group timed out or met an MPI error: MPI is not finalized at exit (Note [Faults]).
+void mark_broken();
+
+// ---- the MPI side (dist/mpi_group.cpp)
+void start_mpi();
+void finish_mpi(bool any_broken);
+void mpi_world(int& rank, int& size);
+ProcessGroupPtr make_mpi_group(GroupOptions options);
+
+// ---- NCCL (dist/nccl_group.cpp in CUDA builds; an error otherwise). `bootstrap` is a CPU
+// (MPI) group over the same ranks, used to share NCCL's unique id.
+ProcessGroupPtr make_nccl_group(GroupOptions options, Device device, const ProcessGroupPtr& bootstrap);
+
+}  // namespace brisk::dist::detail

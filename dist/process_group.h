@@ -1,0 +1,109 @@
+// dist/process_group.h: collective communication between processes. A ProcessGroup is the
+// ranks of one job (started by `mpirun -np N`, on one machine or several with --hostfile);
+// every call is asynchronous and returns a Work to wait on. Backends: MPI for CPU tensors
+// (dist/mpi_group.cpp), NCCL for CUDA tensors (dist/nccl_group.cpp, CUDA builds). Every
+// collective has a timeout, so a dead peer ends in a brisk::Error, not a hang (Note [Faults]
+// in dist/mpi_group.cpp). Not here: DistributedDataParallel (dist/ddp.h), ZeRO-1
+// (dist/zero.h), the sampler that shards a dataset (data/sampler.h, DistributedSampler).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace brisk::dist {
+
+enum class ReduceOp { Sum, Avg, Min, Max, Product };
+const char* reduce_op_name(ReduceOp op);
+
+using Duration = std::chrono::milliseconds;
+inline constexpr Duration kDefaultTimeout = std::chrono::minutes(10);
+
+// One pending call. wait() returns true once the call has completed, false when `timeout`
+// (default: the group's) passes first; a failed call (its own timeout, a dead peer, a broken
+// group) throws brisk::Error naming the collective, the group and the cause.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual bool wait(Duration timeout) = 0;
+  bool wait();  // waits up to the group's timeout; throws if the call did not complete
+  virtual bool is_completed() const = 0;
+  virtual std::string describe() const = 0;  // "allreduce(sum) of F32 (1024) on group 'world'"
+
+ protected:
+  explicit Work(Duration default_timeout) : default_timeout_(default_timeout) {}
+
+ private:
+  Duration default_timeout_;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+struct GroupOptions {
+  std::string name = "world";
+  Duration timeout = kDefaultTimeout;  // per collective, from the moment the backend issues it
+  // Before every collective, all ranks compare what they are about to call (collective,
+  // dtype, sizes, root) and a mismatch names the rank that differs. Also on with the
+  // environment variable BRISK_DIST_DEBUG=1. Costs one small allgather per call.
+  bool debug = false;
+};
+
+// Tensors must be dense (contiguous), on the group's device type, of a dtype the backend has:
+// F32, F64, F16, BF16, I32, I64 (Avg needs a floating dtype). Collectives are in place unless
+// they have an output argument; every rank must make the same calls in the same order.
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "mpi", "nccl"
+  const GroupOptions& options() const { return options_; }
+  void set_timeout(Duration timeout) { options_.timeout = timeout; }
+
+  virtual WorkPtr allreduce(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr broadcast(Tensor& t, int root) = 0;
+  // out[i] receives rank i's `in` (out: size() tensors shaped like in, allocated by the caller).
+  virtual WorkPtr allgather(std::vector<Tensor>& out, const Tensor& in) = 0;
+  // out (size() * in.numel() elements, any shape): the ranks' `in` back to back.
+  virtual WorkPtr allgather_into_tensor(Tensor& out, const Tensor& in) = 0;
+  // in (size() * out.numel() elements): rank i receives the reduction of every rank's i-th chunk.
+  virtual WorkPtr reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr barrier() = 0;
+  virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual WorkPtr recv(Tensor& t, int src, int tag = 0) = 0;
+
+  // Finishes the calls in flight and stops the group's thread; later calls are errors.
+  // destroy_process_group() (and the exit handler) does this for every group.
+  virtual void shutdown() = 0;
+
+ protected:
+  explicit ProcessGroup(GroupOptions options) : options_(std::move(options)) {}
+  GroupOptions options_;
+};
+using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+enum class Backend { Auto, Mpi, Nccl };
+
+// Rank, size and local rank of this process: from mpirun's environment (and MPI), checked
+// against RANK / WORLD_SIZE / LOCAL_RANK where those are set. A process not started by mpirun
+// is rank 0 of 1.
+struct Launch {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+};
+
+// Starts MPI (once per process) and returns the world group of `backend` (Auto: NCCL when
+// `device` is CUDA, else MPI); CUDA groups use device local_rank % device_count unless
+// `device` names one. The first call's group is also world().
+ProcessGroupPtr init_process_group(Backend backend = Backend::Auto, Device device = Device::cpu(),
+                                   GroupOptions options = {});
+ProcessGroupPtr world();  // the group init_process_group made (an error before it)
+bool is_initialized();
+Launch launch_info();
+// Stops the groups' threads and finalizes MPI (also done at exit). Later calls fail clearly.
+void destroy_process_group();
+
+}  // namespace brisk::dist

@@ -1,0 +1,80 @@
+// tests/dist/fault_child.cpp: the dist failure modes, each a 2-rank job of its own
+// (tests/dist/run.sh). `kill`: rank 1 dies by SIGKILL before an allreduce; rank 0, with a
+// 3 s timeout, must end with a brisk::Error naming the collective, the group and the timeout,
+// within a few seconds of it. `mismatch`: with the debug check on, rank 0 calls allreduce and
+// rank 1 broadcast; both must fail naming rank 1 and both calls. Prints "PASS <what>" or
+// "FAIL <what>" on rank 0 and exits 0 on pass.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "dist/process_group.h"
+#include "engine/functions.h"
+
+using namespace brisk;
+
+namespace {
+
+int kill_case(dist::ProcessGroupPtr g) {
+  Tensor t = ones({1024});
+  g->allreduce(t)->wait();  // both alive
+  if (g->rank() == 1) kill(getpid(), SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    g->allreduce(t)->wait();
+    std::printf("FAIL kill: the allreduce with a dead peer completed\n");
+    return 1;
+  } catch (const Error& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string m = e.what();
+    const bool ok = m.find("allreduce(sum)") != std::string::npos && m.find("group 'world'") != std::string::npos &&
+                    m.find("timed out after 3 s") != std::string::npos && s < 3 + 5;
+    std::printf("%s kill: error after %.1f s: %s\n", ok ? "PASS" : "FAIL", s, m.c_str());
+    // Later calls fail at once with the same error: the group is broken.
+    try {
+      g->barrier()->wait();
+    } catch (const Error&) {
+      return ok ? 0 : 1;
+    }
+    std::printf("FAIL kill: a later call on the broken group did not fail\n");
+    return 1;
+  }
+}
+
+int mismatch_case(dist::ProcessGroupPtr g) {
+  Tensor t = ones({4});
+  try {
+    if (g->rank() == 0) {
+      g->allreduce(t)->wait();
+    } else {
+      g->broadcast(t, 0)->wait();
+    }
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    const bool ok = m.find("collective mismatch on group 'world'") != std::string::npos &&
+                    m.find("rank 1 calls broadcast of F32 (4) from root 0") != std::string::npos &&
+                    m.find("rank 0 calls allreduce(sum) of F32 (4)") != std::string::npos;
+    if (g->rank() == 0 || !ok) std::printf("%s mismatch (rank %d): %s\n", ok ? "PASS" : "FAIL", g->rank(), m.c_str());
+    return ok ? 0 : 1;
+  }
+  std::printf("FAIL mismatch: rank %d's call completed\n", g->rank());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  dist::GroupOptions o;
+  o.timeout = std::chrono::seconds(3);
+  o.debug = what == "mismatch";
+  dist::ProcessGroupPtr g = dist::init_process_group(dist::Backend::Mpi, Device::cpu(), o);
+  const int rc = what == "kill" ? kill_case(g) : what == "mismatch" ? mismatch_case(g) : 2;
+  std::fflush(stdout);
+  // A broken group is not finalized (dist/mpi_group.cpp, Note [Faults]); leave without waiting.
+  _exit(rc);
+}
