@@ -55,8 +55,8 @@ DistributedSampler::DistributedSampler(int64_t n, int64_t num_replicas, int64_t 
   BRISK_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be positive, got ", num_replicas);
   BRISK_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank, " is outside [0, ", num_replicas,
               ")");
-  BRISK_CHECK(!drop_last || n >= num_replicas || n == 0, "DistributedSampler: drop_last with ", n,
-              " samples for ", num_replicas, " replicas leaves every rank empty");
+  BRISK_CHECK(!drop_last || n >= num_replicas || n == 0, "DistributedSampler: drop_last with ", n, " samples for ",
+              num_replicas, " replicas leaves every rank empty");
 }
 
 int64_t DistributedSampler::num_samples() const {
@@ -65,8 +65,8 @@ int64_t DistributedSampler::num_samples() const {
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   const int64_t e = pinned_epoch_ >= 0 ? pinned_epoch_ : epoch;
-  std::vector<int64_t> order = shuffle_ ? random_permutation(n_, seed_, 0xd15700000000ULL + uint64_t(e))
-                                        : SequentialSampler(n_).indices(e);
+  std::vector<int64_t> order =
+      shuffle_ ? random_permutation(n_, seed_, 0xd15700000000ULL + uint64_t(e)) : SequentialSampler(n_).indices(e);
   const int64_t total = num_samples() * replicas_;
   if (order.empty()) return {};
   for (size_t i = 0; int64_t(order.size()) < total; ++i) order.push_back(order[i % size_t(n_)]);  // pad

@@ -2,6 +2,7 @@
 // (0-dim result); a 1-D operand gets a dim prepended (left) or appended (right) that the
 // result drops; batch dims broadcast. The Matmul op itself sees operands of 2+ dims; its
 // backward is two matmuls with transposed views, summed back over broadcast batch dims.
+// One block: inference, backward formula, OpDef row, public function.
 // Not here: the kernels (kernels/cpu/gemm.cpp, and cuBLASLt on CUDA), linear/bmm/einsum.
 #include <algorithm>
 
@@ -12,10 +13,12 @@ namespace brisk {
 namespace {
 
 using detail::define;
+using detail::mask;
 
 // The last two dims swapped (a view: the kernels read it in place).
 Tensor mT(const Tensor& x) { return transpose(x, -2, -1); }
 
+// ---- matmul: the op takes operands of 2+ dims; matmul() adds and drops the 1-D ones' dims
 // a: (..., M, K), b: (..., K, N) -> (broadcast batch..., M, N).
 void matmul_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
   const Tensor &a = in[0], &b = in[1];
@@ -57,20 +60,12 @@ void matmul_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   }
 }
 
-constexpr uint32_t kIn01 = 3;
+const OpDef kMatmul{.infer = matmul_infer,
+                    .backward = matmul_bw,
+                    .save_inputs = mask(0, 1),  // a, b
+                    .autocast = CastPolicy::Lower};
 
 }  // namespace
-
-namespace detail {
-
-void define_linalg_ops() {
-  define(OpId::Matmul,
-         {.infer = matmul_infer, .backward = matmul_bw, .save_inputs = kIn01, .autocast = CastPolicy::Lower});
-}
-
-}  // namespace detail
-
-// ---- public functions
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   BRISK_CHECK(a.defined() && b.defined(), "matmul: undefined input");
@@ -85,5 +80,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a_vector) out = squeeze(out, b_vector ? -1 : -2);
   return out;
 }
+
+namespace detail {
+
+void define_linalg_ops() { define(OpId::Matmul, kMatmul); }
+
+}  // namespace detail
 
 }  // namespace brisk

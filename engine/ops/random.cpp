@@ -1,5 +1,6 @@
 // engine/ops/random.cpp: OpDefs and public functions of arange and the random ops (rand,
-// randn, dropout), and the factories written on them (uniform, normal, randint).
+// randn, dropout), and the factories written on them (uniform, normal, randint), one block per
+// op: inference, backward formula, OpDef row, public functions.
 // Each random call takes its own Philox stream from a Generator, so its values depend only on
 // (seed, offset, element index): not on threads, not on the device. Not here: the generator
 // itself (engine/random.h) and the kernels (kernels/<device>/random.cpp).
@@ -27,38 +28,17 @@ namespace brisk {
 namespace {
 
 using detail::define;
-
-constexpr uint32_t kOut1 = 2;
+using detail::mask;
 
 void check_shape(const Shape& shape, const char* op) { checked_numel(shape, sizeof(double), op); }
 
-// ---- inference
-void arange_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorSpec> out) {
-  check_shape(attrs.shape, "arange");
-  BRISK_CHECK(attrs.dtype != DType::Bool, "arange: dtype Bool is not supported");
-  out[0] = {attrs.shape, attrs.dtype};
-}
-
+// rand and randn: a new floating tensor of attrs.shape, dtype, device.
 template <OpId Id>
 void random_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorSpec> out) {
   check_shape(attrs.shape, op_name(Id));
   BRISK_CHECK(is_floating(attrs.dtype), op_name(Id), ": dtype must be floating, got ", attrs.dtype,
               " (randint draws integers)");
   out[0] = {attrs.shape, attrs.dtype};
-}
-
-void dropout_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
-  BRISK_CHECK(is_floating(in[0].dtype()), "dropout: input must be floating, got ", in[0].str());
-  BRISK_CHECK(attrs.a >= 0 && attrs.a < 1, "dropout: p must be in [0, 1), got ", attrs.a);
-  out[0] = {in[0].sizes(), in[0].dtype()};
-  out[1] = {in[0].sizes(), DType::Bool};
-}
-
-// ---- backward: the same mask and scale as the forward
-void dropout_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Tensor& g = c.grads[0];
-  const Tensor& keep = c.outputs[1];
-  gi[0] = g * cast(keep, g.dtype()) * (1.0 / (1.0 - c.attrs.a));
 }
 
 // Runs a random factory op with a fresh stream of `draws` lanes from `gen` (or the default).
@@ -79,20 +59,16 @@ Tensor random_call(OpId id, const Shape& shape, double a, double b, DType dtype,
   return out[0];
 }
 
-}  // namespace
-
-namespace detail {
-
-void define_random_ops() {
-  define(OpId::Arange, {.infer = arange_infer});
-  define(OpId::Rand, {.infer = random_infer<OpId::Rand>});
-  define(OpId::Randn, {.infer = random_infer<OpId::Randn>});
-  define(OpId::Dropout, {.infer = dropout_infer, .backward = dropout_bw, .save_outputs = kOut1});
+// ---- arange: attrs.shape = (n) values start + i * step (attrs.a, attrs.b) of attrs.dtype
+void arange_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorSpec> out) {
+  check_shape(attrs.shape, "arange");
+  BRISK_CHECK(attrs.dtype != DType::Bool, "arange: dtype Bool is not supported");
+  out[0] = {attrs.shape, attrs.dtype};
 }
 
-}  // namespace detail
+const OpDef kArange{.infer = arange_infer};
 
-// ---- public functions
+}  // namespace
 
 // Length ceil((end - start) / step), as in PyTorch.
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
@@ -116,22 +92,20 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
 
 Tensor arange(int64_t end, DType dtype, Device device) { return arange(0.0, double(end), 1.0, dtype, device); }
 
+namespace {
+
+// ---- rand: uniform in [attrs.a, attrs.b)
+const OpDef kRand{.infer = random_infer<OpId::Rand>};
+
+}  // namespace
+
 Tensor uniform(const Shape& shape, double low, double high, DType dtype, Device device, Generator* gen) {
   BRISK_CHECK(low <= high, "uniform: low ", low, " must not exceed high ", high);
   return random_call(OpId::Rand, shape, low, high, dtype, device, gen, 1);
 }
 
-Tensor normal(const Shape& shape, double mean, double std, DType dtype, Device device, Generator* gen) {
-  BRISK_CHECK(std >= 0, "normal: std must be non-negative, got ", std);
-  return random_call(OpId::Randn, shape, mean, std, dtype, device, gen, 2);
-}
-
 Tensor rand(const Shape& shape, DType dtype, Device device, Generator* gen) {
   return uniform(shape, 0.0, 1.0, dtype, device, gen);
-}
-
-Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
-  return normal(shape, 0.0, 1.0, dtype, device, gen);
 }
 
 // floor of uniform [0, high - low) in F64, shifted by low. The uniforms carry 24 random bits,
@@ -143,6 +117,43 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Devic
   if (low != 0) values = values + double(low);
   return cast(values, dtype);
 }
+
+namespace {
+
+// ---- randn: normal with mean attrs.a and std attrs.b
+const OpDef kRandn{.infer = random_infer<OpId::Randn>};
+
+}  // namespace
+
+Tensor normal(const Shape& shape, double mean, double std, DType dtype, Device device, Generator* gen) {
+  BRISK_CHECK(std >= 0, "normal: std must be non-negative, got ", std);
+  return random_call(OpId::Randn, shape, mean, std, dtype, device, gen, 2);
+}
+
+Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
+  return normal(shape, 0.0, 1.0, dtype, device, gen);
+}
+
+namespace {
+
+// ---- dropout: x -> (y, keep mask Bool), p = attrs.a
+void dropout_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  BRISK_CHECK(is_floating(in[0].dtype()), "dropout: input must be floating, got ", in[0].str());
+  BRISK_CHECK(attrs.a >= 0 && attrs.a < 1, "dropout: p must be in [0, 1), got ", attrs.a);
+  out[0] = {in[0].sizes(), in[0].dtype()};
+  out[1] = {in[0].sizes(), DType::Bool};
+}
+
+// Backward: the same mask and scale as the forward.
+void dropout_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& g = c.grads[0];
+  const Tensor& keep = c.outputs[1];
+  gi[0] = g * cast(keep, g.dtype()) * (1.0 / (1.0 - c.attrs.a));
+}
+
+const OpDef kDropout{.infer = dropout_infer, .backward = dropout_bw, .save_outputs = mask(1)};  // keep
+
+}  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   BRISK_CHECK(x.defined(), "dropout: undefined input");
@@ -159,5 +170,16 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   call(OpId::Dropout, in, attrs, out);
   return out[0];
 }
+
+namespace detail {
+
+void define_random_ops() {
+  define(OpId::Arange, kArange);
+  define(OpId::Rand, kRand);
+  define(OpId::Randn, kRandn);
+  define(OpId::Dropout, kDropout);
+}
+
+}  // namespace detail
 
 }  // namespace brisk

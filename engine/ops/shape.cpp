@@ -1,6 +1,11 @@
 // engine/ops/shape.cpp: views (view/reshape, permute, expand, slice and the functions built
-// on them: flatten, squeeze, unsqueeze, transpose, select, narrow) and copies between devices.
+// on them: flatten, squeeze, unsqueeze, transpose, select, narrow), slice_backward (slice's
+// gradient: zeros with the grad written into the sliced positions) and copies between devices,
+// one block per op: view function or inference, backward formula, OpDef row, public functions.
 // A view shares its input's storage: its ViewFn only computes sizes, strides and offset.
+// Not here: the slice_backward kernels (kernels/cpu/shape.cpp, kernels/cuda/index.cu), the
+// byte copies (each device's Backend, engine/backend.h), clone and contiguous
+// (engine/ops/elementwise.cpp).
 #include <numeric>
 
 #include "engine/backend.h"
@@ -16,6 +21,14 @@ Tensor restride(const Tensor& x, const Shape& sizes, const Shape& strides, int64
   return make_view(x.storage(), sizes, strides, offset, x.dtype());
 }
 
+Tensor view_call(OpId id, const Tensor& x, const Attrs& a) {
+  Tensor ins[1] = {x};
+  Tensor out[1];
+  call(id, ins, a, out);
+  return out[0];
+}
+
+// ---- view: x viewed with attrs.shape (no -1 left), without copying
 // Resolves one -1 in `shape` against numel; errors name the op.
 Shape infer_size(const Shape& shape, int64_t numel, const Tensor& x, const char* op) {
   Shape out = shape;
@@ -74,7 +87,6 @@ bool view_strides(const Tensor& x, const Shape& sizes, Shape& strides) {
   return view_d == -1;
 }
 
-// ---- view functions
 Tensor view_fn(const Tensor& x, const Attrs& a) {
   Shape strides;
   BRISK_CHECK(view_strides(x, a.shape, strides), "view: ", a.shape, " is not compatible with the strides ", x.strides(),
@@ -82,120 +94,10 @@ Tensor view_fn(const Tensor& x, const Attrs& a) {
   return restride(x, a.shape, strides, x.offset());
 }
 
-Tensor permute_fn(const Tensor& x, const Attrs& a) {
-  const Shape& dims = a.dims;
-  BRISK_CHECK(dims.size() == x.dim(), "permute: ", dims.size(), " dims given for input ", x.str());
-  Shape sizes = Shape::filled(x.dim(), 0), strides = Shape::filled(x.dim(), 0);
-  bool seen[kMaxDims] = {};
-  for (int i = 0; i < dims.size(); ++i) {
-    int d = wrap_dim(dims[i], x.dim(), "permute");
-    BRISK_CHECK(!seen[d], "permute: dim ", d, " repeats in ", dims);
-    seen[d] = true;
-    sizes[i] = x.sizes()[d];
-    strides[i] = x.strides()[d];
-  }
-  return restride(x, sizes, strides, x.offset());
-}
-
-Tensor expand_fn(const Tensor& x, const Attrs& a) {
-  const Shape& target = a.shape;
-  BRISK_CHECK(target.size() >= x.dim(), "expand: target ", target, " has fewer dims than input ", x.str());
-  int lead = target.size() - x.dim();
-  Shape sizes = target, strides = Shape::filled(target.size(), 0);
-  int64_t extent = 1;  // see Note [Checked sizes] in engine/shape.h
-  for (int i = 0; i < target.size(); ++i) {
-    const int64_t s = target[i] == -1 && i >= lead ? x.sizes()[i - lead] : target[i];
-    BRISK_CHECK(s >= -1, "expand: invalid size ", s, " in target ", target);
-    BRISK_CHECK(s < 0 || checked_mul(extent, std::max<int64_t>(s, 1), extent), "expand: target ", target,
-                " has more elements than fit in 64 bits");
-  }
-  for (int i = 0; i < target.size(); ++i) {
-    if (i < lead) {
-      BRISK_CHECK(target[i] >= 0, "expand: size -1 is not allowed for a new leading dim, target ", target);
-      continue;
-    }
-    int64_t s = x.sizes()[i - lead];
-    if (target[i] == -1 || target[i] == s) {
-      sizes[i] = s;
-      strides[i] = x.strides()[i - lead];
-    } else {
-      BRISK_CHECK(s == 1, "expand: input ", x.str(), " cannot expand to ", target, " (dim ", i, ": ", s, " vs ",
-                  target[i], ")");
-    }
-  }
-  return restride(x, sizes, strides, x.offset());
-}
-
-Tensor slice_fn(const Tensor& x, const Attrs& a) {
-  int d = int(a.dim);
-  Shape sizes = x.sizes(), strides = x.strides();
-  sizes[d] = a.end == a.start ? 0 : (a.end - a.start - 1) / a.step + 1;  // no overflow for any step
-  if (sizes[d] > 1) strides[d] *= a.step;  // step < size of the dim: within the checked extent
-  return restride(x, sizes, strides, x.offset() + a.start * x.strides()[d]);
-}
-
-// ---- backward formulas
 void view_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = reshape(c.grads[0], c.in_specs[0].sizes); }
-void permute_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Shape& dims = c.attrs.dims;
-  Shape inverse = Shape::filled(dims.size(), 0);
-  for (int i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], dims.size(), "permute")] = i;
-  gi[0] = permute(c.grads[0], inverse);
-}
-void expand_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = sum_to(c.grads[0], c.in_specs[0].sizes); }
-void slice_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  Attrs a = c.attrs;
-  a.shape = c.in_specs[0].sizes;
-  gi[0] = call1(OpId::SliceBackward, {c.grads[0]}, a);
-}
-void slice_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Attrs& a = c.attrs;
-  gi[0] = slice(c.grads[0], a.dim, a.start, a.end, a.step);
-}
-void to_device_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = to_device(c.grads[0], c.device); }
 
-void slice_backward_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
-  out[0] = {a.shape, in[0].dtype()};
-}
-void to_device_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
-  out[0] = {in[0].sizes(), in[0].dtype()};
-}
+const OpDef kView{.view = view_fn, .backward = view_bw};
 
-// Copies a dense tensor between devices; the non-CPU side's backend moves the bytes.
-void to_device_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-  const Tensor& src = in[0];
-  Tensor& dst = out[0];
-  BRISK_CHECK(src.is_contiguous() && dst.is_contiguous(), "to_device: needs dense tensors");
-  Device owner = dst.device().is_cpu() ? src.device() : dst.device();
-  size_t bytes = size_t(src.numel()) * src.element_size();
-  backend(owner).copy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), bytes, a.flag);
-}
-
-}  // namespace
-
-namespace detail {
-
-void define_shape_ops() {
-  define(OpId::View, {.view = view_fn, .backward = view_bw});
-  define(OpId::Permute, {.view = permute_fn, .backward = permute_bw});
-  define(OpId::Expand, {.view = expand_fn, .backward = expand_bw});
-  define(OpId::Slice, {.view = slice_fn, .backward = slice_bw});
-  define(OpId::SliceBackward, {.infer = slice_backward_infer, .backward = slice_backward_bw});
-  OpDef to{.infer = to_device_infer, .backward = to_device_bw, .to_attrs_device = true};
-  define(OpId::ToDevice, to);
-  for (int d = 0; d < kNumDeviceTypes; ++d) op_def(OpId::ToDevice).kernels[d] = to_device_kernel;
-}
-
-}  // namespace detail
-
-// ---- public functions
-namespace {
-Tensor view_call(OpId id, const Tensor& x, const Attrs& a) {
-  Tensor ins[1] = {x};
-  Tensor out[1];
-  call(id, ins, a, out);
-  return out[0];
-}
 }  // namespace
 
 Tensor view(const Tensor& x, const Shape& shape) {
@@ -223,60 +125,6 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   shape.push_back(n);
   for (int i = e + 1; i < x.dim(); ++i) shape.push_back(x.sizes()[i]);
   return reshape(x, shape);
-}
-
-Tensor permute(const Tensor& x, const Shape& dims) {
-  Attrs a;
-  a.dims = dims;
-  return view_call(OpId::Permute, x, a);
-}
-
-Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
-  int a0 = wrap_dim(d0, x.dim(), "transpose"), a1 = wrap_dim(d1, x.dim(), "transpose");
-  if (x.dim() < 2 || a0 == a1) return x;
-  Shape dims;
-  for (int i = 0; i < x.dim(); ++i) dims.push_back(i);
-  std::swap(dims[a0], dims[a1]);
-  return permute(x, dims);
-}
-
-Tensor expand(const Tensor& x, const Shape& shape) {
-  Attrs a;
-  a.shape = shape;
-  return view_call(OpId::Expand, x, a);
-}
-
-Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
-  BRISK_CHECK(x.dim() > 0, "slice: cannot slice a 0-dim tensor");
-  int d = wrap_dim(dim, x.dim(), "slice");
-  BRISK_CHECK(step > 0, "slice: step must be positive, got ", step);
-  int64_t n = x.sizes()[d];
-  auto clip = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
-  Attrs a;
-  a.dim = d;
-  a.start = clip(start);
-  a.end = std::max(a.start, clip(end));
-  a.step = step;
-  return view_call(OpId::Slice, x, a);
-}
-
-Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
-  BRISK_CHECK(x.dim() > 0, "narrow: cannot narrow a 0-dim tensor");
-  int d = wrap_dim(dim, x.dim(), "narrow");
-  int64_t n = x.sizes()[d];
-  if (start < 0) start += n;
-  BRISK_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ", start, " + length ",
-              length, " is out of range for dim ", d, " of size ", n);
-  return slice(x, d, start, start + length, 1);
-}
-
-Tensor select(const Tensor& x, int64_t dim, int64_t index) {
-  BRISK_CHECK(x.dim() > 0, "select: cannot select from a 0-dim tensor");
-  int d = wrap_dim(dim, x.dim(), "select");
-  int64_t n = x.sizes()[d];
-  BRISK_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n);
-  if (index < 0) index += n;
-  return squeeze(slice(x, d, index, index + 1, 1), d);
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
@@ -311,6 +159,184 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   return view_call(OpId::View, x, a);
 }
 
+namespace {
+
+// ---- permute: x's dims reordered as attrs.dims (a view)
+Tensor permute_fn(const Tensor& x, const Attrs& a) {
+  const Shape& dims = a.dims;
+  BRISK_CHECK(dims.size() == x.dim(), "permute: ", dims.size(), " dims given for input ", x.str());
+  Shape sizes = Shape::filled(x.dim(), 0), strides = Shape::filled(x.dim(), 0);
+  bool seen[kMaxDims] = {};
+  for (int i = 0; i < dims.size(); ++i) {
+    int d = wrap_dim(dims[i], x.dim(), "permute");
+    BRISK_CHECK(!seen[d], "permute: dim ", d, " repeats in ", dims);
+    seen[d] = true;
+    sizes[i] = x.sizes()[d];
+    strides[i] = x.strides()[d];
+  }
+  return restride(x, sizes, strides, x.offset());
+}
+
+void permute_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Shape& dims = c.attrs.dims;
+  Shape inverse = Shape::filled(dims.size(), 0);
+  for (int i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], dims.size(), "permute")] = i;
+  gi[0] = permute(c.grads[0], inverse);
+}
+
+const OpDef kPermute{.view = permute_fn, .backward = permute_bw};
+
+}  // namespace
+
+Tensor permute(const Tensor& x, const Shape& dims) {
+  Attrs a;
+  a.dims = dims;
+  return view_call(OpId::Permute, x, a);
+}
+
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  int a0 = wrap_dim(d0, x.dim(), "transpose"), a1 = wrap_dim(d1, x.dim(), "transpose");
+  if (x.dim() < 2 || a0 == a1) return x;
+  Shape dims;
+  for (int i = 0; i < x.dim(); ++i) dims.push_back(i);
+  std::swap(dims[a0], dims[a1]);
+  return permute(x, dims);
+}
+
+namespace {
+
+// ---- expand: x broadcast to attrs.shape (-1 keeps a size) with stride 0 (a view)
+Tensor expand_fn(const Tensor& x, const Attrs& a) {
+  const Shape& target = a.shape;
+  BRISK_CHECK(target.size() >= x.dim(), "expand: target ", target, " has fewer dims than input ", x.str());
+  int lead = target.size() - x.dim();
+  Shape sizes = target, strides = Shape::filled(target.size(), 0);
+  int64_t extent = 1;  // see Note [Checked sizes] in engine/shape.h
+  for (int i = 0; i < target.size(); ++i) {
+    const int64_t s = target[i] == -1 && i >= lead ? x.sizes()[i - lead] : target[i];
+    BRISK_CHECK(s >= -1, "expand: invalid size ", s, " in target ", target);
+    BRISK_CHECK(s < 0 || checked_mul(extent, std::max<int64_t>(s, 1), extent), "expand: target ", target,
+                " has more elements than fit in 64 bits");
+  }
+  for (int i = 0; i < target.size(); ++i) {
+    if (i < lead) {
+      BRISK_CHECK(target[i] >= 0, "expand: size -1 is not allowed for a new leading dim, target ", target);
+      continue;
+    }
+    int64_t s = x.sizes()[i - lead];
+    if (target[i] == -1 || target[i] == s) {
+      sizes[i] = s;
+      strides[i] = x.strides()[i - lead];
+    } else {
+      BRISK_CHECK(s == 1, "expand: input ", x.str(), " cannot expand to ", target, " (dim ", i, ": ", s, " vs ",
+                  target[i], ")");
+    }
+  }
+  return restride(x, sizes, strides, x.offset());
+}
+
+void expand_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = sum_to(c.grads[0], c.in_specs[0].sizes); }
+
+const OpDef kExpand{.view = expand_fn, .backward = expand_bw};
+
+}  // namespace
+
+Tensor expand(const Tensor& x, const Shape& shape) {
+  Attrs a;
+  a.shape = shape;
+  return view_call(OpId::Expand, x, a);
+}
+
+namespace {
+
+// ---- slice: x[start:end:step] along attrs.dim (a view; start, end clipped by slice())
+Tensor slice_fn(const Tensor& x, const Attrs& a) {
+  int d = int(a.dim);
+  Shape sizes = x.sizes(), strides = x.strides();
+  sizes[d] = a.end == a.start ? 0 : (a.end - a.start - 1) / a.step + 1;  // no overflow for any step
+  if (sizes[d] > 1) strides[d] *= a.step;  // step < size of the dim: within the checked extent
+  return restride(x, sizes, strides, x.offset() + a.start * x.strides()[d]);
+}
+
+void slice_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  Attrs a = c.attrs;
+  a.shape = c.in_specs[0].sizes;
+  gi[0] = call1(OpId::SliceBackward, {c.grads[0]}, a);
+}
+
+const OpDef kSlice{.view = slice_fn, .backward = slice_bw};
+
+}  // namespace
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  BRISK_CHECK(x.dim() > 0, "slice: cannot slice a 0-dim tensor");
+  int d = wrap_dim(dim, x.dim(), "slice");
+  BRISK_CHECK(step > 0, "slice: step must be positive, got ", step);
+  int64_t n = x.sizes()[d];
+  auto clip = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  Attrs a;
+  a.dim = d;
+  a.start = clip(start);
+  a.end = std::max(a.start, clip(end));
+  a.step = step;
+  return view_call(OpId::Slice, x, a);
+}
+
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  BRISK_CHECK(x.dim() > 0, "narrow: cannot narrow a 0-dim tensor");
+  int d = wrap_dim(dim, x.dim(), "narrow");
+  int64_t n = x.sizes()[d];
+  if (start < 0) start += n;
+  BRISK_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ", start, " + length ",
+              length, " is out of range for dim ", d, " of size ", n);
+  return slice(x, d, start, start + length, 1);
+}
+
+Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+  BRISK_CHECK(x.dim() > 0, "select: cannot select from a 0-dim tensor");
+  int d = wrap_dim(dim, x.dim(), "select");
+  int64_t n = x.sizes()[d];
+  BRISK_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n);
+  if (index < 0) index += n;
+  return squeeze(slice(x, d, index, index + 1, 1), d);
+}
+
+namespace {
+
+// ---- slice_backward: (grad) -> zeros of attrs.shape, grad in the positions slice's attrs pick
+void slice_backward_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  out[0] = {a.shape, in[0].dtype()};
+}
+
+void slice_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Attrs& a = c.attrs;
+  gi[0] = slice(c.grads[0], a.dim, a.start, a.end, a.step);
+}
+
+const OpDef kSliceBackward{.infer = slice_backward_infer, .backward = slice_backward_bw};
+
+// ---- to_device: a dense copy of x on attrs.device (attrs.flag: non_blocking)
+void to_device_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  out[0] = {in[0].sizes(), in[0].dtype()};
+}
+
+void to_device_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = to_device(c.grads[0], c.device); }
+
+// Copies a dense tensor between devices; the non-CPU side's backend moves the bytes.
+void to_device_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& src = in[0];
+  Tensor& dst = out[0];
+  BRISK_CHECK(src.is_contiguous() && dst.is_contiguous(), "to_device: needs dense tensors");
+  Device owner = dst.device().is_cpu() ? src.device() : dst.device();
+  size_t bytes = size_t(src.numel()) * src.element_size();
+  backend(owner).copy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), bytes, a.flag);
+}
+
+// Its kernel, to_device_kernel, is installed for every device by define_shape_ops.
+const OpDef kToDevice{.infer = to_device_infer, .backward = to_device_bw, .to_attrs_device = true};
+
+}  // namespace
+
 Tensor to_device(const Tensor& x, Device device, bool non_blocking) {
   BRISK_CHECK(x.defined(), "to_device: undefined input");
   if (x.device() == device) return x;
@@ -320,5 +346,19 @@ Tensor to_device(const Tensor& x, Device device, bool non_blocking) {
   a.flag = non_blocking;
   return view_call(OpId::ToDevice, contiguous(x), a);
 }
+
+namespace detail {
+
+void define_shape_ops() {
+  define(OpId::View, kView);
+  define(OpId::Permute, kPermute);
+  define(OpId::Expand, kExpand);
+  define(OpId::Slice, kSlice);
+  define(OpId::SliceBackward, kSliceBackward);
+  define(OpId::ToDevice, kToDevice);
+  for (int d = 0; d < kNumDeviceTypes; ++d) op_def(OpId::ToDevice).kernels[d] = to_device_kernel;
+}
+
+}  // namespace detail
 
 }  // namespace brisk
