@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# tests/dist/run.sh TESTS FAULT_CHILD: the distributed tests, as ctest runs them: the 2-rank
-# suite (tests/dist/test_dist.cpp), then the fault cases (tests/dist/fault_child.cpp): a rank
-# killed by SIGKILL and a collective mismatch under the debug check. Open MPI needs
+# tests/dist/run.sh TESTS FAULT_CHILD [DDP_EXAMPLE]: the distributed tests, as ctest runs them:
+# the 2-rank suite (tests/dist/test_dist.cpp), then the fault cases (tests/dist/fault_child.cpp):
+# a rank killed by SIGKILL and a collective mismatch under the debug check; then, given the
+# examples/ddp binary and the Fashion-MNIST data, a 2-rank run stopped after one epoch and
+# resumed must write the same best model as an uninterrupted one, byte for byte. Open MPI needs
 # --oversubscribe on 2 cores, the two ALLOW_RUN_AS_ROOT variables as root, and
 # --enable-recovery so that survivors of a dead rank can report (dist/mpi_group.cpp, Note [Faults]).
 set -uo pipefail
-tests=$1 child=$2
+tests=$1 child=$2 example=${3:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --bind-to none -np 2)
 status=0
@@ -19,4 +21,18 @@ for what in kill mismatch; do
     echo "dist fault case '$what' failed:"; printf '%s\n' "$out" | tail -20; status=1
   fi
 done
+data=/usr/share/datasets/fashion-mnist
+if [ -n "$example" ] && [ -d "$data" ]; then
+  work=$(mktemp -d)
+  run=("${MPIRUN[@]}" "$example" --model mlp --limit 2000 --data "$data")
+  if timeout 300 "${run[@]}" --epochs 2 --out "$work/a" >"$work/log" 2>&1 &&
+     timeout 300 "${run[@]}" --epochs 1 --out "$work/b" >>"$work/log" 2>&1 &&
+     timeout 300 "${run[@]}" --epochs 2 --out "$work/b" --resume >>"$work/log" 2>&1 &&
+     cmp -s "$work/a/best.safetensors" "$work/b/best.safetensors"; then
+    echo "PASS ddp resume: the resumed 2-rank run wrote the same best model"
+  else
+    echo "ddp resume check failed:"; tail -20 "$work/log"; status=1
+  fi
+  rm -rf "$work"
+fi
 exit $status
