@@ -1,8 +1,9 @@
-// dist/mpi_group.cpp: the MPI backend of dist::ProcessGroup (CPU tensors) and the process
-// start-up (init_process_group, launch_info). One communication thread per group owns every
-// MPI call after start-up (MPI_THREAD_SERIALIZED): it posts each call as a non-blocking MPI
-// operation in the order calls were made, polls all of them, finishes them (Avg's division,
-// allgather's copies) and enforces the timeout. Not here: NCCL (dist/nccl_group.cpp), DDP.
+// dist/mpi_group.cpp: the MPI backend of dist::ProcessGroup (CPU tensors) and MPI's start-up
+// and shutdown. One communication thread per group owns every MPI call after start-up
+// (MPI_THREAD_SERIALIZED): it runs the calls in the order they were made (collectives as
+// blocking MPI calls, point-to-point as polled requests) and finishes them (Avg's division,
+// allgather's copies) while the caller computes. Not here: NCCL (dist/nccl_group.cpp), DDP,
+// init_process_group itself (dist/process_group.cpp).
 #include <mpi.h>
 
 #include <atomic>
@@ -23,16 +24,18 @@
 namespace brisk::dist {
 
 // Note [Faults]
-// A collective whose peers never arrive would block forever. Every call is therefore posted
-// non-blocking and polled by the group's thread against a deadline (the group's timeout, from
-// the moment it is posted); past it the call fails with a brisk::Error naming the collective,
-// the group, the rank and the timeout, and the group is marked broken: MPI cannot cancel a
-// collective, so every later call on the group fails at once with the first error, and MPI is
-// not finalized at exit (MPI_Finalize would wait for the dead peer). mpirun must leave the
+// A collective whose peers never arrive would block forever. The group's thread runs each
+// collective as a blocking MPI call (MPI's tuned algorithms: its non-blocking collectives were
+// 2-3x slower here), so the deadline is enforced by the waiter: Work::wait past the group's
+// timeout (counted from the call) fails with a brisk::Error naming the collective, the group,
+// the rank and the timeout, and marks the group broken: MPI cannot cancel a collective, so every
+// later call fails at once with the first error, the thread (possibly stuck in MPI) is left
+// behind, and MPI is not finalized at exit (MPI_Finalize would wait for the dead peer).
+// Point-to-point calls are non-blocking requests the thread polls (a blocking send would stall
+// an exchange in which both ranks send first), against the same deadline. mpirun must leave the
 // survivors running for them to report: Open MPI 4 kills the whole job when one rank dies
-// unless started with `--enable-recovery` (tests/dist/run.sh does; README says so).
-// MPI errors (a peer's connection reset) come back as error codes (MPI_ERRORS_RETURN) and end
-// the call the same way.
+// unless started with `--enable-recovery` (tests/dist/run.sh does; the README says so). MPI
+// errors come back as error codes (MPI_ERRORS_RETURN) and end the call the same way.
 
 namespace {
 
@@ -141,21 +144,57 @@ void divide(const Tensor& t, int n) {
   }
 }
 
-// ---- Work
+// A group's health, shared with its Works (which may outlive it): once broken, every call
+// fails with the first error.
+struct Health {
+  std::mutex mu;
+  std::atomic<bool> broken{false};
+  std::string first_error;
+  // Marks the group broken; returns the error every call now reports.
+  std::string fail(const std::string& error) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!broken.exchange(true)) first_error = error;
+    detail::mark_broken();
+    return first_error;
+  }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mu);
+    return first_error;
+  }
+};
+
+// ---- Work: done when the group's thread finishes it; past its deadline (the group's timeout
+// from the moment of the call) the waiter breaks the group and throws (Note [Faults]).
 class MpiWork : public Work {
  public:
-  MpiWork(std::string what, Duration timeout) : Work(timeout), what_(std::move(what)) {}
+  MpiWork(std::string what, Duration timeout, std::shared_ptr<Health> health)
+      : Work(timeout),
+        what_(std::move(what)),
+        timeout_(timeout),
+        deadline_(Clock::now() + timeout),
+        health_(std::move(health)) {}
   bool wait(Duration timeout) override {
+    const auto until = std::min(Clock::now() + timeout, deadline_);
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return done_; });
+    cv_.wait_until(lock, until, [&] { return done_; });
     if (!error_.empty()) BRISK_FAIL(error_);
-    return done_;
+    if (done_) return true;
+    if (Clock::now() < deadline_) return false;  // the caller's own timeout
+    lock.unlock();
+    BRISK_FAIL(health_->fail(timeout_message()));
   }
   bool is_completed() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return done_;
   }
   std::string describe() const override { return what_; }
+  Clock::time_point deadline() const { return deadline_; }
+  std::string timeout_message() const {
+    std::ostringstream s;
+    s << what_ << ": timed out after " << std::chrono::duration<double>(timeout_).count()
+      << " s (a peer died, hangs or called a different collective; set BRISK_DIST_DEBUG=1 to compare calls)";
+    return s.str();
+  }
   void finish(std::string error = "") {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -167,6 +206,9 @@ class MpiWork : public Work {
 
  private:
   std::string what_;
+  Duration timeout_;
+  Clock::time_point deadline_;
+  std::shared_ptr<Health> health_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -181,7 +223,6 @@ struct Task {
   std::function<int(std::vector<MPI_Request>&)> post;  // returns an MPI error code
   std::function<void()> finish;
   std::vector<MPI_Request> requests;
-  Clock::time_point deadline;
 };
 
 class MpiGroup : public ProcessGroup {
@@ -192,14 +233,14 @@ class MpiGroup : public ProcessGroup {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     half_ops();  // created before the thread owns MPI
     if (const char* e = std::getenv("BRISK_DIST_DEBUG")) options_.debug |= std::string(e) == "1";
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this, alive = alive_] { loop(*alive); });
   }
   ~MpiGroup() override { shutdown(); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
-  bool broken() const { return broken_.load(); }
+  bool broken() const { return health_->broken.load(); }
 
   void shutdown() override {
     {
@@ -208,8 +249,15 @@ class MpiGroup : public ProcessGroup {
       stopping_ = true;
     }
     cv_.notify_all();
+    if (health_->broken) {
+      // The thread may be blocked for good inside a collective with a dead peer; should MPI
+      // ever return, it leaves without touching this group.
+      *alive_ = false;
+      if (thread_.joinable()) thread_.detach();
+      return;
+    }
     if (thread_.joinable()) thread_.join();
-    if (!broken_) MPI_Comm_free(&comm_);
+    MPI_Comm_free(&comm_);
   }
 
   WorkPtr allreduce(Tensor& t, ReduceOp op) override {
@@ -221,7 +269,8 @@ class MpiGroup : public ProcessGroup {
         "allreduce", op, -1, x,
         [=, this](std::vector<MPI_Request>& r) {
           r.resize(1);
-          return MPI_Iallreduce(MPI_IN_PLACE, x.data_ptr(), int(x.numel()), type, mop, comm_, &r[0]);
+          r.clear();
+          return MPI_Allreduce(MPI_IN_PLACE, x.data_ptr(), int(x.numel()), type, mop, comm_);
         },
         [=, this] {
           if (op == ReduceOp::Avg) divide(x, size_);
@@ -235,7 +284,8 @@ class MpiGroup : public ProcessGroup {
     const MPI_Datatype type = mpi_type(t.dtype());
     return submit("broadcast", ReduceOp::Sum, root, x, [=, this](std::vector<MPI_Request>& r) {
       r.resize(1);
-      return MPI_Ibcast(x.data_ptr(), int(x.numel()), type, root, comm_, &r[0]);
+      r.clear();
+      return MPI_Bcast(x.data_ptr(), int(x.numel()), type, root, comm_);
     });
   }
 
@@ -280,7 +330,8 @@ class MpiGroup : public ProcessGroup {
         "reduce_scatter", op, -1, x,
         [=, this](std::vector<MPI_Request>& r) {
           r.resize(1);
-          return MPI_Ireduce_scatter_block(x.data_ptr(), y.data_ptr(), int(y.numel()), type, mop, comm_, &r[0]);
+          r.clear();
+          return MPI_Reduce_scatter_block(x.data_ptr(), y.data_ptr(), int(y.numel()), type, mop, comm_);
         },
         [=, this] {
           if (op == ReduceOp::Avg) divide(y, size_);
@@ -290,7 +341,8 @@ class MpiGroup : public ProcessGroup {
   WorkPtr barrier() override {
     return submit("barrier", ReduceOp::Sum, -1, Tensor(), [this](std::vector<MPI_Request>& r) {
       r.resize(1);
-      return MPI_Ibarrier(comm_, &r[0]);
+      r.clear();
+      return MPI_Barrier(comm_);
     });
   }
 
@@ -329,7 +381,8 @@ class MpiGroup : public ProcessGroup {
     Tensor o = out, x = in;
     return [=, this](std::vector<MPI_Request>& r) {
       r.resize(1);
-      return MPI_Iallgather(x.data_ptr(), int(x.numel()), type, o.data_ptr(), int(x.numel()), type, comm_, &r[0]);
+      r.clear();
+      return MPI_Allgather(x.data_ptr(), int(x.numel()), type, o.data_ptr(), int(x.numel()), type, comm_);
     };
   }
 
@@ -351,10 +404,14 @@ class MpiGroup : public ProcessGroup {
     Task task;
     task.fingerprint = detail::fingerprint(call, op, peer, t);
     task.fingerprint.collective = collective;
-    task.work = std::make_shared<MpiWork>(detail::describe(task.fingerprint, *this), options_.timeout);
+    task.work = std::make_shared<MpiWork>(detail::describe(task.fingerprint, *this), options_.timeout, health_);
     task.post = std::move(post);
     task.finish = std::move(finish);
     WorkPtr w = task.work;
+    if (health_->broken) {  // fails at once with the first error
+      task.work->finish(health_->error());
+      return w;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       BRISK_CHECK(!stopping_, call, ": the group '", options_.name, "' was destroyed");
@@ -366,7 +423,6 @@ class MpiGroup : public ProcessGroup {
 
   // Runs on the thread: the debug check (blocking, against the deadline), then the post.
   std::string start(Task& t) {
-    t.deadline = Clock::now() + options_.timeout;
     if (options_.debug && t.fingerprint.collective) {
       std::string mismatch;
       const std::string err = run_blocking(
@@ -374,8 +430,9 @@ class MpiGroup : public ProcessGroup {
           [&](std::vector<MPI_Request>& r, std::vector<detail::Fingerprint>& all) {
             all.resize(size_t(size_));
             r.resize(1);
-            return MPI_Iallgather(&t.fingerprint, sizeof(detail::Fingerprint), MPI_BYTE, all.data(),
-                                  sizeof(detail::Fingerprint), MPI_BYTE, comm_, &r[0]);
+            r.clear();
+            return MPI_Allgather(&t.fingerprint, sizeof(detail::Fingerprint), MPI_BYTE, all.data(),
+                                 sizeof(detail::Fingerprint), MPI_BYTE, comm_);
           },
           mismatch);
       if (!err.empty()) return err;
@@ -393,7 +450,7 @@ class MpiGroup : public ProcessGroup {
     int done = 0;
     while (rc == MPI_SUCCESS && !done) {
       rc = MPI_Testall(int(r.size()), r.data(), &done, MPI_STATUSES_IGNORE);
-      if (!done && Clock::now() > t.deadline) return timeout_message(t);
+      if (!done && Clock::now() > t.work->deadline()) return t.work->timeout_message();
       if (!done) std::this_thread::yield();
     }
     if (rc != MPI_SUCCESS) return t.work->describe() + ": MPI error in the debug check: " + mpi_error(rc);
@@ -401,22 +458,15 @@ class MpiGroup : public ProcessGroup {
     return "";
   }
 
-  std::string timeout_message(const Task& t) const {
-    std::ostringstream s;
-    s << t.work->describe() << ": timed out after "
-      << std::chrono::duration_cast<std::chrono::duration<double>>(options_.timeout).count()
-      << " s (a peer died, hangs or called a different collective; set BRISK_DIST_DEBUG=1 to compare calls)";
-    return s.str();
-  }
-
   void fail_all(std::list<Task>& active, std::deque<Task>& fresh) {
-    for (Task& t : active) t.work->finish(first_error_);
-    for (Task& t : fresh) t.work->finish(first_error_);
+    const std::string error = health_->error();
+    for (Task& t : active) t.work->finish(error);
+    for (Task& t : fresh) t.work->finish(error);
     active.clear();
     fresh.clear();
   }
 
-  void loop() {
+  void loop(const std::atomic<bool>& alive) {
     std::list<Task> active;
     int idle_polls = 0;
     while (true) {
@@ -430,12 +480,13 @@ class MpiGroup : public ProcessGroup {
         }
         fresh.swap(queue_);
       }
-      if (broken_) {
+      if (health_->broken) {
         fail_all(active, fresh);
         continue;
       }
       for (Task& t : fresh) {  // posted in call order: every rank posts the same sequence
         const std::string err = start(t);
+        if (!alive) return;
         if (!err.empty()) {
           break_group(err);
           t.work->finish(err);
@@ -443,7 +494,7 @@ class MpiGroup : public ProcessGroup {
         }
         active.push_back(std::move(t));
       }
-      if (broken_) continue;
+      if (health_->broken) continue;
       bool progressed = !fresh.empty();
       for (auto it = active.begin(); it != active.end();) {
         int done = 0;
@@ -462,8 +513,8 @@ class MpiGroup : public ProcessGroup {
           it->work->finish(err);
           it = active.erase(it);
           progressed = true;
-        } else if (Clock::now() > it->deadline) {
-          break_group(timeout_message(*it));
+        } else if (Clock::now() > it->work->deadline()) {
+          break_group(it->work->timeout_message());
           break;
         } else {
           ++it;
@@ -475,10 +526,7 @@ class MpiGroup : public ProcessGroup {
     }
   }
 
-  void break_group(const std::string& error) {
-    if (!broken_.exchange(true)) first_error_ = error;
-    detail::mark_broken();
-  }
+  void break_group(const std::string& error) { health_->fail(error); }
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
@@ -487,8 +535,8 @@ class MpiGroup : public ProcessGroup {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
-  std::atomic<bool> broken_{false};
-  std::string first_error_;
+  std::shared_ptr<Health> health_ = std::make_shared<Health>();
+  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
 };
 
 }  // namespace

@@ -1,0 +1,135 @@
+// examples/bench/bench_dist.cpp: dist/ measured in one 2-rank run (start it with
+// `mpirun -np 2 --oversubscribe --bind-to none build/examples/bench/bench_dist`):
+//   1. allreduce (sum, F32) of 4 KB to 64 MB through ProcessGroup against raw MPI_Allreduce
+//      on a duplicate of the same communicator, median of several calls;
+//   2. scaling: SmallCNN training steps of the total batch B on rank 0 alone (rank 1 idle) vs
+//      2-rank DDP with B / 2 per rank, one thread per rank; efficiency = T1 / (2 T2) (1.0: twice
+//      the throughput on two cores; the goal is at least 0.85);
+//   3. a bucket-size sweep of the DDP step: what overlapping communication with backward buys.
+// Not a test: it asserts nothing (tests/dist/test_dist.cpp checks the values).
+#include <mpi.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "dist/ddp.h"
+#include "dist/process_group.h"
+#include "engine/functions.h"
+#include "examples/bench/bench_common.h"
+#include "nn/models/simple.h"
+#include "optim/adam.h"
+
+using namespace brisk;
+
+namespace {
+
+// Median seconds of fn over `reps` calls, every rank starting together.
+template <class F>
+double timed(dist::ProcessGroup& pg, int reps, F&& fn) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    pg.barrier()->wait();
+    const double t0 = bench::now_s();
+    fn();
+    t.push_back(bench::now_s() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void allreduce_section(dist::ProcessGroup& pg) {
+  // Raw MPI on its own communicator; the group's thread is idle between its timed calls.
+  MPI_Comm raw;
+  pg.barrier()->wait();
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  if (pg.rank() == 0) {
+    std::printf("== allreduce (sum, F32), 2 ranks: ProcessGroup vs raw MPI_Allreduce, median ms\n");
+    std::printf("%10s %12s %12s %8s\n", "bytes", "group", "raw MPI", "ratio");
+  }
+  for (int64_t bytes = 4096; bytes <= (int64_t(64) << 20); bytes *= 4) {
+    const int64_t n = bytes / 4;
+    Tensor t = ones({n});
+    std::vector<float> buf(size_t(n), 1.0f);
+    const int reps = bytes >= (int64_t(16) << 20) ? 5 : 21;
+    const double g = timed(pg, reps, [&] { pg.allreduce(t)->wait(); });
+    const double m = timed(pg, reps, [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, raw); });
+    if (pg.rank() == 0) std::printf("%10lld %12.3f %12.3f %8.2f\n", (long long)bytes, 1e3 * g, 1e3 * m, g / m);
+  }
+  MPI_Comm_free(&raw);
+}
+
+// Median seconds of one training step of `model` on (x, y).
+double step_time(nn::Module& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y, int reps,
+                 dist::ProcessGroup* pg) {
+  auto step = [&] {
+    Tensor loss = cross_entropy(model(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  step();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    if (pg) pg->barrier()->wait();
+    const double t0 = bench::now_s();
+    step();
+    t.push_back(bench::now_s() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void scaling_section(const dist::ProcessGroupPtr& pg, int64_t batch) {
+  const int rank = pg->rank(), world = pg->size();
+  manual_seed(0);
+  Tensor x = randn({batch, 1, 28, 28});
+  Tensor y = randint(0, 10, {batch});
+  double t1 = 0;
+  if (rank == 0) {  // one process, the whole batch, one thread; the other rank waits
+    auto m = std::make_shared<nn::models::SmallCNN>();
+    optim::Adam opt(m->named_parameters(), {.lr = 1e-3});
+    t1 = step_time(*m, opt, x, y, 9, nullptr);
+  }
+  pg->barrier()->wait();
+  const int64_t local = batch / world;
+  Tensor xs = narrow(x, 0, rank * local, local), ys = narrow(y, 0, rank * local, local);
+  if (rank == 0) {
+    std::printf("\n== SmallCNN step, total batch %lld, one thread per rank, median ms\n", (long long)batch);
+    std::printf("%-28s %10s %12s\n", "", "ms/step", "efficiency");
+    std::printf("%-28s %10.1f %12s\n", "1 rank, whole batch", 1e3 * t1, "");
+  }
+  for (double cap : {25.0, 1.0, 0.25, 0.05}) {
+    manual_seed(0);
+    auto m = std::make_shared<nn::models::SmallCNN>();
+    dist::DistributedDataParallel ddp(m, pg, {.bucket_cap_mb = cap});
+    optim::Adam opt(ddp.named_parameters(), {.lr = 1e-3});
+    const double t2 = step_time(ddp, opt, xs, ys, 9, pg.get());
+    const dist::SyncStats& s = ddp.last_sync();
+    const double waited_ms = 1e-6 * double(s.synced_ns - s.backward_end_ns);
+    if (rank == 0) {
+      char label[64];
+      std::snprintf(label, sizeof label, "2-rank DDP, bucket %g MB (%zu)", cap, ddp.num_buckets());
+      std::printf("%-28s %10.1f %12.2f   (after backward: %.2f ms waiting for allreduce)\n", label, 1e3 * t2,
+                  t1 / (world * t2), waited_ms);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::ProcessGroupPtr pg = dist::init_process_group();
+  omp_set_num_threads(1);
+  int64_t batch = 128;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--batch") batch = std::stoll(argv[i + 1]);
+  }
+  if (pg->size() != 2 && pg->rank() == 0) std::printf("note: written for 2 ranks, running on %d\n", pg->size());
+  allreduce_section(*pg);
+  scaling_section(pg, batch);
+  pg.reset();
+  dist::destroy_process_group();
+  return 0;
+}
