@@ -1,10 +1,11 @@
-// dist/zero.h: ZeroRedundancyOptimizer, ZeRO stage 1 (torch.distributed.optim.ZeRO): the
-// optimizer state is sharded across ranks. Each parameter is owned by one rank (greedy by
-// size, so shards hold about 1/N of the elements); each rank's inner optimizer (SGD, Adam,
-// AdamW, ...) holds state for its own parameters only and steps them with the gradients every
-// rank already has (averaged by DistributedDataParallel); then every rank broadcasts the
-// parameters it owns, so all replicas end with the same weights as one unsharded optimizer.
-// Not here: gradient averaging (dist/ddp.h), sharding parameters or gradients (ZeRO-2/3).
+// dist/zero.h: ZeroRedundancyOptimizer, ZeRO stage 1 (Rajbhandari et al.; PyTorch's
+// torch.distributed.optim.ZeroRedundancyOptimizer shards by whole parameters, this one by
+// elements): the parameters are seen as one flat vector cut into size() equal shards; each
+// rank's inner optimizer (SGD, Adam, AdamW: any elementwise rule) holds state for its shard
+// only, 1/N of the whole, and steps it with the gradients every rank already has (averaged by
+// DistributedDataParallel); an allgather then gives every rank the whole updated vector, so all
+// replicas end with the weights one unsharded optimizer would give. Not here: gradient
+// averaging (dist/ddp.h), sharding gradients or parameters themselves (ZeRO-2/3).
 #pragma once
 
 #include <functional>
@@ -19,27 +20,30 @@ namespace brisk::dist {
 
 class ZeroRedundancyOptimizer {
  public:
-  // make: builds the inner optimizer over the parameters it is given (this rank's shard).
+  // make: builds the inner optimizer over the one tensor it is given ("shard": this rank's
+  // slice of the flat parameters). Parameters must share one dtype and device.
   using Factory = std::function<std::unique_ptr<optim::Optimizer>(optim::NamedTensors)>;
   ZeroRedundancyOptimizer(optim::NamedTensors params, ProcessGroupPtr group, Factory make);
 
-  void step();  // the local step, then one broadcast per rank of the parameters it owns
+  // Pulls this rank's shard from the parameters and its gradient from theirs (zeros where a
+  // parameter has none), steps it, then allgathers every shard back into the parameters.
+  void step();
   void zero_grad(bool set_to_none = true);
 
-  int owner(const std::string& param_name) const;  // the rank that steps it
+  int owner(const std::string& param_name) const;  // the rank whose shard holds its first element
   optim::Optimizer& local() { return *local_; }    // this rank's inner optimizer
-  // Bytes of optimizer state this rank holds (its shard of the buffers).
-  int64_t local_state_bytes() const;
-  // This rank's shard's state (the parameters it owns; gather the ranks' files to rebuild).
+  int64_t local_state_bytes() const;               // optimizer state this rank holds
+  // This rank's shard's state (save one file per rank, as examples/ddp does).
   optim::OptimizerState state_dict() const { return local_->state_dict(); }
   void load_state_dict(const optim::OptimizerState& state) { local_->load_state_dict(state); }
 
  private:
   ProcessGroupPtr group_;
   optim::NamedTensors params_;
-  std::vector<int> owner_;                  // per parameter
-  std::vector<std::vector<size_t>> owned_;  // per rank: indices into params_
-  std::vector<Tensor> flat_;                // per rank: the broadcast buffer of its parameters
+  std::vector<int64_t> offsets_;  // each parameter's first element in the flat vector
+  int64_t shard_size_ = 0;        // elements per rank (the flat vector padded to size() shards)
+  Tensor flat_;                   // the whole padded vector (allgather target, gradient staging)
+  Tensor shard_;                  // this rank's slice, the inner optimizer's parameter
   std::unique_ptr<optim::Optimizer> local_;
 };
 
