@@ -30,11 +30,11 @@
 
 // BRISK_NCCL_CHECK(ncclCommInitRank(...), "init_process_group: ", ...): throws brisk::Error
 // starting with the context, then the call and NCCL's message.
-#define BRISK_NCCL_CHECK(call, ...)                                                                                 \
-  do {                                                                                                              \
-    ncclResult_t brisk_nccl_ = (call);                                                                              \
-    BRISK_CHECK(brisk_nccl_ == ncclSuccess, __VA_ARGS__, ": ", #call, " failed: ", ncclGetErrorString(brisk_nccl_), \
-                " (", ncclGetLastError(nullptr), ")");                                                              \
+#define BRISK_NCCL_CHECK(call, ...)                                                          \
+  do {                                                                                       \
+    ncclResult_t brisk_nccl_ = (call);                                                       \
+    BRISK_CHECK(brisk_nccl_ == ncclSuccess, __VA_ARGS__, ": ", #call, " failed: ",           \
+                ::brisk::dist::nccl_error(brisk_nccl_, nullptr));                            \
   } while (0)
 
 namespace brisk::dist {
@@ -324,7 +324,7 @@ class NcclGroup : public ProcessGroup {
     return issue("allgather", ReduceOp::Sum, -1, x, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
       const ncclResult_t rc = ncclAllGather(x.data_ptr(), flat.data_ptr(), size_t(x.numel()), type, c, s);
       const size_t bytes = size_t(x.numel()) * x.element_size();
-      for (size_t i = 0; i < outs.size() && rc == ncclSuccess && bytes > 0; ++i) {
+      for (size_t i = 0; i < outs.size() && rc == ncclSuccess; ++i) {
         const char* src = static_cast<const char*>(flat.data_ptr()) + i * bytes;
         if (cudaMemcpyAsync(outs[i].data_ptr(), src, bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
           (void)cudaGetLastError();
@@ -438,7 +438,8 @@ class NcclGroup : public ProcessGroup {
     auto work = std::make_shared<NcclWork>(state_, detail::describe(f, *this), options_.timeout, std::move(keep));
     BRISK_CUDA_CHECK(cudaEventRecord(ready_, cu::stream_handle(device_.index)));  // See Note [NCCL streams]
     BRISK_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
-    const ncclResult_t rc = run(state_->comm, stream_);
+    // A call of zero elements has nothing to send on any rank: it only orders the streams.
+    const ncclResult_t rc = t.defined() && t.numel() == 0 ? ncclSuccess : run(state_->comm, stream_);
     if (rc != ncclSuccess) {
       const std::string error = work->describe() + ": NCCL error: " + nccl_error(rc, state_->comm);
       state_->break_locked(error);
