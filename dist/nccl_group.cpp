@@ -30,11 +30,11 @@
 
 // BRISK_NCCL_CHECK(ncclCommInitRank(...), "init_process_group: ", ...): throws brisk::Error
 // starting with the context, then the call and NCCL's message.
-#define BRISK_NCCL_CHECK(call, ...)                                                          \
-  do {                                                                                       \
-    ncclResult_t brisk_nccl_ = (call);                                                       \
-    BRISK_CHECK(brisk_nccl_ == ncclSuccess, __VA_ARGS__, ": ", #call, " failed: ",           \
-                ::brisk::dist::nccl_error(brisk_nccl_, nullptr));                            \
+#define BRISK_NCCL_CHECK(call, ...)                                            \
+  do {                                                                         \
+    ncclResult_t brisk_nccl_ = (call);                                         \
+    BRISK_CHECK(brisk_nccl_ == ncclSuccess, __VA_ARGS__, ": ", #call,          \
+                " failed: ", ::brisk::dist::nccl_error(brisk_nccl_, nullptr)); \
   } while (0)
 
 namespace brisk::dist {

@@ -41,7 +41,9 @@ void mark_broken() { g_any_broken = true; }
 
 Fingerprint fingerprint(const char* call, ReduceOp op, int peer, const Tensor& t) {
   Fingerprint f;
+  std::memset(static_cast<void*>(&f), 0, sizeof f);  // padding too: ranks compare the raw bytes
   std::strncpy(f.call, call, sizeof f.call - 1);
+  f.collective = true;
   f.op = int32_t(op);
   f.peer = peer;
   if (t.defined()) {

@@ -77,6 +77,16 @@ double reduce(dist::ReduceOp op, int64_t i, int size) {
 
 }  // namespace
 
+TEST_CASE("nccl: without a GPU, an NCCL group is a clear error") {
+  brisk::Backend* b = find_backend(DeviceType::CUDA);
+  if (b && b->device_count() > 0) return;  // the other cases cover machines with GPUs
+  CHECK(error_text([] {
+          dist::init_process_group(dist::Backend::Nccl, Device::cuda(0));
+        }).find("cuda:0: no such device (0 CUDA devices present)") != std::string::npos);
+  CHECK(error_text([] { dist::init_process_group(dist::Backend::Nccl); }).find("NCCL needs a CUDA device") !=
+        std::string::npos);
+}
+
 TEST_CASE("nccl: a group on one GPU per rank has the world's ranks, and calls after shutdown are errors") {
   if (no_gpu_per_rank()) return;
   dist::ProcessGroupPtr g = make_group("nccl.first");
