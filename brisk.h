@@ -1,7 +1,15 @@
-// brisk.h: the umbrella header. Include this to use the engine: tensors, ops, autograd,
-// autocast, random. Narrower headers (engine/tensor.h, engine/functions.h, ...) work too.
+// brisk.h: the umbrella header: the whole public API in one include: tensors, ops, autograd,
+// autocast, random, threads; nn (modules, layers, functional, init, models, saving); optim
+// (optimizers, schedulers, clipping, early stopping, the gradient scaler); data (datasets,
+// readers, transforms, samplers, the loader); train (checkpoints); and, in programs linked to
+// brisk::dist, dist (process groups, DDP, ZeRO-1). The narrower headers work on their own too.
 #pragma once
 
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "data/readers.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
@@ -11,4 +19,22 @@
 #include "engine/gradcheck.h"
 #include "engine/nonfinite.h"
 #include "engine/random.h"
+#include "engine/serialize.h"
 #include "engine/tensor.h"
+#include "engine/threads.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/models/gpt2.h"
+#include "nn/models/simple.h"
+#include "nn/models/vision.h"
+#include "nn/module.h"
+#include "nn/serialize_module.h"
+#include "optim/optim.h"
+#include "train/checkpoint.h"
+
+#ifdef BRISK_WITH_DIST
+#include "dist/ddp.h"
+#include "dist/process_group.h"
+#include "dist/zero.h"
+#endif

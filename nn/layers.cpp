@@ -144,8 +144,13 @@ Flatten::Flatten(int64_t s, int64_t e) : Module("Flatten"), start_dim(s), end_di
 Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
 
 // ---- attention
-MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double dropout, bool bias)
-    : Module("MultiheadAttention"), embed_dim(e), num_heads(h), dropout(dropout) {
+MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double dropout, bool bias, bool batch_first, bool causal)
+    : Module("MultiheadAttention"),
+      embed_dim(e),
+      num_heads(h),
+      dropout(dropout),
+      batch_first(batch_first),
+      causal(causal) {
   BRISK_CHECK(h > 0 && e % h == 0, "MultiheadAttention: embed_dim ", e, " must be divisible by num_heads ", h);
   Tensor& w = register_parameter("in_proj_weight", empty({3 * e, e}));
   init::xavier_uniform_(w);
@@ -157,9 +162,15 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double dropout, boo
   }
 }
 
-Tensor MultiheadAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal) {
-  BRISK_CHECK(q.dim() == 3 && q.size(2) == embed_dim && k.dim() == 3 && v.dim() == 3, "MultiheadAttention: query ",
-              q.sizes(), ", key ", k.sizes(), ", value ", v.sizes(), " must be (B, T, ", embed_dim, ")");
+Tensor MultiheadAttention::forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask,
+                                   bool is_causal) {
+  BRISK_CHECK(q_in.dim() == 3 && q_in.size(2) == embed_dim && k_in.dim() == 3 && v_in.dim() == 3,
+              "MultiheadAttention: query ", q_in.sizes(), ", key ", k_in.sizes(), ", value ", v_in.sizes(), " must be ",
+              batch_first ? "(B, T, " : "(T, B, ", embed_dim, ")");
+  // (T, B, E) inputs are attended as (B, T, E) and handed back as they came.
+  const Tensor q = batch_first ? q_in : q_in.transpose(0, 1);
+  const Tensor k = batch_first ? k_in : k_in.transpose(0, 1);
+  const Tensor v = batch_first ? v_in : v_in.transpose(0, 1);
   const Tensor& w = parameter("in_proj_weight");
   Tensor b = maybe_parameter("in_proj_bias");
   auto proj = [&](const Tensor& x, int64_t i) {
@@ -170,9 +181,10 @@ Tensor MultiheadAttention::forward(const Tensor& q, const Tensor& k, const Tenso
     return y.view({bsz, t, num_heads, d}).transpose(1, 2);  // (B, H, T, D)
   };
   Tensor qh = proj(q, 0), kh = proj(k, 1), vh = proj(v, 2);
-  Tensor o = F::scaled_dot_product_attention(qh, kh, vh, mask, causal, dropout, is_training());  // (B, H, T, D)
+  Tensor o = F::scaled_dot_product_attention(qh, kh, vh, mask, is_causal, dropout, is_training());  // (B, H, T, D)
   Tensor merged = o.transpose(1, 2).reshape({q.size(0), q.size(1), embed_dim});
-  return (*child("out_proj"))(merged);
+  Tensor out = (*child("out_proj"))(merged);
+  return batch_first ? out : out.transpose(0, 1);
 }
 
 // ---- losses

@@ -109,6 +109,9 @@ class BatchNorm2d : public BatchNorm {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
+  // LayerNorm(128): the last dim, as PyTorch takes an int.
+  explicit LayerNorm(int64_t normalized_dim, double eps = 1e-5, bool elementwise_affine = true, bool bias = true)
+      : LayerNorm(Shape{normalized_dim}, eps, elementwise_affine, bias) {}
   Tensor forward(const Tensor& x) override;
   Shape normalized_shape;
   double eps;
@@ -187,18 +190,24 @@ class Softmax : public Module {
   int64_t dim;
 };
 
-// Multi-head attention, batch first: query (B, T, E), key/value (B, S, E) -> (B, T, E).
+// Multi-head attention. batch_first (brisk's default; PyTorch's is false): query (B, T, E),
+// key/value (B, S, E) -> (B, T, E); with batch_first = false, (T, B, E) as PyTorch's default.
 // Parameters as PyTorch: in_proj_weight (3E, E), in_proj_bias (3E), out_proj.{weight, bias}.
+// Self-attention through the module's call, `mha(x)`, runs the forward hooks and applies the
+// causal mask when `causal` is set (a decoder block); the three-input forward takes masks.
 class MultiheadAttention : public Module {
  public:
-  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true);
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
+                     bool batch_first = true, bool causal = false);
   // attn_mask: Bool, true = not allowed, broadcastable to (B, H, T, S); causal adds the
   // upper-triangular mask.
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = {},
                  bool causal = false);
-  Tensor forward(const Tensor& x) override { return forward(x, x, x); }
+  Tensor forward(const Tensor& x) override { return forward(x, x, x, {}, causal); }
   int64_t embed_dim, num_heads;
   double dropout;
+  bool batch_first;
+  bool causal;  // mha(x) masks future positions
 };
 
 // Loss modules hold their options; call them with (input, target).

@@ -311,6 +311,14 @@ Sequential::Sequential(std::initializer_list<ModulePtr> modules) : Module("Seque
   for (const auto& m : modules) push_back(m);
 }
 
+Sequential::Sequential(const std::vector<ModulePtr>& modules) : Module("Sequential") {
+  for (const auto& m : modules) push_back(m);
+}
+
+Sequential::Sequential(std::initializer_list<std::pair<std::string, ModulePtr>> named) : Module("Sequential") {
+  for (const auto& [name, m] : named) push_back(name, m);
+}
+
 Sequential& Sequential::push_back(ModulePtr m) { return push_back(std::to_string(size()), std::move(m)); }
 
 Sequential& Sequential::push_back(const std::string& name, ModulePtr m) {
@@ -330,9 +338,19 @@ ModulePtr Sequential::operator[](size_t i) const {
   return c[i].second;
 }
 
+ModuleList::ModuleList(std::initializer_list<ModulePtr> modules) : Module("ModuleList") {
+  for (const auto& m : modules) push_back(m);
+}
+
 ModuleList& ModuleList::push_back(ModulePtr m) {
   register_module(std::to_string(size()), std::move(m));
   return *this;
+}
+
+std::vector<ModulePtr>::const_iterator ModuleList::begin() const {
+  items_.clear();
+  for (auto& [name, m] : named_children()) items_.push_back(m);
+  return items_.begin();
 }
 
 ModulePtr ModuleList::operator[](size_t i) const {

@@ -130,6 +130,9 @@ class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
   Sequential(std::initializer_list<ModulePtr> modules);
+  explicit Sequential(const std::vector<ModulePtr>& modules);
+  // Named children, as PyTorch's Sequential(OrderedDict(...)): {{"fc1", fc1}, {"act", act}}.
+  Sequential(std::initializer_list<std::pair<std::string, ModulePtr>> named);
   Sequential& push_back(ModulePtr m);
   Sequential& push_back(const std::string& name, ModulePtr m);
   Tensor forward(const Tensor& x) override;
@@ -141,9 +144,17 @@ class Sequential : public Module {
 class ModuleList : public Module {
  public:
   ModuleList() : Module("ModuleList") {}
+  ModuleList(std::initializer_list<ModulePtr> modules);
   ModuleList& push_back(ModulePtr m);
   size_t size() const { return named_children().size(); }
   ModulePtr operator[](size_t i) const;
+  // for (const nn::ModulePtr& block : blocks) x = (*block)(x); begin() takes a fresh snapshot
+  // of the children (replace_module included), which end() shares.
+  std::vector<ModulePtr>::const_iterator begin() const;
+  std::vector<ModulePtr>::const_iterator end() const { return items_.end(); }
+
+ private:
+  mutable std::vector<ModulePtr> items_;
 };
 
 // Holds modules by name; forward is the owner's business.

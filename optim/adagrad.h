@@ -12,13 +12,14 @@
 namespace brisk::optim {
 
 struct AdagradOptions {
-  double lr = 1e-2;
-  double lr_decay = 0;
-  double weight_decay = 0;
-  double initial_accumulator_value = 0;
-  double eps = 1e-10;
-  bool maximize = false;
-  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
+  Option<double> lr = by_default(1e-2);
+  Option<double> lr_decay = by_default(0.0);
+  Option<double> weight_decay = by_default(0.0);
+  Option<double> initial_accumulator_value = by_default(0.0);
+  Option<double> eps = by_default(1e-10);
+  Option<bool> maximize = by_default(false);
+  Option<bool> fused =
+      by_default(true);  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {

@@ -14,14 +14,15 @@
 namespace brisk::optim {
 
 struct AdamOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;  // schedulers that cycle momentum (CyclicLR, OneCycleLR) drive this one
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0;  // Adam: L2 added to the gradient; AdamW: decoupled
-  bool amsgrad = false;
-  bool maximize = false;
-  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
+  Option<double> lr = by_default(1e-3);
+  Option<double> beta1 = by_default(0.9);  // schedulers that cycle momentum (CyclicLR, OneCycleLR) drive this one
+  Option<double> beta2 = by_default(0.999);
+  Option<double> eps = by_default(1e-8);
+  Option<double> weight_decay = by_default(0.0);  // Adam: L2 added to the gradient; AdamW: decoupled
+  Option<bool> amsgrad = by_default(false);
+  Option<bool> maximize = by_default(false);
+  Option<bool> fused =
+      by_default(true);  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {
@@ -38,14 +39,14 @@ struct AdamOptions {
 
 // AdamW's options: Adam's, with weight_decay defaulting to 0.01 (decoupled), as in PyTorch.
 struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-  bool amsgrad = false;
-  bool maximize = false;
-  bool fused = true;
+  Option<double> lr = by_default(1e-3);
+  Option<double> beta1 = by_default(0.9);
+  Option<double> beta2 = by_default(0.999);
+  Option<double> eps = by_default(1e-8);
+  Option<double> weight_decay = by_default(1e-2);
+  Option<bool> amsgrad = by_default(false);
+  Option<bool> maximize = by_default(false);
+  Option<bool> fused = by_default(true);
 
   template <class F>
   void visit(F&& f) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "optim/option.h"
 
 namespace brisk::optim {
 
@@ -148,9 +149,14 @@ class OptimizerWith : public Optimizer {
   Options& options(size_t g) { return options_.at(g); }
   const Options& options(size_t g) const { return options_.at(g); }
 
-  // Adds parameters as a new group with their own options (defaults when not given).
+  // Note [Group options inherit]
+  // Adds parameters as a new group. Its options are the optimizer's (those it was built with)
+  // except for the fields `options` sets: `add_param_group(biases, {.weight_decay = 0.0})`
+  // keeps the optimizer's lr, betas and the rest, as PyTorch's param groups do. (Before, every
+  // field not written fell back to the struct's default, so such a group silently trained at
+  // another learning rate.)
   void add_param_group(NamedTensors params, const Options& options) {
-    options_.push_back(options);
+    options_.push_back(inherit(options));
     try {
       check_options(options_.size() - 1);
       add_group(std::move(params));
@@ -171,12 +177,30 @@ class OptimizerWith : public Optimizer {
 
   void visit_options(size_t g, const OptionVisitor& f) override {
     options_.at(g).visit([&](const char* key, auto& field) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>) {
-        f(key, nullptr, &field);
+      using F = std::decay_t<decltype(field)>;
+      if constexpr (std::is_same_v<F, Option<bool>>) {
+        f(key, nullptr, &field.ref());
+      } else if constexpr (std::is_same_v<F, Option<double>>) {
+        f(key, &field.ref(), nullptr);
       } else {
-        f(key, &field, nullptr);
+        static_assert(is_option<F>::value, "option fields are Option<double> or Option<bool>");
       }
     });
+  }
+
+  // defaults_ with the fields `group` sets (fields are visited in the same order in both).
+  Options inherit(const Options& group) const {
+    Options merged = defaults_;
+    Options given = group;
+    std::vector<void*> slots;
+    merged.visit([&](const char*, auto& field) { slots.push_back(&field); });
+    size_t i = 0;
+    given.visit([&](const char*, auto& field) {
+      using F = std::decay_t<decltype(field)>;
+      if (field.is_set()) *static_cast<F*>(slots[i]) = field.get();
+      ++i;
+    });
+    return merged;
   }
 
   Options defaults_;

@@ -13,14 +13,15 @@
 namespace brisk::optim {
 
 struct RMSpropOptions {
-  double lr = 1e-2;
-  double alpha = 0.99;
-  double eps = 1e-8;
-  double weight_decay = 0;
-  double momentum = 0;
-  bool centered = false;
-  bool maximize = false;
-  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
+  Option<double> lr = by_default(1e-2);
+  Option<double> alpha = by_default(0.99);
+  Option<double> eps = by_default(1e-8);
+  Option<double> weight_decay = by_default(0.0);
+  Option<double> momentum = by_default(0.0);
+  Option<bool> centered = by_default(false);
+  Option<bool> maximize = by_default(false);
+  Option<bool> fused =
+      by_default(true);  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {

@@ -13,13 +13,14 @@
 namespace brisk::optim {
 
 struct SGDOptions {
-  double lr = 1e-3;
-  double momentum = 0;
-  double dampening = 0;
-  double weight_decay = 0;
-  bool nesterov = false;
-  bool maximize = false;
-  bool fused = true;  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
+  Option<double> lr = by_default(1e-3);
+  Option<double> momentum = by_default(0.0);
+  Option<double> dampening = by_default(0.0);
+  Option<double> weight_decay = by_default(0.0);
+  Option<bool> nesterov = by_default(false);
+  Option<bool> maximize = by_default(false);
+  Option<bool> fused =
+      by_default(true);  // one multi-tensor pass per group and dtype (dense F32/F64 parameters, CPU or CUDA)
 
   template <class F>
   void visit(F&& f) {

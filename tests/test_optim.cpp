@@ -357,9 +357,11 @@ TEST_CASE("optim: state_dict is keyed by module parameter names and holds steps 
   y.set_grad(ones({1}));
   sgd.step();
   optim::OptimizerState ss = sgd.state_dict();
-  REQUIRE(ss.tensors.size() == 1);
+  REQUIRE(ss.tensors.size() == 2);  // group 1 inherits momentum 0.9 (tests/test_optim_groups.cpp)
   CHECK(ss.tensors[0].first == "state.0.momentum_buffer");
+  CHECK(ss.tensors[1].first == "state.1.momentum_buffer");
   CHECK(ss.scalars.at("group.1.lr") == 0.2);
+  CHECK(ss.scalars.at("group.1.momentum") == 0.9);
 }
 
 TEST_CASE("optim: misuse is a clear error") {

@@ -44,7 +44,7 @@ double accuracy(nn::Module& model, data::DataLoader& loader, Mode mode, Device d
   return double(correct) / double(seen);
 }
 
-void train(Mode mode, const Options& o, data::DataLoader& train_loader, data::DataLoader& test_loader) {
+void train_one(Mode mode, const Options& o, data::DataLoader& train_loader, data::DataLoader& test_loader) {
   manual_seed(0);  // the same initial weights for every mode
   nn::models::MLP model({784, 256, 128, 10});
   model.to(o.device);
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     data::DataLoader train_loader(std::make_shared<data::Subset>(train_set, first), lo);
     lo.shuffle = false;
     data::DataLoader test_loader(test_set, lo);
-    for (Mode m : {Mode::F32, Mode::F16Scaled, Mode::F16Unscaled}) train(m, o, train_loader, test_loader);
+    for (Mode m : {Mode::F32, Mode::F16Scaled, Mode::F16Unscaled}) train_one(m, o, train_loader, test_loader);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "amp: error: %s\n", e.what());
     return 1;
