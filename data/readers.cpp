@@ -1,15 +1,18 @@
-// data/readers.cpp: IDX, Fashion-MNIST, CSV and image-folder readers.
+// data/readers.cpp: IDX, Fashion-MNIST, CSV (numeric and categorical columns, missing values)
+// and image-folder readers.
 #include "data/readers.h"
 
 #include <zlib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <limits>
+#include <set>
 
 #include "engine/functions.h"
 
@@ -204,80 +207,339 @@ const std::vector<std::string>& FashionMNIST::class_names() {
 }
 
 // ---- CSV
-CsvDataset::CsvDataset(const std::string& path, const std::string& label_column, bool header, char delimiter) {
-  std::ifstream in(path);
-  BRISK_CHECK(in, path, ": cannot open (", std::strerror(errno), ")");
-  auto split = [&](const std::string& line) {
-    std::vector<std::string> cells;
-    std::stringstream s(line);
+namespace {
+
+bool is_blank(char ch, char delimiter) { return (ch == ' ' || ch == '\t') && ch != delimiter; }
+
+// Splits one line into fields: RFC 4180 quoting ("a, b" is one field, "" inside quotes is a
+// quote), spaces around a field trimmed. `where` ("file:line") names an unclosed quote.
+std::vector<std::string> split_csv(const std::string& line, char delimiter, const std::string& where) {
+  std::vector<std::string> cells;
+  size_t i = 0, n = line.size();
+  while (true) {
+    while (i < n && is_blank(line[i], delimiter)) ++i;
     std::string cell;
-    while (std::getline(s, cell, delimiter)) cells.push_back(cell);
-    if (!line.empty() && line.back() == delimiter) cells.emplace_back();
-    return cells;
-  };
-  std::string line;
-  size_t ncols = 0;
-  if (header) {
-    BRISK_CHECK(std::getline(in, line), path, ": empty file, expected a header row");
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    columns_ = split(line);
-    ncols = columns_.size();
+    if (i < n && line[i] == '"') {
+      for (++i;; ++i) {
+        BRISK_CHECK(i < n, where, ": a quoted field is not closed");
+        if (line[i] == '"' && i + 1 < n && line[i + 1] == '"') {
+          cell += '"';
+          ++i;
+        } else if (line[i] == '"') {
+          break;
+        } else {
+          cell += line[i];
+        }
+      }
+      ++i;
+      while (i < n && is_blank(line[i], delimiter)) ++i;
+      BRISK_CHECK(i == n || line[i] == delimiter, where, ": text after a closing quote");
+    } else {
+      while (i < n && line[i] != delimiter) cell += line[i++];
+      while (!cell.empty() && is_blank(cell.back(), delimiter)) cell.pop_back();
+    }
+    cells.push_back(std::move(cell));
+    if (i >= n) break;
+    ++i;  // the delimiter; a line ending in one has an empty last field
   }
-  std::vector<std::vector<double>> rows;
-  int64_t lineno = header ? 1 : 0;
+  return cells;
+}
+
+// "a, b, c" (the first 40 names, then how many more).
+std::string column_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 40; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 40) out += ", ... (" + std::to_string(names.size() - 40) + " more)";
+  return out;
+}
+
+// The file column a CsvColumn names.
+int64_t resolve_column(const CsvColumn& c, const std::vector<std::string>& names, const std::string& path) {
+  if (c.name.empty() && c.index >= 0) {
+    BRISK_CHECK(c.index < int64_t(names.size()), path, ": column index ", c.index, " is out of range; the file has ",
+                names.size(), " columns: ", column_list(names));
+    return c.index;
+  }
+  auto it = std::find(names.begin(), names.end(), c.name);
+  BRISK_CHECK(it != names.end(), path, ": no column '", c.name, "'; the file has columns: ", column_list(names));
+  BRISK_CHECK(std::find(it + 1, names.end(), c.name) == names.end(), path, ": column '", c.name,
+              "' appears more than once in the header; choose it by index");
+  return it - names.begin();
+}
+
+// Parses a whole field as a double (locale-independent; spaces around it and a leading '+'
+// are allowed, as a quoted field keeps its spaces).
+bool parse_number(const std::string& cell, double& v) {
+  const char* b = cell.data();
+  const char* e = b + cell.size();
+  while (b != e && (*b == ' ' || *b == '\t')) ++b;
+  while (e != b && (e[-1] == ' ' || e[-1] == '\t')) --e;
+  if (b != e && *b == '+') ++b;
+  if (b == e) return false;
+  auto [ptr, ec] = std::from_chars(b, e, v);
+  return ec == std::errc() && ptr == e;
+}
+
+// One CSV file being read into columns: which file columns to read (the features, then the
+// target), each as numbers or as categories, and what to do with missing cells.
+class CsvReader {
+ public:
+  CsvReader(std::string path, const CsvOptions& o) : path_(std::move(path)), o_(o) {}
+  void read();
+  void finish();  // categories sorted into codes, means filled in
+  Tensor inputs() const;
+  Tensor targets() const;
+
+  std::vector<std::string> names;  // every column of the file
+  std::vector<int64_t> cols;       // file column of each column read: features..., target
+  bool has_target = false;
+  std::vector<std::vector<std::string>> categories;  // per column read; empty when numeric
+  std::vector<bool> categorical;
+
+ private:
+  void plan();
+  void add_row(const std::vector<std::string>& cells, int64_t line, int64_t row);
+  double categorical_value(size_t k, const std::string& cell, int64_t line);
+  std::string where(int64_t line) const { return path_ + ":" + std::to_string(line); }
+  std::string field(size_t k, int64_t row) const {
+    return "data row " + std::to_string(row) + ", column " + std::to_string(cols[k]) + " '" + names[size_t(cols[k])] +
+           "'";
+  }
+
+  std::string path_;
+  const CsvOptions& o_;
+  std::vector<std::vector<double>> values_;             // per column read, per kept row
+  std::vector<std::map<std::string, int64_t>> ids_;     // per column read: value -> id
+  std::vector<const std::vector<std::string>*> fixed_;  // per column read: a fixed code list
+  std::vector<std::vector<int64_t>> missing_rows_;      // per column read (Mean)
+  std::vector<int64_t> lines_;                          // per kept row: its line in the file
+};
+
+void CsvReader::plan() {
+  std::set<int64_t> cat;
+  for (const CsvColumn& c : o_.categorical) cat.insert(resolve_column(c, names, path_));
+  for (const auto& [name, list] : o_.categories) cat.insert(resolve_column(CsvColumn(name), names, path_));
+  int64_t target = o_.target ? resolve_column(*o_.target, names, path_) : -1;
+  if (o_.features.empty()) {
+    for (int64_t c = 0; c < int64_t(names.size()); ++c)
+      if (c != target) cols.push_back(c);
+  } else {
+    for (const CsvColumn& f : o_.features) {
+      int64_t c = resolve_column(f, names, path_);
+      BRISK_CHECK(c != target, path_, ": column '", names[size_t(c)], "' is both the target and a feature");
+      BRISK_CHECK(std::find(cols.begin(), cols.end(), c) == cols.end(), path_, ": column '", names[size_t(c)],
+                  "' is chosen twice as a feature");
+      cols.push_back(c);
+    }
+  }
+  has_target = target >= 0;
+  if (has_target) cols.push_back(target);
+  for (int64_t c : cat)
+    BRISK_CHECK(std::find(cols.begin(), cols.end(), c) != cols.end(), path_, ": categorical column '", names[size_t(c)],
+                "' is neither a feature nor the target");
+  for (int64_t c : cols) {
+    categorical.push_back(cat.count(c) > 0);
+    auto it = o_.categories.find(names[size_t(c)]);
+    fixed_.push_back(it == o_.categories.end() ? nullptr : &it->second);
+  }
+  values_.resize(cols.size());
+  ids_.resize(cols.size());
+  missing_rows_.resize(cols.size());
+  categories.resize(cols.size());
+}
+
+void CsvReader::read() {
+  std::ifstream in(path_);
+  BRISK_CHECK(in, path_, ": cannot open (", std::strerror(errno), ")");
+  std::string line;
+  int64_t lineno = 0, row = 0;
+  if (o_.header) {
+    BRISK_CHECK(std::getline(in, line), path_, ": empty file, expected a header row");
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    names = split_csv(line, o_.delimiter, where(lineno));
+    plan();
+  }
   while (std::getline(in, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    std::vector<std::string> cells = split(line);
-    if (ncols == 0) {
-      ncols = cells.size();
-      for (size_t i = 0; i < ncols; ++i) columns_.push_back(std::to_string(i));
+    std::vector<std::string> cells = split_csv(line, o_.delimiter, where(lineno));
+    if (names.empty()) {
+      for (size_t i = 0; i < cells.size(); ++i) names.push_back(std::to_string(i));
+      plan();
     }
-    BRISK_CHECK(cells.size() == ncols, path, ":", lineno, ": ", cells.size(), " fields, expected ", ncols);
-    std::vector<double> row;
-    for (size_t c = 0; c < cells.size(); ++c) {
-      size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(cells[c], &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      BRISK_CHECK(used > 0 && used == cells[c].size(), path, ":", lineno, ": field '", columns_[c], "' = '", cells[c],
-                  "' is not a number");
-      row.push_back(v);
-    }
-    rows.push_back(std::move(row));
+    BRISK_CHECK(cells.size() == names.size(), where(lineno), ": ", cells.size(), " fields, expected ", names.size());
+    add_row(cells, lineno, row++);
   }
-  int64_t label = -1;
-  if (!label_column.empty()) {
-    auto it = std::find(columns_.begin(), columns_.end(), label_column);
-    BRISK_CHECK(it != columns_.end(), path, ": no column '", label_column, "' (columns: ", columns_.size(), ")");
-    label = it - columns_.begin();
-  }
-  int64_t n = int64_t(rows.size()), features = int64_t(ncols) - (label >= 0 ? 1 : 0);
-  std::vector<double> x, y;
-  bool integral = true;
-  for (const auto& row : rows) {
-    for (int64_t c = 0; c < int64_t(ncols); ++c) {
-      if (c == label) {
-        y.push_back(row[size_t(c)]);
-        // Range first: converting NaN, inf or |v| >= 2^63 to int64_t is undefined.
-        const double v = row[size_t(c)];
-        integral = integral && v >= -0x1p63 && v < 0x1p63 && v == std::trunc(v);
-      } else {
-        x.push_back(row[size_t(c)]);
-      }
-    }
-  }
-  inputs_ = from_vector(x, {n, features}, DType::F32);
-  if (label >= 0) targets_ = from_vector(y, {n}, integral ? DType::I64 : DType::F32);
+  if (names.empty()) plan();  // an empty file without a header: no columns
 }
+
+void CsvReader::add_row(const std::vector<std::string>& cells, int64_t line, int64_t row) {
+  auto is_na = [&](const std::string& cell) {
+    return std::find(o_.na_values.begin(), o_.na_values.end(), cell) != o_.na_values.end();
+  };
+  if (o_.missing == CsvMissing::Drop) {
+    for (int64_t c : cols)
+      if (is_na(cells[size_t(c)])) return;
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (size_t k = 0; k < cols.size(); ++k) {
+    const std::string& cell = cells[size_t(cols[k])];
+    const bool target = has_target && k + 1 == cols.size();
+    double v = 0;
+    if (is_na(cell)) {
+      const bool fill = o_.missing == CsvMissing::Fill || o_.missing == CsvMissing::Mean;
+      BRISK_CHECK(o_.missing != CsvMissing::Error && !(target && fill), where(line), ": missing value ('", cell,
+                  "') in ", field(k, row),
+                  target ? "; a missing target needs CsvOptions::missing = Keep or Drop"
+                         : "; set CsvOptions::missing to Fill, Mean, Keep or Drop");
+      if (o_.missing == CsvMissing::Keep) {
+        v = nan;
+      } else if (categorical[k]) {
+        v = categorical_value(k, "", line);  // missing is a category of its own
+      } else if (o_.missing == CsvMissing::Fill) {
+        v = o_.fill_value;
+      } else {
+        v = nan;
+        missing_rows_[k].push_back(int64_t(values_[k].size()));
+      }
+    } else if (categorical[k]) {
+      v = categorical_value(k, cell, line);
+    } else {
+      BRISK_CHECK(parse_number(cell, v), where(line), ": field '", names[size_t(cols[k])], "' = '", cell,
+                  "' is not a number (", field(k, row),
+                  "); if it holds categories, list it in CsvOptions::categorical");
+    }
+    values_[k].push_back(v);
+  }
+  lines_.push_back(line);
+}
+
+double CsvReader::categorical_value(size_t k, const std::string& cell, int64_t line) {
+  if (fixed_[k]) {
+    auto it = std::find(fixed_[k]->begin(), fixed_[k]->end(), cell);
+    BRISK_CHECK(it != fixed_[k]->end(), where(line), ": value '", cell, "' of column '", names[size_t(cols[k])],
+                "' is not one of its categories (", column_list(*fixed_[k]), ")");
+    return double(it - fixed_[k]->begin());
+  }
+  auto [it, added] = ids_[k].emplace(cell, int64_t(ids_[k].size()));
+  return double(it->second);
+}
+
+void CsvReader::finish() {
+  for (size_t k = 0; k < cols.size(); ++k) {
+    if (categorical[k] && fixed_[k]) {
+      categories[k] = *fixed_[k];
+    } else if (categorical[k]) {
+      // ids_ is a map, so its order is the sorted order: code = position, id = first seen.
+      std::vector<double> code_of_id(ids_[k].size());
+      for (const auto& [value, id] : ids_[k]) {
+        code_of_id[size_t(id)] = double(categories[k].size());
+        categories[k].push_back(value);
+      }
+      for (double& v : values_[k])
+        if (!std::isnan(v)) v = code_of_id[size_t(v)];
+    } else if (!missing_rows_[k].empty()) {  // CsvMissing::Mean
+      double sum = 0;
+      int64_t n = 0;
+      for (double v : values_[k]) {
+        if (std::isnan(v)) continue;
+        sum += v;
+        ++n;
+      }
+      BRISK_CHECK(n > 0, path_, ": column '", names[size_t(cols[k])], "' has no values to take the mean of");
+      for (int64_t r : missing_rows_[k]) values_[k][size_t(r)] = sum / double(n);
+    }
+  }
+}
+
+Tensor CsvReader::inputs() const {
+  BRISK_CHECK(o_.input_dtype == DType::F32 || o_.input_dtype == DType::F64,
+              "CsvDataset: input_dtype must be F32 or F64, got ", o_.input_dtype);
+  const size_t features = cols.size() - (has_target ? 1 : 0), n = lines_.size();
+  std::vector<double> x(n * features);
+  for (size_t k = 0; k < features; ++k)
+    for (size_t r = 0; r < n; ++r) x[r * features + k] = values_[k][r];
+  return from_vector(x, {int64_t(n), int64_t(features)}, o_.input_dtype);
+}
+
+Tensor CsvReader::targets() const {
+  if (!has_target) return Tensor();
+  const std::vector<double>& y = values_.back();
+  // Range first: converting NaN, inf or |v| >= 2^63 to int64_t is undefined.
+  auto integral = [](double v, double limit) { return v >= -limit && v < limit && v == std::trunc(v); };
+  DType dtype = o_.target_dtype.value_or(DType::I64);
+  if (!o_.target_dtype && !std::all_of(y.begin(), y.end(), [&](double v) { return integral(v, 0x1p63); }))
+    dtype = DType::F32;
+  BRISK_CHECK(dtype == DType::I64 || dtype == DType::I32 || dtype == DType::F32 || dtype == DType::F64,
+              "CsvDataset: target_dtype must be I64, I32, F32 or F64, got ", dtype);
+  if (dtype == DType::I64 || dtype == DType::I32) {
+    const double limit = dtype == DType::I64 ? 0x1p63 : 0x1p31;
+    for (size_t r = 0; r < y.size(); ++r)
+      BRISK_CHECK(integral(y[r], limit), where(lines_[r]), ": target '", names[size_t(cols.back())], "' = ", y[r],
+                  " is not an integer that fits ", dtype, " (use target_dtype F32 or F64 for regression)");
+  }
+  return from_vector(y, {int64_t(y.size())}, dtype);
+}
+
+}  // namespace
+
+CsvDataset::CsvDataset(const std::string& path, const CsvOptions& options) {
+  CsvReader reader(path, options);
+  reader.read();
+  reader.finish();
+  inputs_ = reader.inputs();
+  targets_ = reader.targets();
+  columns_ = reader.names;
+  for (size_t k = 0; k < reader.cols.size(); ++k) {
+    const std::string& name = columns_[size_t(reader.cols[k])];
+    const bool target = reader.has_target && k + 1 == reader.cols.size();
+    if (target) {
+      target_name_ = name;
+    } else {
+      feature_names_.push_back(name);
+    }
+    if (reader.categorical[k]) categories_[name] = reader.categories[k];
+  }
+}
+
+namespace {
+
+CsvOptions legacy_options(const std::string& label_column, bool header, char delimiter) {
+  CsvOptions o;
+  if (!label_column.empty()) o.target = CsvColumn(label_column);
+  o.header = header;
+  o.delimiter = delimiter;
+  o.na_values = {};
+  return o;
+}
+
+}  // namespace
+
+CsvDataset::CsvDataset(const std::string& path, const std::string& label_column, bool header, char delimiter)
+    : CsvDataset(path, legacy_options(label_column, header, delimiter)) {}
 
 Example CsvDataset::get(int64_t index) const {
   check_index(index, size(), "CsvDataset");
   return {inputs_.select(0, index), targets_.defined() ? targets_.select(0, index) : Tensor()};
+}
+
+const std::vector<std::string>& CsvDataset::categories(const std::string& column) const {
+  auto it = categories_.find(column);
+  if (it != categories_.end()) return it->second;
+  std::vector<std::string> cat;
+  for (const auto& [name, list] : categories_) cat.push_back(name);
+  BRISK_FAIL("CsvDataset: column '", column,
+             "' is not categorical (categorical columns: ", cat.empty() ? "none" : column_list(cat), ")");
+}
+
+int64_t CsvDataset::code(const std::string& column, const std::string& value) const {
+  const std::vector<std::string>& list = categories(column);
+  auto it = std::find(list.begin(), list.end(), value);
+  BRISK_CHECK(it != list.end(), "CsvDataset: column '", column, "' has no category '", value, "' (it has ",
+              column_list(list), ")");
+  return it - list.begin();
 }
 
 // ---- images

@@ -79,6 +79,11 @@ Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor cast(const Tensor& x, DType dtype);
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
+// Sampling (not differentiable), reproducible from the generator whatever the thread count.
+Tensor bernoulli(const Tensor& p, Generator* gen = nullptr);  // 1 with probability p, else 0 (p's dtype)
+// Category indices I64 (num_samples) or (R, num_samples) drawn from weights (C) or (R, C)
+// (non-negative, finite, each row with a positive sum), as torch.multinomial.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false, Generator* gen = nullptr);
 
 // ---- reductions (dims empty: all dims)
 Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
@@ -89,6 +94,11 @@ Tensor max(const Tensor& x);  // of all elements
 Tensor min(const Tensor& x);
 Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+// std_dev: the same reduction as std, under a name that `using namespace brisk` cannot
+// confuse with namespace std.
+inline Tensor std_dev(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) {
+  return brisk::std(x, dims, correction, keepdim);
+}
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x);  // flat index over all elements
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
@@ -100,13 +110,36 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor logsumexp(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 
 // ---- losses
-// logits (N, C), target I64 (N) of class indices.
+// Class indices as torch's: logits (N, C) with target I64 (N); (N, C, d1, ...) with target
+// (N, d1, ...) (classes in dim 1); one sample (C) with a 0-dim target. Reduction::None gives a
+// loss of the target's shape; target entries equal to ignore_index contribute nothing.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      double label_smoothing = 0.0, int64_t ignore_index = -100);
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 
 // ---- linear algebra
 Tensor matmul(const Tensor& a, const Tensor& b);
+
+// Decompositions of (..., m, n) batches, F32 and F64, on the CPU (torch.linalg's names).
+namespace linalg {
+struct SlogdetResult {
+  Tensor sign, logabsdet;  // each of the batch shape (...); sign 0 and -inf for a singular A
+};
+struct QrResult {
+  Tensor q, r;  // (..., m, k) orthonormal columns, (..., k, n) upper triangular; k = min(m, n)
+};
+struct EighResult {
+  Tensor eigenvalues, eigenvectors;  // (..., n) ascending, (..., n, n) one vector per column
+};
+Tensor solve(const Tensor& A, const Tensor& B);       // X with A X = B; B (..., n, k) or a vector (..., n)
+Tensor inv(const Tensor& A);                          // A^-1 (a composite: solve(A, I))
+Tensor det(const Tensor& A);                          // sign * exp(logabsdet) of slogdet
+SlogdetResult slogdet(const Tensor& A);               // gradient through logabsdet only
+Tensor cholesky(const Tensor& A, bool upper = false);  // L with A = L L^T (U = L^T if upper)
+QrResult qr(const Tensor& A);                         // reduced QR (Householder); gradient for m >= n
+EighResult eigh(const Tensor& A);                     // symmetric A, its lower triangle read
+Tensor lstsq(const Tensor& A, const Tensor& B);       // argmin |A X - B| for full-rank A with m >= n
+}  // namespace linalg
 
 // ---- shape (views share storage; reshape copies only when it must)
 Tensor view(const Tensor& x, const Shape& shape);  // one size may be -1

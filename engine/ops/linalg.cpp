@@ -2,9 +2,13 @@
 // (0-dim result); a 1-D operand gets a dim prepended (left) or appended (right) that the
 // result drops; batch dims broadcast. The Matmul op itself sees operands of 2+ dims; its
 // backward is two matmuls with transposed views, summed back over broadcast batch dims.
-// One block: inference, backward formula, OpDef row, public function.
-// Not here: the kernels (kernels/cpu/gemm.cpp, and cuBLASLt on CUDA), linear/bmm/einsum.
+// Then brisk::linalg: solve, cholesky, slogdet, qr and eigh as primitives; inv, det and lstsq
+// as composites (Note [Linear algebra ops]).
+// One block per op: inference, backward formula, OpDef row, public function.
+// Not here: the kernels (kernels/cpu/gemm.cpp and kernels/cpu/linalg_decomp.cpp, cuBLASLt on
+// CUDA), linear/bmm/einsum.
 #include <algorithm>
+#include <utility>
 
 #include "engine/ops/families.h"
 
@@ -81,9 +85,284 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// Note [Linear algebra ops]
+// The decompositions run on the CPU with Eigen (kernels/cpu/linalg_decomp.cpp), in F32 and
+// F64, one matrix of the batch at a time; none has a CUDA kernel (the dispatcher's "no kernel
+// for device cuda"). Five are primitives: linalg_solve (PartialPivLU), linalg_cholesky (LLT),
+// linalg_slogdet (PartialPivLU), linalg_qr (HouseholderQR) and linalg_eigh
+// (SelfAdjointEigenSolver). Their backward formulas are PyTorch's, written with ordinary ops
+// (solve, matmul, triangle masks), so double backward comes free. The rest are composites with
+// no backward of their own: inv(A) = solve(A, I), det(A) = sign * exp(logabsdet), and
+// lstsq(A, B) = solve(R, Q^T B) with (Q, R) = qr(A).
+// cholesky and eigh read only the lower triangle (as LAPACK with UPLO = 'L'); their gradients
+// are symmetric, as PyTorch's, so a gradcheck perturbs symmetrically (eigh(X + X^T)).
+// Limits, each a clear error: slogdet's (and det's) gradient goes through inv(A), so it fails
+// at a singular matrix (PyTorch returns the adjugate there); qr's gradient needs m >= n;
+// lstsq solves only tall or square full-rank systems and returns the solution alone.
+
+namespace {
+
+void check_matrices(const Tensor& a, const char* op, bool square) {
+  BRISK_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expects F32 or F64 matrices, got ",
+              a.str());
+  BRISK_CHECK(a.dim() >= 2, op, ": expects a matrix or a batch of matrices (..., m, n), got ", a.sizes());
+  if (square) BRISK_CHECK(a.size(-2) == a.size(-1), op, ": expects square matrices (..., n, n), got ", a.sizes());
+}
+
+// The sizes without the last `drop` dims.
+Shape leading(const Shape& s, int drop) {
+  Shape out;
+  for (int d = 0; d + drop < s.size(); ++d) out.push_back(s[d]);
+  return out;
+}
+
+Shape with_last(Shape s, std::initializer_list<int64_t> last) {
+  for (int64_t v : last) s.push_back(v);
+  return s;
+}
+
+// The identity (n, n), and 1 where row - col >= k (k = 0: the lower triangle; 1: strictly).
+Tensor eye(int64_t n, DType dtype, Device device) {
+  Tensor r = arange(0.0, double(n), 1.0, dtype, device);
+  return cast(eq(unsqueeze(r, 1), unsqueeze(r, 0)), dtype);
+}
+
+Tensor lower_mask(int64_t n, int64_t k, DType dtype, Device device) {
+  Tensor r = arange(0.0, double(n), 1.0, dtype, device);
+  return cast(ge(unsqueeze(r, 1) - unsqueeze(r, 0), scalar_tensor(double(k), dtype, device)), dtype);
+}
+
+// a (..., m, n) and b (..., p, q) expanded to their broadcast batch dims.
+std::pair<Tensor, Tensor> broadcast_batch(const Tensor& a, const Tensor& b, const char* op) {
+  const Shape ba = leading(a.sizes(), 2), bb = leading(b.sizes(), 2);
+  const int nd = std::max(ba.size(), bb.size());
+  Shape batch = Shape::filled(nd, 1);
+  for (int d = 0; d < nd; ++d) {
+    const int da = d - (nd - ba.size()), db = d - (nd - bb.size());
+    const int64_t sa = da >= 0 ? ba[da] : 1, sb = db >= 0 ? bb[db] : 1;
+    BRISK_CHECK(sa == sb || sa == 1 || sb == 1, op, ": batch dims do not broadcast A ", a.sizes(), ", B ", b.sizes());
+    batch[d] = sa == 1 ? sb : sa;
+  }
+  const Shape sa = with_last(batch, {a.size(-2), a.size(-1)}), sb = with_last(batch, {b.size(-2), b.size(-1)});
+  return {sa == a.sizes() ? a : expand(a, sa), sb == b.sizes() ? b : expand(b, sb)};
+}
+
+// ---- linalg_solve: A (..., n, n), B (..., n, k) -> X = A^-1 B (..., n, k)
+const char* solve_name(const Attrs& attrs) { return attrs.flag ? "linalg_inv" : "linalg_solve"; }
+
+void solve_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const char* op = solve_name(attrs);
+  const Tensor &a = in[0], &b = in[1];
+  check_matrices(a, op, true);
+  BRISK_CHECK(b.dtype() == a.dtype(), op, ": dtypes differ (A ", a.str(), ", B ", b.str(), ")");
+  BRISK_CHECK(b.dim() == a.dim() && b.size(-2) == a.size(-1) && leading(b.sizes(), 2) == leading(a.sizes(), 2), op,
+              ": shape mismatch A ", a.sizes(), ", B ", b.sizes(), " (B must be (..., n, k) with A's batch dims)");
+  out[0] = {b.sizes(), b.dtype()};
+}
+
+// X = A^-1 B: gB = A^-T gX, gA = -gB X^T.
+void solve_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor &a = c.inputs[0], &x = c.outputs[0];
+  const Tensor gb = linalg::solve(mT(a), c.grads[0]);
+  if (c.needs_grad(1)) gi[1] = gb;
+  if (c.needs_grad(0)) gi[0] = -matmul(gb, mT(x));
+}
+
+const OpDef kLinalgSolve{.infer = solve_infer,
+                         .backward = solve_bw,
+                         .save_inputs = mask(0),   // A
+                         .save_outputs = mask(0),  // X
+                         .autocast = CastPolicy::Fp32};
+
+// ---- linalg_cholesky: A (..., n, n) symmetric positive-definite -> L (or U = L^T)
+void cholesky_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  check_matrices(in[0], "linalg_cholesky", true);
+  out[0] = {in[0].sizes(), in[0].dtype()};
+}
+
+// A = L L^T: gA = L^-T phi(L^T gL) L^-1, symmetrized, where phi keeps the lower triangle and
+// halves the diagonal (Murray 2016, as PyTorch).
+void cholesky_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const bool upper = c.attrs.flag;
+  const Tensor l = upper ? mT(c.outputs[0]) : c.outputs[0];
+  const Tensor gl = upper ? mT(c.grads[0]) : c.grads[0];
+  const int64_t n = l.size(-1);
+  const Tensor phi = lower_mask(n, 1, l.dtype(), c.device) + eye(n, l.dtype(), c.device) * 0.5;
+  const Tensor l_inv = linalg::inv(l);
+  const Tensor s = matmul(matmul(mT(l_inv), matmul(mT(l), gl) * phi), l_inv);
+  gi[0] = (s + mT(s)) * 0.5;
+}
+
+const OpDef kLinalgCholesky{.infer = cholesky_infer,
+                            .backward = cholesky_bw,
+                            .save_outputs = mask(0),  // L
+                            .autocast = CastPolicy::Fp32};
+
+// ---- linalg_slogdet: A (..., n, n) -> sign (...), logabsdet (...)
+void slogdet_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  check_matrices(in[0], "linalg_slogdet", true);
+  out[0] = {leading(in[0].sizes(), 2), in[0].dtype()};
+  out[1] = out[0];
+}
+
+// d logabsdet = tr(A^-1 dA), so gA = g A^-T; the sign is piecewise constant.
+void slogdet_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& g = c.grads[1];
+  if (!g.defined()) return;
+  gi[0] = unsqueeze(unsqueeze(g, -1), -1) * mT(linalg::inv(c.inputs[0]));
+}
+
+const OpDef kLinalgSlogdet{.infer = slogdet_infer,
+                           .backward = slogdet_bw,
+                           .save_inputs = mask(0),  // A
+                           .autocast = CastPolicy::Fp32};
+
+// ---- linalg_qr: A (..., m, n) -> Q (..., m, k) with orthonormal columns, R (..., k, n) upper
+// triangular; k = min(m, n)
+void qr_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  const Tensor& a = in[0];
+  check_matrices(a, "linalg_qr", false);
+  const int64_t m = a.size(-2), n = a.size(-1), k = std::min(m, n);
+  const Shape batch = leading(a.sizes(), 2);
+  out[0] = {with_last(batch, {m, k}), a.dtype()};
+  out[1] = {with_last(batch, {k, n}), a.dtype()};
+}
+
+// For m >= n (as TensorFlow's QrGrad and PyTorch): M = R gR^T - gQ^T Q,
+// gA = (gQ + Q copyltu(M)) R^-T, copyltu(M) the symmetric matrix with M's lower triangle.
+void qr_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor &q = c.outputs[0], &r = c.outputs[1], &gq = c.grads[0], &gr = c.grads[1];
+  const int64_t m = q.size(-2), n = r.size(-1);
+  BRISK_CHECK(m >= n, "linalg_qr: the gradient needs m >= n, got A ", c.in_specs[0].sizes);
+  Tensor mm;
+  if (gr.defined()) mm = matmul(r, mT(gr));
+  if (gq.defined()) mm = mm.defined() ? mm - matmul(mT(gq), q) : -matmul(mT(gq), q);
+  if (!mm.defined()) return;
+  const Tensor sym = mm * lower_mask(n, 0, q.dtype(), c.device) + mT(mm * lower_mask(n, 1, q.dtype(), c.device));
+  Tensor ga = matmul(q, sym);
+  if (gq.defined()) ga = ga + gq;
+  gi[0] = mT(linalg::solve(r, mT(ga)));  // ga R^-T
+}
+
+const OpDef kLinalgQr{.infer = qr_infer,
+                      .backward = qr_bw,
+                      .save_outputs = mask(0, 1),  // Q, R
+                      .autocast = CastPolicy::Fp32};
+
+// ---- linalg_eigh: A (..., n, n) symmetric -> w (..., n) ascending, V (..., n, n) (columns)
+void eigh_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  const Tensor& a = in[0];
+  check_matrices(a, "linalg_eigh", true);
+  out[0] = {leading(a.sizes(), 1), a.dtype()};
+  out[1] = {a.sizes(), a.dtype()};
+}
+
+// gA = V (diag(gw) + skew(V^T gV) / E) V^T with E_ij = w_j - w_i (the symmetric gradient, as
+// PyTorch's; repeated eigenvalues make it infinite there too).
+void eigh_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor &w = c.outputs[0], &v = c.outputs[1], &gw = c.grads[0], &gv = c.grads[1];
+  const Tensor id = eye(v.size(-1), v.dtype(), c.device);
+  Tensor inner;
+  if (gv.defined()) {
+    const Tensor vtgv = matmul(mT(v), gv);
+    const Tensor e = unsqueeze(w, -2) - unsqueeze(w, -1) + id;  // 1 on the diagonal, where skew is 0
+    inner = (vtgv - mT(vtgv)) * 0.5 / e;
+  }
+  if (gw.defined()) inner = inner.defined() ? inner + unsqueeze(gw, -2) * id : unsqueeze(gw, -2) * id;
+  if (!inner.defined()) return;
+  gi[0] = matmul(matmul(v, inner), mT(v));
+}
+
+const OpDef kLinalgEigh{.infer = eigh_infer,
+                        .backward = eigh_bw,
+                        .save_outputs = mask(0, 1),  // w, V
+                        .autocast = CastPolicy::Fp32};
+
+}  // namespace
+
+namespace linalg {
+
+Tensor solve(const Tensor& A, const Tensor& B) {
+  BRISK_CHECK(A.defined() && B.defined(), "linalg_solve: undefined input");
+  check_matrices(A, "linalg_solve", true);
+  // As torch.linalg.solve: B is a (batch of) vector(s) when 1-D or of A's sizes less the last.
+  const bool vector = B.dim() == 1 || (B.dim() == A.dim() - 1 && B.sizes() == leading(A.sizes(), 1));
+  BRISK_CHECK(B.dim() >= 1, "linalg_solve: B must have 1+ dims, got ", B.sizes());
+  auto [a, b] = broadcast_batch(A, vector ? unsqueeze(B, -1) : B, "linalg_solve");
+  Tensor x = call1(OpId::LinalgSolve, {a, b});
+  return vector ? squeeze(x, -1) : x;
+}
+
+Tensor inv(const Tensor& A) {
+  BRISK_CHECK(A.defined(), "linalg_inv: undefined input");
+  check_matrices(A, "linalg_inv", true);
+  Attrs attrs;
+  attrs.flag = true;  // errors name linalg_inv
+  const Tensor id = eye(A.size(-1), A.dtype(), A.device());
+  return call1(OpId::LinalgSolve, {A, A.dim() == 2 ? id : expand(id, A.sizes())}, attrs);
+}
+
+Tensor cholesky(const Tensor& A, bool upper) {
+  BRISK_CHECK(A.defined(), "linalg_cholesky: undefined input");
+  Attrs attrs;
+  attrs.flag = upper;
+  return call1(OpId::LinalgCholesky, {A}, attrs);
+}
+
+SlogdetResult slogdet(const Tensor& A) {
+  BRISK_CHECK(A.defined(), "linalg_slogdet: undefined input");
+  Tensor in[1] = {A};
+  Tensor out[2];
+  call(OpId::LinalgSlogdet, in, {}, out);
+  return {out[0], out[1]};
+}
+
+Tensor det(const Tensor& A) {
+  BRISK_CHECK(A.defined(), "linalg_det: undefined input");
+  check_matrices(A, "linalg_det", true);
+  auto [sign, logabsdet] = slogdet(A);
+  return sign * exp(logabsdet);
+}
+
+QrResult qr(const Tensor& A) {
+  BRISK_CHECK(A.defined(), "linalg_qr: undefined input");
+  Tensor in[1] = {A};
+  Tensor out[2];
+  call(OpId::LinalgQr, in, {}, out);
+  return {out[0], out[1]};
+}
+
+EighResult eigh(const Tensor& A) {
+  BRISK_CHECK(A.defined(), "linalg_eigh: undefined input");
+  Tensor in[1] = {A};
+  Tensor out[2];
+  call(OpId::LinalgEigh, in, {}, out);
+  return {out[0], out[1]};
+}
+
+Tensor lstsq(const Tensor& A, const Tensor& B) {
+  BRISK_CHECK(A.defined() && B.defined(), "linalg_lstsq: undefined input");
+  check_matrices(A, "linalg_lstsq", false);
+  BRISK_CHECK(A.size(-2) >= A.size(-1), "linalg_lstsq: A must be tall or square (..., m, n) with m >= n, got ",
+              A.sizes(), " (wide systems are not supported)");
+  BRISK_CHECK(B.dim() >= 2 && B.size(-2) == A.size(-2), "linalg_lstsq: shape mismatch A ", A.sizes(), ", B ",
+              B.sizes(), " (B must be (..., m, k))");
+  auto [q, r] = qr(A);
+  return solve(r, matmul(mT(q), B));
+}
+
+}  // namespace linalg
+
 namespace detail {
 
-void define_linalg_ops() { define(OpId::Matmul, kMatmul); }
+void define_linalg_ops() {
+  define(OpId::Matmul, kMatmul);
+  define(OpId::LinalgSolve, kLinalgSolve);
+  define(OpId::LinalgCholesky, kLinalgCholesky);
+  define(OpId::LinalgSlogdet, kLinalgSlogdet);
+  define(OpId::LinalgQr, kLinalgQr);
+  define(OpId::LinalgEigh, kLinalgEigh);
+}
 
 }  // namespace detail
 

@@ -1,9 +1,10 @@
 // engine/ops/random.cpp: OpDefs and public functions of arange and the random ops (rand,
-// randn, dropout), and the factories written on them (uniform, normal, randint), one block per
-// op: inference, backward formula, OpDef row, public functions.
+// randn, dropout, bernoulli, multinomial), and the factories written on them (uniform, normal,
+// randint), one block per op: inference, backward formula, OpDef row, public functions.
 // Each random call takes its own Philox stream from a Generator, so its values depend only on
 // (seed, offset, element index): not on threads, not on the device. Not here: the generator
 // itself (engine/random.h) and the kernels (kernels/<device>/random.cpp).
+#include <algorithm>
 #include <cmath>
 
 #include "engine/ops/families.h"
@@ -24,6 +25,14 @@ namespace brisk {
 //           scale = 1 / (1 - p) in the compute type (float for F32/F16/BF16, double for F64).
 //   arange  out_i = fma(double(i), step, start) in double, converted to the dtype (integers
 //           truncate; F16/BF16 go through float).
+//   bernoulli  out_i = double(u_i) < p_i ? 1 : 0 (n lanes), so P(1) = p_i up to 2^-24.
+//   multinomial  draw d of row r (d < S = num_samples with replacement, d < C without) reads
+//           counter offset + r * S + d (4 lanes reserved per counter) as the 53-bit double
+//           u = philox_uniform_double(seed, offset + r * S + d) of kernels/cpu/random.cpp.
+//           With replacement: sample d = the first j whose running sum of weights exceeds
+//           u * (row sum). Without: category j gets the key -log1p(-u_j) / w_j (an exponential
+//           of rate w_j), and the samples are the S smallest keys in ascending order (ties to
+//           the lower index), which has the law of drawing one at a time without replacement.
 
 namespace {
 
@@ -171,6 +180,57 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return out[0];
 }
 
+namespace {
+
+// ---- bernoulli: p (any shape, floating, values in [0, 1]; checked by the kernel) -> 0 / 1
+void bernoulli_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  BRISK_CHECK(is_floating(in[0].dtype()), "bernoulli: p must be floating, got ", in[0].str());
+  out[0] = {in[0].sizes(), in[0].dtype()};
+}
+
+const OpDef kBernoulli{.infer = bernoulli_infer};  // not differentiable
+
+// ---- multinomial: weights (C) or (R, C) -> I64 (S) or (R, S); S = attrs.start
+void multinomial_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& w = in[0];
+  const int64_t samples = attrs.start;
+  BRISK_CHECK(is_floating(w.dtype()), "multinomial: weights must be floating, got ", w.str());
+  BRISK_CHECK(w.dim() == 1 || w.dim() == 2, "multinomial: weights must be 1-D (C) or 2-D (R, C), got ", w.sizes());
+  const int64_t categories = w.size(-1);
+  BRISK_CHECK(categories > 0, "multinomial: weights ", w.sizes(), " have no categories");
+  BRISK_CHECK(categories <= (int64_t(1) << 24), "multinomial: ", categories, " categories exceed 2^24");
+  BRISK_CHECK(samples > 0, "multinomial: num_samples must be positive, got ", samples);
+  BRISK_CHECK(attrs.flag || samples <= categories, "multinomial: cannot draw ", samples,
+              " samples without replacement from ", categories, " categories (weights ", w.sizes(), ")");
+  out[0] = {w.dim() == 1 ? Shape{samples} : Shape{w.size(0), samples}, DType::I64};
+}
+
+const OpDef kMultinomial{.infer = multinomial_infer};  // not differentiable
+
+}  // namespace
+
+Tensor bernoulli(const Tensor& p, Generator* gen) {
+  BRISK_CHECK(p.defined(), "bernoulli: undefined input");
+  Generator& g = gen ? *gen : default_generator();
+  Attrs attrs;
+  attrs.seed = g.seed();
+  attrs.offset = g.reserve(uint64_t(p.numel()));
+  return call1(OpId::Bernoulli, {contiguous(p.detach())}, attrs);
+}
+
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Generator* gen) {
+  BRISK_CHECK(probs.defined(), "multinomial: undefined input");
+  Generator& g = gen ? *gen : default_generator();
+  Attrs attrs;
+  attrs.start = num_samples;
+  attrs.flag = replacement;
+  attrs.seed = g.seed();
+  const int64_t rows = probs.dim() == 2 ? probs.size(0) : 1;
+  const int64_t draws = replacement ? num_samples : (probs.dim() >= 1 ? probs.size(-1) : 0);
+  attrs.offset = g.reserve(4 * uint64_t(std::max<int64_t>(rows * draws, 0)));
+  return call1(OpId::Multinomial, {contiguous(probs.detach())}, attrs);
+}
+
 namespace detail {
 
 void define_random_ops() {
@@ -178,6 +238,8 @@ void define_random_ops() {
   define(OpId::Rand, kRand);
   define(OpId::Randn, kRandn);
   define(OpId::Dropout, kDropout);
+  define(OpId::Bernoulli, kBernoulli);
+  define(OpId::Multinomial, kMultinomial);
 }
 
 }  // namespace detail

@@ -1,11 +1,15 @@
-// kernels/cpu/random.cpp: CPU kernels of arange, rand, randn and dropout. Element i depends
+// kernels/cpu/random.cpp: CPU kernels of arange, rand, randn, dropout, bernoulli and
+// multinomial. Element i depends
 // only on (seed, offset, i) (see Note [Random streams] in engine/ops/random.cpp), so the
 // OpenMP split never changes a value and the CUDA kernels reproduce them.
 // Outputs are the fresh dense tensors dispatch allocates.
 // Not here: the generator and Philox itself (engine/random.h).
 #include "engine/random.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 #include <type_traits>
 
 #include "engine/op.h"
@@ -111,6 +115,107 @@ void dropout_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Att
   });
 }
 
+// p: any shape (dense) -> out: p's shape and dtype, 1 where u_i < p_i
+void bernoulli_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& p = in[0];
+  check_dense(p, "bernoulli");
+  check_dense(out[0], "bernoulli");
+  dispatch_float(p.dtype(), "bernoulli", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pp = static_cast<const T*>(p.data_ptr());
+    T* o = static_cast<T*>(out[0].data_ptr());
+    const int64_t n = p.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = double(detail::load(pp + i));
+      BRISK_CHECK(v >= 0 && v <= 1, "bernoulli: p must be in [0, 1], got ", v, " at element ", i, " of ", p.str());
+    }
+    for_each_uniform(n, attrs.seed, attrs.offset,
+                     [=](int64_t i, float u) { o[i] = T(double(u) < double(detail::load(pp + i)) ? 1.0f : 0.0f); });
+  });
+}
+
+// Uniform double in [0, 1) from 53 bits of lanes 0 and 1 of one Philox counter.
+double philox_uniform_double(uint64_t seed, uint64_t counter) {
+  const Philox4 r = philox(seed, counter);
+  const uint64_t bits = (uint64_t(r.v[0]) << 21) ^ (uint64_t(r.v[1]) >> 11);
+  return double(bits & ((uint64_t(1) << 53) - 1)) * 0x1p-53;
+}
+
+// The weights of row r as doubles, checked as torch.multinomial checks them.
+std::vector<double> multinomial_row(const Tensor& w, int64_t r, int64_t samples, bool replacement) {
+  const int64_t c = w.size(-1);
+  std::vector<double> row(static_cast<size_t>(c));
+  dispatch_float(w.dtype(), "multinomial", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(w.data_ptr()) + r * c;
+    for (int64_t j = 0; j < c; ++j) row[size_t(j)] = double(detail::load(p + j));
+  });
+  int64_t positive = 0;
+  double total = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    const double v = row[size_t(j)];
+    BRISK_CHECK(std::isfinite(v) && v >= 0, "multinomial: weights must be finite and non-negative, got ", v,
+                " at (row ", r, ", column ", j, ") of ", w.str());
+    positive += v > 0;
+    total += v;
+  }
+  BRISK_CHECK(total > 0, "multinomial: row ", r, " of weights ", w.str(), " sums to 0");
+  BRISK_CHECK(replacement || positive >= samples, "multinomial: row ", r, " of weights ", w.str(), " has ", positive,
+              " non-zero weights, fewer than num_samples = ", samples, " drawn without replacement");
+  return row;
+}
+
+// One row's samples into o[0, samples); see Note [Random streams] in engine/ops/random.cpp.
+void multinomial_draw(const std::vector<double>& w, int64_t samples, bool replacement, uint64_t seed,
+                      uint64_t first_counter, int64_t* o) {
+  const int64_t c = int64_t(w.size());
+  if (replacement) {
+    std::vector<double> cdf(w.size());
+    std::partial_sum(w.begin(), w.end(), cdf.begin());
+    int64_t last = c - 1;  // the last positive weight: where rounding at the top end lands
+    while (w[size_t(last)] == 0) --last;
+    for (int64_t d = 0; d < samples; ++d) {
+      const double x = philox_uniform_double(seed, first_counter + uint64_t(d)) * cdf.back();
+      const int64_t j = std::upper_bound(cdf.begin(), cdf.end(), x) - cdf.begin();
+      o[d] = std::min(j, last);
+    }
+    return;
+  }
+  std::vector<double> key(w.size());
+  for (int64_t j = 0; j < c; ++j) {
+    const double u = philox_uniform_double(seed, first_counter + uint64_t(j));
+    key[size_t(j)] = w[size_t(j)] > 0 ? -std::log1p(-u) / w[size_t(j)] : HUGE_VAL;
+  }
+  std::vector<int64_t> order(w.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + samples, order.end(), [&](int64_t a, int64_t b) {
+    return key[size_t(a)] < key[size_t(b)] || (key[size_t(a)] == key[size_t(b)] && a < b);
+  });
+  std::copy(order.begin(), order.begin() + samples, o);
+}
+
+// w: (C) or (R, C) dense -> out I64 (S) or (R, S). Rows are checked first (errors are thrown
+// outside the parallel loop), then drawn in parallel, each from its own counters.
+void multinomial_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor& w = in[0];
+  check_dense(w, "multinomial");
+  check_dense(out[0], "multinomial");
+  const int64_t rows = w.dim() == 2 ? w.size(0) : 1;
+  const int64_t samples = attrs.start;
+  const bool replacement = attrs.flag;
+  const uint64_t per_row = uint64_t(replacement ? samples : w.size(-1));
+  std::vector<std::vector<double>> weights;
+  for (int64_t r = 0; r < rows; ++r) weights.push_back(multinomial_row(w, r, samples, replacement));
+  int64_t* o = static_cast<int64_t*>(out[0].data_ptr());
+  const uint64_t seed = attrs.seed, offset = attrs.offset;
+  const int nt = threads_for(rows * int64_t(per_row), 4096);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    multinomial_draw(weights[size_t(r)], samples, replacement, seed, offset + uint64_t(r) * per_row,
+                     o + r * samples);
+  }
+}
+
 }  // namespace
 
 void register_random() {
@@ -119,6 +224,8 @@ void register_random() {
   register_kernel(OpId::Rand, cpu, rand_kernel);
   register_kernel(OpId::Randn, cpu, randn_kernel);
   register_kernel(OpId::Dropout, cpu, dropout_kernel);
+  register_kernel(OpId::Bernoulli, cpu, bernoulli_kernel);
+  register_kernel(OpId::Multinomial, cpu, multinomial_kernel);
 }
 
 }  // namespace brisk::kernels::cpu

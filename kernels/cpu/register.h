@@ -8,6 +8,7 @@ void register_backend();      // kernels/cpu/cpu_backend.cpp
 void register_elementwise();  // kernels/cpu/elementwise.cpp
 void register_reduce();       // kernels/cpu/reduce.cpp
 void register_linalg();       // kernels/cpu/gemm.cpp
+void register_linalg_decomp();  // kernels/cpu/linalg_decomp.cpp (solve, cholesky, slogdet, qr, eigh)
 void register_shape();        // kernels/cpu/shape.cpp
 void register_index();        // kernels/cpu/index.cpp
 void register_random();       // kernels/cpu/random.cpp
@@ -21,6 +22,7 @@ inline void register_all() {
   register_elementwise();
   register_reduce();
   register_linalg();
+  register_linalg_decomp();
   register_shape();
   register_index();
   register_random();
