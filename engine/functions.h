@@ -131,14 +131,14 @@ struct QrResult {
 struct EighResult {
   Tensor eigenvalues, eigenvectors;  // (..., n) ascending, (..., n, n) one vector per column
 };
-Tensor solve(const Tensor& A, const Tensor& B);       // X with A X = B; B (..., n, k) or a vector (..., n)
-Tensor inv(const Tensor& A);                          // A^-1 (a composite: solve(A, I))
-Tensor det(const Tensor& A);                          // sign * exp(logabsdet) of slogdet
-SlogdetResult slogdet(const Tensor& A);               // gradient through logabsdet only
+Tensor solve(const Tensor& A, const Tensor& B);        // X with A X = B; B (..., n, k) or a vector (..., n)
+Tensor inv(const Tensor& A);                           // A^-1 (a composite: solve(A, I))
+Tensor det(const Tensor& A);                           // sign * exp(logabsdet) of slogdet
+SlogdetResult slogdet(const Tensor& A);                // gradient through logabsdet only
 Tensor cholesky(const Tensor& A, bool upper = false);  // L with A = L L^T (U = L^T if upper)
-QrResult qr(const Tensor& A);                         // reduced QR (Householder); gradient for m >= n
-EighResult eigh(const Tensor& A);                     // symmetric A, its lower triangle read
-Tensor lstsq(const Tensor& A, const Tensor& B);       // argmin |A X - B| for full-rank A with m >= n
+QrResult qr(const Tensor& A);                          // reduced QR (Householder); gradient for m >= n
+EighResult eigh(const Tensor& A);                      // symmetric A, its lower triangle read
+Tensor lstsq(const Tensor& A, const Tensor& B);        // argmin |A X - B| for full-rank A with m >= n
 }  // namespace linalg
 
 // ---- shape (views share storage; reshape copies only when it must)

@@ -103,8 +103,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 namespace {
 
 void check_matrices(const Tensor& a, const char* op, bool square) {
-  BRISK_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expects F32 or F64 matrices, got ",
-              a.str());
+  BRISK_CHECK(a.dtype() == DType::F32 || a.dtype() == DType::F64, op, ": expects F32 or F64 matrices, got ", a.str());
   BRISK_CHECK(a.dim() >= 2, op, ": expects a matrix or a batch of matrices (..., m, n), got ", a.sizes());
   if (square) BRISK_CHECK(a.size(-2) == a.size(-1), op, ": expects square matrices (..., n, n), got ", a.sizes());
 }
@@ -285,9 +284,9 @@ namespace linalg {
 Tensor solve(const Tensor& A, const Tensor& B) {
   BRISK_CHECK(A.defined() && B.defined(), "linalg_solve: undefined input");
   check_matrices(A, "linalg_solve", true);
+  BRISK_CHECK(B.dim() >= 1, "linalg_solve: B must have 1+ dims, got ", B.sizes());
   // As torch.linalg.solve: B is a (batch of) vector(s) when 1-D or of A's sizes less the last.
   const bool vector = B.dim() == 1 || (B.dim() == A.dim() - 1 && B.sizes() == leading(A.sizes(), 1));
-  BRISK_CHECK(B.dim() >= 1, "linalg_solve: B must have 1+ dims, got ", B.sizes());
   auto [a, b] = broadcast_batch(A, vector ? unsqueeze(B, -1) : B, "linalg_solve");
   Tensor x = call1(OpId::LinalgSolve, {a, b});
   return vector ? squeeze(x, -1) : x;
@@ -345,8 +344,8 @@ Tensor lstsq(const Tensor& A, const Tensor& B) {
   check_matrices(A, "linalg_lstsq", false);
   BRISK_CHECK(A.size(-2) >= A.size(-1), "linalg_lstsq: A must be tall or square (..., m, n) with m >= n, got ",
               A.sizes(), " (wide systems are not supported)");
-  BRISK_CHECK(B.dim() >= 2 && B.size(-2) == A.size(-2), "linalg_lstsq: shape mismatch A ", A.sizes(), ", B ",
-              B.sizes(), " (B must be (..., m, k))");
+  BRISK_CHECK(B.dim() >= 2 && B.size(-2) == A.size(-2), "linalg_lstsq: shape mismatch A ", A.sizes(), ", B ", B.sizes(),
+              " (B must be (..., m, k))");
   auto [q, r] = qr(A);
   return solve(r, matmul(mT(q), B));
 }

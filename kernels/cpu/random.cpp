@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <vector>
 #include <type_traits>
+#include <vector>
 
 #include "engine/op.h"
 #include "kernels/cpu/loops.h"
@@ -211,8 +211,7 @@ void multinomial_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
   const int nt = threads_for(rows * int64_t(per_row), 4096);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    multinomial_draw(weights[size_t(r)], samples, replacement, seed, offset + uint64_t(r) * per_row,
-                     o + r * samples);
+    multinomial_draw(weights[size_t(r)], samples, replacement, seed, offset + uint64_t(r) * per_row, o + r * samples);
   }
 }
 

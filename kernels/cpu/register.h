@@ -8,7 +8,6 @@ void register_backend();      // kernels/cpu/cpu_backend.cpp
 void register_elementwise();  // kernels/cpu/elementwise.cpp
 void register_reduce();       // kernels/cpu/reduce.cpp
 void register_linalg();       // kernels/cpu/gemm.cpp
-void register_linalg_decomp();  // kernels/cpu/linalg_decomp.cpp (solve, cholesky, slogdet, qr, eigh)
 void register_shape();        // kernels/cpu/shape.cpp
 void register_index();        // kernels/cpu/index.cpp
 void register_random();       // kernels/cpu/random.cpp
@@ -16,6 +15,9 @@ void register_conv();         // kernels/cpu/conv.cpp (conv2d and its backward o
 void register_pool();         // kernels/cpu/pool.cpp (max, average, adaptive pooling)
 void register_norm();         // kernels/cpu/norm.cpp
 void register_amp();          // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
+
+// kernels/cpu/linalg_decomp.cpp: solve, cholesky, slogdet, qr, eigh
+void register_linalg_decomp();
 
 inline void register_all() {
   register_backend();
