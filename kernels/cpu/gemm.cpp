@@ -13,7 +13,9 @@
 
 // Eigen 3.4's AVX-512 code trips GCC 12's -Wmaybe-uninitialized (a false positive).
 #pragma GCC diagnostic push
+#ifndef __clang__  // a GCC warning; clang has no such group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 

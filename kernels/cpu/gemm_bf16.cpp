@@ -6,6 +6,7 @@
 // GEMM (kernels/cpu/gemm.cpp).
 #include "kernels/cpu/gemm_bf16.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>
@@ -23,7 +24,9 @@
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
 // -Wmaybe-uninitialized reports once they are inlined here (a false positive, as in gemm.cpp).
 #pragma GCC diagnostic push
+#ifndef __clang__  // a GCC warning; clang has no such group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace brisk::kernels::cpu {
 
@@ -75,12 +78,28 @@ namespace {
 constexpr int kArchReqXcompPerm = 0x1023;  // arch_prctl: ask for an XSAVE feature
 constexpr int kXfeatureXtiledata = 18;     // the AMX tile data
 
-bool cpu_has_avx512bf16() { return __builtin_cpu_supports("avx512bf16"); }
+// CPU features read with CPUID directly (leaf 7): GCC and clang do not agree on the names
+// __builtin_cpu_supports takes (clang 14 knows no "amx-tile"), and these are a few bits.
+// avx512bf16: leaf 7 subleaf 1, EAX bit 5 (with AVX-512F: leaf 7 subleaf 0, EBX bit 16);
+// amx-bf16 and amx-tile: leaf 7 subleaf 0, EDX bits 22 and 24.
+bool cpuid7(unsigned subleaf, unsigned regs[4]) {
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, subleaf, regs[0], regs[1], regs[2], regs[3]);
+  return true;
+}
+
+bool cpu_has_avx512bf16() {
+  unsigned r0[4], r1[4];
+  return cpuid7(0, r0) && (r0[1] >> 16 & 1u) && cpuid7(1, r1) && (r1[0] >> 5 & 1u);
+}
 
 // AMX needs the CPU feature and the kernel's permission for this process (asked once).
 bool amx_available() {
-  static const bool ok = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
-                         cpu_has_avx512bf16() && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  static const bool ok = [] {
+    unsigned r[4];
+    const bool cpu = cpuid7(0, r) && (r[3] >> 22 & 1u) && (r[3] >> 24 & 1u);
+    return cpu && cpu_has_avx512bf16() && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
   return ok;
 }
 
