@@ -5,12 +5,15 @@
 // the CUDA kernels, which these are the reference for.
 // Not here: output sizes, checks and backward formulas (engine/ops/pool.cpp); reference loops
 // for the tests (tests/specs_nn.cpp); the CUDA kernels (kernels/cuda/pool.cu).
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "engine/half.h"
 #include "engine/op.h"
 #include "engine/op_params.h"
 #include "kernels/cpu/loops.h"
@@ -84,6 +87,64 @@ void max_pool_plane_2x2(const T* xp, T* yp, int64_t* ip, const PoolProblem& p) {
   }
 }
 
+// GCC 12's AVX-512 shift intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized
+// reports once inlined (a false positive, as in kernels/cpu/gemm_bf16.cpp).
+#pragma GCC diagnostic push
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// One BF16 plane of a 2x2 / stride 2 pool with AVX-512: 16 outputs per step, a masked step for
+// a short row (the Fashion-MNIST CNN's rows are 14 and 7 wide, all remainder for a scalar or
+// auto-vectorized loop). Each horizontal pair of inputs is one 32-bit lane: its halves shifted
+// into floats are compared as the scalar kernel compares (NaN wins, the first of equal values
+// wins), and the winner's bits are copied, never rounded. Same results as max_pool_plane_2x2.
+__attribute__((target("avx512f,avx512bw"))) void max_pool_plane_2x2_bf16_avx512(const BFloat16* xp, BFloat16* yp,
+                                                                                int64_t* ip, const PoolProblem& p) {
+  const int64_t W = p.W, Wo = p.Wo;
+  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512i lane = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  for (int64_t oh = 0; oh < p.Ho; ++oh) {
+    const uint16_t* r0 = reinterpret_cast<const uint16_t*>(xp) + 2 * oh * W;
+    const uint16_t* r1 = r0 + W;
+    uint16_t* yr = reinterpret_cast<uint16_t*>(yp) + oh * Wo;
+    int64_t* ir = ip + oh * Wo;
+    for (int64_t ow = 0; ow < Wo; ow += 16) {
+      const int n = int(std::min<int64_t>(16, Wo - ow));
+      const __mmask16 m = __mmask16((1u << n) - 1u);
+      const __m512i w0 = _mm512_maskz_loadu_epi32(m, r0 + 2 * ow), w1 = _mm512_maskz_loadu_epi32(m, r1 + 2 * ow);
+      const __m512i b0 = _mm512_srli_epi32(_mm512_slli_epi32(w0, 16), 16), b1 = _mm512_srli_epi32(w0, 16);
+      const __m512i b2 = _mm512_srli_epi32(_mm512_slli_epi32(w1, 16), 16), b3 = _mm512_srli_epi32(w1, 16);
+      const __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)),
+                   v1 = _mm512_castsi512_ps(_mm512_and_si512(w0, hi_mask));
+      const __m512 v2 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)),
+                   v3 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi_mask));
+      __m512 best = v0;
+      __m512i raw = b0, off = _mm512_setzero_si512();
+      auto take = [&](__m512 v, __m512i bits, int32_t o) {
+        const __mmask16 t = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        best = _mm512_mask_mov_ps(best, t, v);
+        raw = _mm512_mask_mov_epi32(raw, t, bits);
+        off = _mm512_mask_mov_epi32(off, t, _mm512_set1_epi32(o));
+      };
+      take(v1, b1, 1);
+      take(v2, b2, int32_t(W));
+      take(v3, b3, int32_t(W) + 1);
+      _mm256_mask_storeu_epi16(yr + ow, m, _mm512_cvtepi32_epi16(raw));
+      const __m512i idx32 =
+          _mm512_add_epi32(_mm512_add_epi32(lane, off), _mm512_set1_epi32(int32_t(2 * oh * W + 2 * ow)));
+      _mm512_mask_storeu_epi64(ir + ow, __mmask8(m & 0xff), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(idx32)));
+      _mm512_mask_storeu_epi64(ir + ow + 8, __mmask8(m >> 8),
+                               _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(idx32, 1)));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+bool has_avx512bw() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return ok;
+}
+
 // One plane of any max pool: each window's taps from the first inside the input.
 template <class T>
 void max_pool_plane(const T* xp, T* yp, int64_t* ip, const PoolProblem& p) {
@@ -120,6 +181,11 @@ void max_pool_forward(const T* x, T* y, int64_t* idx, const PoolProblem& p) {
     const T* xp = x + plane * p.H * p.W;
     T* yp = y + plane * p.Ho * p.Wo;
     int64_t* ip = idx + plane * p.Ho * p.Wo;
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      // int32 window offsets in the vector kernel: planes below 2^31 elements.
+      if (fast && has_avx512bw() && p.H * p.W < (int64_t(1) << 31))
+        return max_pool_plane_2x2_bf16_avx512(xp, yp, ip, p);
+    }
     fast ? max_pool_plane_2x2(xp, yp, ip, p) : max_pool_plane(xp, yp, ip, p);
   });
 }
