@@ -51,7 +51,8 @@ WeightedRandomSampler::WeightedRandomSampler(std::vector<double> weights, int64_
 DistributedSampler::DistributedSampler(int64_t n, int64_t num_replicas, int64_t rank, bool shuffle, uint64_t seed,
                                        bool drop_last)
     : n_(n), replicas_(num_replicas), rank_(rank), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
-  BRISK_CHECK(n >= 0, "DistributedSampler: dataset size ", n, " is negative");
+  BRISK_CHECK(n >= 0 && n <= (int64_t(1) << 40), "DistributedSampler: dataset size ", n,
+              " is negative or beyond 2^40 (the index list is built in memory)");
   BRISK_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be positive, got ", num_replicas);
   BRISK_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank, " is outside [0, ", num_replicas,
               ")");

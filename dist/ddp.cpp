@@ -166,8 +166,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                                                  DDPOptions options)
     : nn::Module("DistributedDataParallel"), module_(std::move(module)), group_(std::move(group)), options_(options) {
   BRISK_CHECK(module_ && group_, "DistributedDataParallel: needs a module and a process group");
-  BRISK_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb must be positive, got ",
-              options_.bucket_cap_mb);
+  BRISK_CHECK(options_.bucket_cap_mb > 0 && options_.bucket_cap_mb <= 1e6,
+              "DistributedDataParallel: bucket_cap_mb must be in (0, 1e6], got ", options_.bucket_cap_mb);
   // The wrapped module's own names (see dist/ddp.h).
   for (auto& [name, child] : module_->named_children()) register_module(name, child);
   for (auto& [name, p] : module_->named_parameters(false)) register_parameter(name, p, p.requires_grad());

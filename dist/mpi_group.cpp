@@ -268,7 +268,6 @@ class MpiGroup : public ProcessGroup {
     return submit(
         "allreduce", op, -1, x,
         [=, this](std::vector<MPI_Request>& r) {
-          r.resize(1);
           r.clear();
           return MPI_Allreduce(MPI_IN_PLACE, x.data_ptr(), int(x.numel()), type, mop, comm_);
         },
@@ -283,7 +282,6 @@ class MpiGroup : public ProcessGroup {
     Tensor x = t;
     const MPI_Datatype type = mpi_type(t.dtype());
     return submit("broadcast", ReduceOp::Sum, root, x, [=, this](std::vector<MPI_Request>& r) {
-      r.resize(1);
       r.clear();
       return MPI_Bcast(x.data_ptr(), int(x.numel()), type, root, comm_);
     });
@@ -329,7 +327,6 @@ class MpiGroup : public ProcessGroup {
     return submit(
         "reduce_scatter", op, -1, x,
         [=, this](std::vector<MPI_Request>& r) {
-          r.resize(1);
           r.clear();
           return MPI_Reduce_scatter_block(x.data_ptr(), y.data_ptr(), int(y.numel()), type, mop, comm_);
         },
@@ -340,7 +337,6 @@ class MpiGroup : public ProcessGroup {
 
   WorkPtr barrier() override {
     return submit("barrier", ReduceOp::Sum, -1, Tensor(), [this](std::vector<MPI_Request>& r) {
-      r.resize(1);
       r.clear();
       return MPI_Barrier(comm_);
     });
@@ -380,7 +376,6 @@ class MpiGroup : public ProcessGroup {
     const MPI_Datatype type = mpi_type(in.dtype());
     Tensor o = out, x = in;
     return [=, this](std::vector<MPI_Request>& r) {
-      r.resize(1);
       r.clear();
       return MPI_Allgather(x.data_ptr(), int(x.numel()), type, o.data_ptr(), int(x.numel()), type, comm_);
     };
@@ -421,41 +416,18 @@ class MpiGroup : public ProcessGroup {
     return w;
   }
 
-  // Runs on the thread: the debug check (blocking, against the deadline), then the post.
+  // Runs on the thread: the debug check (a blocking allgather), then the call itself.
   std::string start(Task& t) {
-    if (options_.debug && t.fingerprint.collective) {
-      std::string mismatch;
-      const std::string err = run_blocking(
-          t,
-          [&](std::vector<MPI_Request>& r, std::vector<detail::Fingerprint>& all) {
-            all.resize(size_t(size_));
-            r.resize(1);
-            r.clear();
-            return MPI_Allgather(&t.fingerprint, sizeof(detail::Fingerprint), MPI_BYTE, all.data(),
-                                 sizeof(detail::Fingerprint), MPI_BYTE, comm_);
-          },
-          mismatch);
-      if (!err.empty()) return err;
+    if (options_.debug && t.fingerprint.collective) {  // a blocking allgather of every rank's call
+      std::vector<detail::Fingerprint> all(static_cast<size_t>(size_));
+      const int rc = MPI_Allgather(&t.fingerprint, sizeof(detail::Fingerprint), MPI_BYTE, all.data(),
+                                   sizeof(detail::Fingerprint), MPI_BYTE, comm_);
+      if (rc != MPI_SUCCESS) return t.work->describe() + ": MPI error in the debug check: " + mpi_error(rc);
+      const std::string mismatch = detail::compare_fingerprints(all, rank_, *this);
       if (!mismatch.empty()) return mismatch;
     }
     const int rc = t.post(t.requests);
     return rc == MPI_SUCCESS ? "" : t.work->describe() + ": MPI error: " + mpi_error(rc);
-  }
-
-  template <class Post>
-  std::string run_blocking(Task& t, Post post, std::string& mismatch) {
-    std::vector<MPI_Request> r;
-    std::vector<detail::Fingerprint> all;
-    int rc = post(r, all);
-    int done = 0;
-    while (rc == MPI_SUCCESS && !done) {
-      rc = MPI_Testall(int(r.size()), r.data(), &done, MPI_STATUSES_IGNORE);
-      if (!done && Clock::now() > t.work->deadline()) return t.work->timeout_message();
-      if (!done) std::this_thread::yield();
-    }
-    if (rc != MPI_SUCCESS) return t.work->describe() + ": MPI error in the debug check: " + mpi_error(rc);
-    mismatch = detail::compare_fingerprints(all, rank_, *this);
-    return "";
   }
 
   void fail_all(std::list<Task>& active, std::deque<Task>& fresh) {

@@ -22,6 +22,8 @@ namespace brisk::optim {
 
 namespace {
 
+constexpr double kMaxScale = 3.4028234663852886e38;  // FLT_MAX: the scale is kept in F32
+
 // One group of the fused pass: gradients of one dtype on one device, and where each came from.
 struct UnscaleGroup {
   std::vector<Tensor> grads;
@@ -31,8 +33,8 @@ struct UnscaleGroup {
 }  // namespace
 
 GradScaler::GradScaler(const GradScalerOptions& options) : options_(options), scale_(float(options.init_scale)) {
-  BRISK_CHECK(std::isfinite(options.init_scale) && options.init_scale > 0,
-              "GradScaler: init_scale must be positive, got ", options.init_scale);
+  BRISK_CHECK(options.init_scale > 0 && options.init_scale <= kMaxScale,
+              "GradScaler: init_scale must be positive and fit in F32 (the scale's dtype), got ", options.init_scale);
   BRISK_CHECK(options.growth_factor > 1, "GradScaler: growth_factor must be > 1, got ", options.growth_factor);
   BRISK_CHECK(options.backoff_factor > 0 && options.backoff_factor < 1,
               "GradScaler: backoff_factor must be in (0, 1), got ", options.backoff_factor);
@@ -133,8 +135,8 @@ void GradScaler::update() {
 
 void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
-  BRISK_CHECK(std::isfinite(new_scale) && new_scale > 0, "GradScaler.update: new scale must be positive, got ",
-              new_scale);
+  BRISK_CHECK(new_scale > 0 && new_scale <= kMaxScale,
+              "GradScaler.update: new scale must be positive and fit in F32, got ", new_scale);
   scale_ = float(new_scale);
   per_optimizer_.clear();
   ++updates_;
@@ -164,7 +166,8 @@ void GradScaler::check_state_dict(const Scalars& state) const {
     BRISK_CHECK(it != state.end(), "GradScaler.load_state_dict: missing key '", key, "'");
     const double v = it->second;
     if (key == "scale") {
-      BRISK_CHECK(std::isfinite(v) && v > 0, "GradScaler.load_state_dict: 'scale' must be positive, got ", v);
+      BRISK_CHECK(v > 0 && v <= kMaxScale, "GradScaler.load_state_dict: 'scale' must be positive and fit in F32, got ",
+                  v);
     } else if (key == "growth_factor") {
       BRISK_CHECK(v > 1, "GradScaler.load_state_dict: 'growth_factor' must be > 1, got ", v);
     } else if (key == "backoff_factor") {

@@ -336,6 +336,8 @@ TEST_CASE("GradScaler: defaults, misuse errors and a disabled scaler") {
   CHECK(error_text([] { optim::GradScaler s({.growth_factor = 0.5}); }).find("growth_factor") != std::string::npos);
   CHECK(error_text([] { optim::GradScaler s({.init_scale = -1}); }).find("init_scale") != std::string::npos);
   CHECK(error_text([&] { scaler.update(0.0); }).find("must be positive") != std::string::npos);
+  CHECK(error_text([] { optim::GradScaler s({.init_scale = 1e39}); }).find("fit in F32") != std::string::npos);
+  CHECK(error_text([&] { scaler.update(NAN); }).find("must be positive") != std::string::npos);
 
   optim::GradScaler off({.enabled = false});
   Tensor loss = sum(w * w);
@@ -402,6 +404,8 @@ TEST_CASE("GradScaler: state round trip, corrupt states refused, checkpoint resu
   optim::Scalars bad = a.state_dict();
   bad["scale"] = NAN;
   CHECK(error_text([&] { b.load_state_dict(bad); }).find("'scale' must be positive") != std::string::npos);
+  bad["scale"] = 1e300;  // would be inf in the F32 scale
+  CHECK(error_text([&] { b.load_state_dict(bad); }).find("fit in F32") != std::string::npos);
   bad = a.state_dict();
   bad["_growth_tracker"] = 2.5;
   CHECK(!error_text([&] { b.load_state_dict(bad); }).empty());

@@ -60,6 +60,7 @@ TEST_CASE("DistributedSampler: a new order each epoch, the same on every rank; s
   a.set_epoch(7);
   CHECK(a.indices(0) == e7);
   CHECK(error_text([] { data::DistributedSampler(10, 2, 2); }).find("rank 2 is outside [0, 2)") != std::string::npos);
+  CHECK(error_text([] { data::DistributedSampler(INT64_MAX, 2, 0); }).find("beyond 2^40") != std::string::npos);
   CHECK(error_text([] { data::DistributedSampler(10, 0, 0); }).find("num_replicas must be positive") !=
         std::string::npos);
   CHECK(error_text([] { data::DistributedSampler(1, 2, 0, true, 0, true); }).find("leaves every rank empty") !=

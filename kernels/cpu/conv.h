@@ -13,33 +13,12 @@
 #include "engine/allocator.h"
 #include "engine/op_params.h"
 #include "engine/tensor.h"
+#include "kernels/cpu/scratch.h"
 
 namespace brisk::kernels::cpu::conv {
 
-// A block from cpu_allocator(), kept per thread and grown on demand.
-class Workspace {
- public:
-  ~Workspace() {
-    if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
-  }
-  template <class T>
-  T* get(int64_t n) {
-    const size_t bytes = size_t(n) * sizeof(T);
-    if (bytes > bytes_) {
-      if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
-      ptr_ = nullptr;
-      ptr_ = cpu_allocator().allocate(bytes);
-      bytes_ = bytes;
-    }
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// im2col / col2im columns of one sample and group; the depthwise loops' saved borders.
+// im2col / col2im columns of one sample and group; the depthwise loops' saved borders
+// (Workspace: kernels/cpu/scratch.h).
 inline thread_local Workspace t_cols;
 
 // Multiply-adds below which a conv runs on one thread (as in gemm.cpp).

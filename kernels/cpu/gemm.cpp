@@ -24,6 +24,7 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
+#include "kernels/cpu/scratch.h"
 
 namespace brisk::kernels::cpu {
 
@@ -54,28 +55,6 @@ constexpr double kParallelMacs = 2.0 * 64 * 64 * 64;
 
 Index ceil_div(Index a, Index b) { return (a + b - 1) / b; }
 size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
-
-// One thread's packing buffers: a block from cpu_allocator(), kept and grown on demand.
-class Workspace {
- public:
-  ~Workspace() {
-    if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
-  }
-  void* get(size_t bytes) {
-    if (bytes > bytes_) {
-      if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
-      ptr_ = nullptr;  // consistent even if allocate() throws
-      bytes_ = 0;
-      ptr_ = cpu_allocator().allocate(bytes);
-      bytes_ = bytes;
-    }
-    return ptr_;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 thread_local Workspace t_workspace;
 

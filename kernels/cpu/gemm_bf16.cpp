@@ -20,6 +20,7 @@
 
 #include "engine/allocator.h"
 #include "engine/error.h"
+#include "kernels/cpu/scratch.h"
 
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
 // -Wmaybe-uninitialized reports once they are inlined here (a false positive, as in gemm.cpp).
@@ -119,28 +120,6 @@ std::atomic<int>& requested_path() {
 }
 
 // ---- per-thread packing buffers
-
-// A block from cpu_allocator(), kept per thread and grown on demand (as gemm.cpp's).
-class Workspace {
- public:
-  ~Workspace() {
-    if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
-  }
-  void* get(size_t bytes) {
-    if (bytes > bytes_) {
-      if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
-      ptr_ = nullptr;  // consistent even if allocate() throws
-      bytes_ = 0;
-      ptr_ = cpu_allocator().allocate(bytes);
-      bytes_ = bytes;
-    }
-    return ptr_;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 thread_local Workspace t_pack;     // packed A and B panels
 thread_local Workspace t_convert;  // the fallback's F32 copies

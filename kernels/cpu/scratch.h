@@ -2,15 +2,48 @@
 // directly (conv, pooling, norms): `dense` gives an input as a dense tensor (itself when it
 // already is one, else a copy, converted to the dtype asked for), and `DenseOut` gives an
 // output to compute densely (itself when it can, else a scratch tensor that finish() copies
-// back), as DenseOut in kernels/cuda/runtime.h does on CUDA. Internal to kernels/cpu.
+// back), as DenseOut in kernels/cuda/runtime.h does on CUDA; and Workspace, a raw buffer kept
+// per thread across calls (the GEMMs' packing panels). Internal to kernels/cpu.
 // Not here: the elementwise engine these copies run on (kernels/cpu/loops.h).
 #pragma once
 
+#include "engine/allocator.h"
 #include "engine/dtype.h"
 #include "engine/tensor.h"
 #include "kernels/cpu/loops.h"
 
 namespace brisk::kernels::cpu {
+
+// A block from cpu_allocator(), kept and grown on demand: hold one per thread (thread_local) so
+// that a kernel called over and over allocates (and page-faults) only when it needs more.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() {
+    if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
+      ptr_ = nullptr;  // consistent even if allocate() throws
+      bytes_ = 0;
+      ptr_ = cpu_allocator().allocate(bytes);
+      bytes_ = bytes;
+    }
+    return ptr_;
+  }
+  // Room for n elements of T.
+  template <class T>
+  T* get(int64_t n) {
+    return static_cast<T*>(get(size_t(n) * sizeof(T)));
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 // dst = src elementwise (same sizes, any strides), converting between floating dtypes.
 inline void copy_converted(const Tensor& dst, const Tensor& src) {

@@ -17,38 +17,17 @@
 #include "nn/layers.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "tests/dist/values.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
 using brisk::test::error_text;
+using brisk::test::rank_tensor;
+using brisk::test::reduced_value;
 
 namespace {
 
 dist::ProcessGroupPtr pg() { return dist::world(); }
-
-// Rank r's value at element i: small integers, exact in every dtype and every reduction here.
-double value(int r, int64_t i) { return double((r + 1) * ((i % 5) + 1)); }
-
-Tensor rank_tensor(DType dt, int64_t n, int r) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = value(r, i);
-  return from_vector(v, {n}, dt);
-}
-
-double reduce(dist::ReduceOp op, int64_t i, int size) {
-  double acc = value(0, i);
-  for (int r = 1; r < size; ++r) {
-    const double v = value(r, i);
-    switch (op) {
-      case dist::ReduceOp::Sum:
-      case dist::ReduceOp::Avg: acc += v; break;
-      case dist::ReduceOp::Product: acc *= v; break;
-      case dist::ReduceOp::Min: acc = std::min(acc, v); break;
-      case dist::ReduceOp::Max: acc = std::max(acc, v); break;
-    }
-  }
-  return op == dist::ReduceOp::Avg ? acc / size : acc;
-}
 
 }  // namespace
 
@@ -71,7 +50,7 @@ TEST_CASE("dist: allreduce of every op and dtype equals the arithmetic") {
       CHECK(w->wait());
       CHECK(w->is_completed());
       const std::vector<double> got = t.to_vector<double>();
-      for (int64_t i = 0; i < 1000; ++i) REQUIRE(got[size_t(i)] == reduce(op, i, n));
+      for (int64_t i = 0; i < 1000; ++i) REQUIRE(got[size_t(i)] == reduced_value(op, i, n));
     }
   }
 }
@@ -94,7 +73,7 @@ TEST_CASE("dist: broadcast, allgather, reduce_scatter, barrier, send and recv") 
   Tensor out = zeros({4}, DType::F64);
   pg()->reduce_scatter(out, rank_tensor(DType::F64, 8, me), dist::ReduceOp::Sum)->wait();
   for (int64_t i = 0; i < 4; ++i)
-    CHECK(out.to_vector<double>()[size_t(i)] == reduce(dist::ReduceOp::Sum, 4 * me + i, n));
+    CHECK(out.to_vector<double>()[size_t(i)] == reduced_value(dist::ReduceOp::Sum, 4 * me + i, n));
 
   CHECK(pg()->barrier()->wait());
 
@@ -224,6 +203,9 @@ TEST_CASE("ddp: a parameter without a gradient is named, or zero with find_unuse
     CHECK(e.find("'unused.weight'") != std::string::npos);
     CHECK(e.find("find_unused_parameters") != std::string::npos);
   }
+  CHECK(error_text([] {
+          dist::DistributedDataParallel(std::make_shared<TwoHeads>(), pg(), {.bucket_cap_mb = 1e300});
+        }).find("bucket_cap_mb must be in (0, 1e6]") != std::string::npos);
   pg()->barrier()->wait();
   auto model = std::make_shared<TwoHeads>();
   dist::DistributedDataParallel ddp(model, pg(), {.find_unused_parameters = true});

@@ -18,10 +18,13 @@
 #include "engine/backend.h"
 #include "engine/functions.h"
 #include "kernels/cuda/cuda.h"
+#include "tests/dist/values.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
 using brisk::test::error_text;
+using brisk::test::rank_tensor;
+using brisk::test::reduced_value;
 
 namespace {
 
@@ -49,30 +52,6 @@ dist::ProcessGroupPtr make_group(const char* name, bool debug = false) {
 dist::ProcessGroupPtr nccl() {
   static dist::ProcessGroupPtr g = make_group("nccl");
   return g;
-}
-
-// Rank r's value at element i: small integers, exact in every dtype and every reduction here.
-double value(int r, int64_t i) { return double((r + 1) * ((i % 5) + 1)); }
-
-Tensor rank_tensor(DType dt, int64_t n, int r) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = value(r, i);
-  return from_vector(v, {n}, dt, my_device());
-}
-
-double reduce(dist::ReduceOp op, int64_t i, int size) {
-  double acc = value(0, i);
-  for (int r = 1; r < size; ++r) {
-    const double v = value(r, i);
-    switch (op) {
-      case dist::ReduceOp::Sum:
-      case dist::ReduceOp::Avg: acc += v; break;
-      case dist::ReduceOp::Product: acc *= v; break;
-      case dist::ReduceOp::Min: acc = std::min(acc, v); break;
-      case dist::ReduceOp::Max: acc = std::max(acc, v); break;
-    }
-  }
-  return op == dist::ReduceOp::Avg ? acc / size : acc;
 }
 
 }  // namespace
@@ -112,12 +91,12 @@ TEST_CASE("nccl: allreduce of every op and dtype equals the arithmetic") {
       if (op == dist::ReduceOp::Avg && !is_floating(dt)) continue;
       CAPTURE(dt);
       CAPTURE(dist::reduce_op_name(op));
-      Tensor t = rank_tensor(dt, 1000, me);
+      Tensor t = rank_tensor(dt, 1000, me, my_device());
       dist::WorkPtr w = nccl()->allreduce(t, op);
       CHECK(w->wait());
       CHECK(w->is_completed());
       const std::vector<double> got = t.to_vector<double>();
-      for (int64_t i = 0; i < 1000; ++i) REQUIRE(got[size_t(i)] == reduce(op, i, n));
+      for (int64_t i = 0; i < 1000; ++i) REQUIRE(got[size_t(i)] == reduced_value(op, i, n));
     }
   }
 }
@@ -126,39 +105,39 @@ TEST_CASE("nccl: broadcast, allgather, reduce_scatter, barrier, send and recv") 
   if (no_gpu_per_rank()) return;
   const int me = nccl()->rank(), n = nccl()->size();
   const Device d = my_device();
-  Tensor b = rank_tensor(DType::F32, 7, me);
+  Tensor b = rank_tensor(DType::F32, 7, me, my_device());
   nccl()->broadcast(b, 1)->wait();
-  CHECK(b.to_vector<double>() == rank_tensor(DType::F32, 7, 1).to_vector<double>());
+  CHECK(b.to_vector<double>() == rank_tensor(DType::F32, 7, 1, my_device()).to_vector<double>());
 
   std::vector<Tensor> list;
   for (int r = 0; r < n; ++r) list.push_back(zeros({3}, DType::I64, d));
-  nccl()->allgather(list, rank_tensor(DType::I64, 3, me))->wait();
+  nccl()->allgather(list, rank_tensor(DType::I64, 3, me, my_device()))->wait();
   for (int r = 0; r < n; ++r)
-    CHECK(list[size_t(r)].to_vector<double>() == rank_tensor(DType::I64, 3, r).to_vector<double>());
+    CHECK(list[size_t(r)].to_vector<double>() == rank_tensor(DType::I64, 3, r, my_device()).to_vector<double>());
   Tensor all = zeros({n, 3}, DType::BF16, d);
-  nccl()->allgather_into_tensor(all, rank_tensor(DType::BF16, 3, me))->wait();
+  nccl()->allgather_into_tensor(all, rank_tensor(DType::BF16, 3, me, my_device()))->wait();
   std::vector<double> expect;
   for (int r = 0; r < n; ++r)
-    for (int64_t i = 0; i < 3; ++i) expect.push_back(value(r, i));
+    for (int64_t i = 0; i < 3; ++i) expect.push_back(brisk::test::rank_value(r, i));
   CHECK(all.to_vector<double>() == expect);
 
   for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max}) {
     CAPTURE(dist::reduce_op_name(op));
     Tensor out = zeros({4}, DType::F64, d);
-    nccl()->reduce_scatter(out, rank_tensor(DType::F64, 4 * n, me), op)->wait();
+    nccl()->reduce_scatter(out, rank_tensor(DType::F64, 4 * n, me, my_device()), op)->wait();
     const std::vector<double> got = out.to_vector<double>();
-    for (int64_t i = 0; i < 4; ++i) CHECK(got[size_t(i)] == reduce(op, 4 * me + i, n));
+    for (int64_t i = 0; i < 4; ++i) CHECK(got[size_t(i)] == reduced_value(op, 4 * me + i, n));
   }
 
   CHECK(nccl()->barrier()->wait());
 
   // NCCL's send holds its stream until the peer receives: one rank sends, the other receives.
   if (n < 2) return;
-  Tensor mine = rank_tensor(DType::F32, 100000, me), theirs = zeros({100000}, DType::F32, d);
+  Tensor mine = rank_tensor(DType::F32, 100000, me, my_device()), theirs = zeros({100000}, DType::F32, d);
   if (me == 0) nccl()->send(mine, 1)->wait();
   if (me == 1) {
     nccl()->recv(theirs, 0)->wait();
-    CHECK(theirs.to_vector<double>() == rank_tensor(DType::F32, 100000, 0).to_vector<double>());
+    CHECK(theirs.to_vector<double>() == rank_tensor(DType::F32, 100000, 0, my_device()).to_vector<double>());
   }
 }
 
@@ -198,9 +177,9 @@ TEST_CASE("nccl: the debug check passes matching calls") {
   if (no_gpu_per_rank()) return;
   dist::ProcessGroupPtr g = make_group("nccl.debug", /*debug=*/true);
   CHECK(g->options().debug);
-  Tensor t = rank_tensor(DType::F32, 5, g->rank());
+  Tensor t = rank_tensor(DType::F32, 5, g->rank(), my_device());
   g->allreduce(t, dist::ReduceOp::Max)->wait();
-  CHECK(t.to_vector<double>() == rank_tensor(DType::F32, 5, g->size() - 1).to_vector<double>());
+  CHECK(t.to_vector<double>() == rank_tensor(DType::F32, 5, g->size() - 1, my_device()).to_vector<double>());
   CHECK(g->barrier()->wait());
 }
 
