@@ -1,6 +1,9 @@
-# cmake/cuda.cmake: the CUDA backend of target `brisk` (included when BRISK_CUDA is ON).
-# Adds kernels/cuda/*.cu and *.cpp, links the CUDA runtime and the dynamic loader, defines
-# BRISK_WITH_CUDA (PUBLIC, so tests and examples see it), uses cuDNN's headers when cuDNN is
+# cmake/cuda.cmake: the CUDA backend, the library brisk_cuda (alias brisk::cuda, the `cuda`
+# component of the installed package), included when BRISK_CUDA is ON. It holds
+# kernels/cuda/*.cu and *.cpp above brisk, links the CUDA runtime and the dynamic loader,
+# registers itself with brisk::init() (Note [Backend libraries] in init.cpp; hence the `-u`
+# link option), defines BRISK_WITH_CUDA (PUBLIC, so tests and examples that link it see it), so
+# brisk itself has no CUDA dependency. It uses cuDNN's headers when cuDNN is
 # found (and defines BRISK_WITH_CUDNN: conv2d and batch_norm kernels on CUDA; without it those
 # two op families have no CUDA kernel and using them there is the dispatcher's "no kernel for
 # device cuda" error), and locates NCCL for the issue that will use it (BRISK_NCCL_* variables;
@@ -28,13 +31,24 @@ endif()
 file(GLOB BRISK_CUDA_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda/*.cu
   ${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda/*.cpp)
-target_sources(brisk PRIVATE ${BRISK_CUDA_SOURCES})
-set_target_properties(brisk PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
-target_compile_definitions(brisk PUBLIC BRISK_WITH_CUDA)
+add_library(brisk_cuda ${BRISK_CUDA_SOURCES})
+add_library(brisk::cuda ALIAS brisk_cuda)
+set_target_properties(brisk_cuda PROPERTIES EXPORT_NAME cuda
+  CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
+target_compile_definitions(brisk_cuda PUBLIC BRISK_WITH_CUDA)
+# Keeps kernels/cuda/link.cpp, the object that registers the backend, in every link.
+target_link_options(brisk_cuda INTERFACE "LINKER:-u,brisk_cuda_linked")
+target_compile_options(brisk_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -fno-math-errno>)
+if(BRISK_NATIVE)
+  target_compile_options(brisk_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+endif()
+if(CMAKE_BUILD_TYPE STREQUAL "Release")
+  target_compile_options(brisk_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O3>)
+endif()
 # cuBLAS(Lt) are opened with dlopen on first use (kernels/cuda/dynload.cpp): linking them would
 # map ~150 MB into every process at start, GPU or not. Their headers come with the toolkit's
 # include folder, which CUDA::cudart carries.
-target_link_libraries(brisk PUBLIC CUDA::cudart ${CMAKE_DL_LIBS})
+target_link_libraries(brisk_cuda PUBLIC brisk CUDA::cudart ${CMAKE_DL_LIBS})
 set(_brisk_dynload ${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda/dynload.cpp)
 foreach(_lib cublasLt cublas)
   string(TOUPPER ${_lib} _upper)
@@ -47,7 +61,7 @@ foreach(_lib cublasLt cublas)
 endforeach()
 # --expt-relaxed-constexpr: std::numeric_limits and friends in device code.
 # 20012: Eigen-style "__host__ __device__ annotation ignored" noise from system headers.
-target_compile_options(brisk PRIVATE
+target_compile_options(brisk_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcudafe=--diag_suppress=20012>
   $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<CONFIG:Release>>:-O3>)
 
@@ -101,10 +115,10 @@ brisk_find_cuda_lib(NCCL nccl.h nccl libnccl.so.2)
 # then by the file found here, so neither brisk's link interface nor a find_package(brisk)
 # consumer needs it.
 if(BRISK_CUDNN_FOUND)
-  target_include_directories(brisk PRIVATE ${BRISK_CUDNN_INCLUDE_DIR})
+  target_include_directories(brisk_cuda PRIVATE ${BRISK_CUDNN_INCLUDE_DIR})
   set_property(SOURCE ${_brisk_dynload} APPEND PROPERTY COMPILE_DEFINITIONS
     BRISK_CUDNN_PATH="${BRISK_CUDNN_LIBRARY}")
-  target_compile_definitions(brisk PUBLIC BRISK_WITH_CUDNN)
+  target_compile_definitions(brisk_cuda PUBLIC BRISK_WITH_CUDNN)
   set(BRISK_WITH_CUDNN ON)
   message(STATUS "brisk: conv2d and batch_norm on CUDA through cuDNN (opened on first use)")
 else()

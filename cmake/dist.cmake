@@ -1,7 +1,9 @@
 # cmake/dist.cmake: the library brisk_dist (alias brisk::dist) of dist/*.cpp, above brisk:
 # MPI process groups for CPU tensors, DistributedDataParallel, ZeRO-1. In a CUDA build with
-# NCCL found (cmake/cuda.cmake: BRISK_NCCL_*), dist/nccl_group.cpp joins it, linked to NCCL
-# (only programs that use dist pay for it) and BRISK_WITH_NCCL is defined.
+# NCCL found (cmake/cuda.cmake: BRISK_NCCL_*), dist/nccl_group.cpp is the library
+# brisk_dist_nccl (brisk::dist_nccl, the package's `nccl` component) above brisk_dist and
+# brisk_cuda, linked to NCCL; it registers itself as dist's NCCL backend (Note [Backend
+# libraries] in init.cpp), so a CPU-only program with brisk::dist needs no CUDA.
 # Not here: the tests' mpirun launch (tests/CMakeLists.txt, tests/dist/run.sh).
 
 include(GNUInstallDirs)
@@ -16,14 +18,27 @@ target_compile_options(brisk_dist PRIVATE -Wall -Wextra -Wno-unused-parameter)
 if(BRISK_NATIVE)
   target_compile_options(brisk_dist PRIVATE -march=native)
 endif()
-if(BRISK_CUDA AND BRISK_NCCL_FOUND AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/../dist/nccl_group.cpp)
-  target_sources(brisk_dist PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../dist/nccl_group.cpp)
-  target_include_directories(brisk_dist PRIVATE ${BRISK_NCCL_INCLUDE_DIR})
-  target_link_libraries(brisk_dist PRIVATE ${BRISK_NCCL_LIBRARY})
-  target_compile_definitions(brisk_dist PRIVATE BRISK_WITH_NCCL)
-  message(STATUS "brisk: dist with MPI and NCCL (${BRISK_NCCL_LIBRARY})")
+install(TARGETS brisk_dist EXPORT briskTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+
+set(BRISK_DIST_NCCL OFF)
+set(BRISK_DIST_LIBS brisk::dist)  # what the project's distributed programs link
+if(BRISK_CUDA AND BRISK_NCCL_FOUND)
+  set(BRISK_DIST_NCCL ON)
+  add_library(brisk_dist_nccl ${CMAKE_CURRENT_LIST_DIR}/../dist/nccl_group.cpp)
+  add_library(brisk::dist_nccl ALIAS brisk_dist_nccl)
+  set_target_properties(brisk_dist_nccl PROPERTIES EXPORT_NAME dist_nccl)
+  target_include_directories(brisk_dist_nccl PRIVATE ${BRISK_NCCL_INCLUDE_DIR})
+  target_link_libraries(brisk_dist_nccl PUBLIC brisk_dist brisk_cuda PRIVATE ${BRISK_NCCL_LIBRARY})
+  target_compile_definitions(brisk_dist_nccl PUBLIC BRISK_WITH_NCCL)
+  target_compile_options(brisk_dist_nccl PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  # Keeps the object that registers the backend in every link.
+  target_link_options(brisk_dist_nccl INTERFACE "LINKER:-u,brisk_dist_nccl_linked")
+  list(APPEND BRISK_DIST_LIBS brisk::dist_nccl)
+  install(TARGETS brisk_dist_nccl EXPORT briskNcclTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT briskNcclTargets NAMESPACE brisk:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/brisk)
+  message(STATUS "brisk: dist with MPI, and NCCL as brisk::dist_nccl (${BRISK_NCCL_LIBRARY})")
 else()
   message(STATUS "brisk: dist with MPI (no NCCL backend in this build)")
 endif()
-install(TARGETS brisk_dist EXPORT briskTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -42,8 +42,11 @@ void finish_mpi(bool any_broken);
 void mpi_world(int& rank, int& size);
 ProcessGroupPtr make_mpi_group(GroupOptions options);
 
-// ---- NCCL (dist/nccl_group.cpp in CUDA builds; an error otherwise). `bootstrap` is a CPU
-// (MPI) group over the same ranks, used to share NCCL's unique id.
-ProcessGroupPtr make_nccl_group(GroupOptions options, Device device, const ProcessGroupPtr& bootstrap);
+// ---- NCCL: dist/nccl_group.cpp, the library brisk_dist_nccl (brisk::dist_nccl) of CUDA builds
+// with NCCL, sets the factory from a static initializer (Note [Backend libraries] in init.cpp);
+// without that library linked, asking for NCCL is an error. `bootstrap` is a CPU (MPI) group
+// over the same ranks, used to share NCCL's unique id.
+using NcclFactory = ProcessGroupPtr (*)(GroupOptions options, Device device, const ProcessGroupPtr& bootstrap);
+void set_nccl_factory(NcclFactory factory);
 
 }  // namespace brisk::dist::detail

@@ -1,5 +1,6 @@
-// dist/nccl_group.cpp: the NCCL backend of dist::ProcessGroup (CUDA tensors; compiled in CUDA
-// builds that found NCCL, with BRISK_WITH_NCCL). The start-up (rank 0's NCCL unique id sent
+// dist/nccl_group.cpp: the NCCL backend of dist::ProcessGroup (CUDA tensors), the library
+// brisk_dist_nccl (brisk::dist_nccl) of CUDA builds that found NCCL; it installs itself as
+// dist's NCCL factory when linked (Note [Backend libraries] in init.cpp). The start-up (rank 0's NCCL unique id sent
 // over the MPI bootstrap group, then one communicator per process on its device), every call
 // issued on the group's own communication stream and ordered with the compute stream by
 // events, the Work that polls a call's completion against the group's timeout and aborts the
@@ -543,6 +544,15 @@ ProcessGroupPtr make_nccl_group(GroupOptions options, Device device, const Proce
   return std::make_shared<NcclGroup>(std::move(options), device, bootstrap, id);
 }
 
+namespace {
+[[maybe_unused]] const bool g_added = (set_nccl_factory(&make_nccl_group), true);
+}  // namespace
+
 }  // namespace detail
 
 }  // namespace brisk::dist
+
+// The symbol brisk::dist_nccl's link interface forces with `-u`, keeping this object in the link.
+extern "C" {
+int brisk_dist_nccl_linked = 1;
+}

@@ -33,11 +33,14 @@ namespace detail {
 
 namespace {
 std::atomic<bool> g_any_broken{false};
+NcclFactory g_nccl_factory = nullptr;  // constant-initialized: set by another library's static initializer
 
 bool is_reduction(const char* call) { return !std::strcmp(call, "allreduce") || !std::strcmp(call, "reduce_scatter"); }
 }  // namespace
 
 void mark_broken() { g_any_broken = true; }
+
+void set_nccl_factory(NcclFactory factory) { g_nccl_factory = factory; }
 
 Fingerprint fingerprint(const char* call, ReduceOp op, int peer, const Tensor& t) {
   Fingerprint f;
@@ -182,12 +185,17 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
     }
     GroupOptions boot = options;
     boot.name = options.name + ".bootstrap";
-    g = detail::make_nccl_group(options, d, detail::make_mpi_group(boot));
+    BRISK_CHECK(detail::g_nccl_factory, "init_process_group: the NCCL backend (", d,
+                ") needs brisk::dist_nccl linked: a CUDA build of brisk with NCCL, and the program linked to "
+                "brisk::dist_nccl (find_package(brisk COMPONENTS nccl))");
+    g = detail::g_nccl_factory(options, d, detail::make_mpi_group(boot));
   }
   w.all.push_back(g);
   if (!w.group) w.group = g;
   return g;
 }
+
+bool is_nccl_available() { return detail::g_nccl_factory != nullptr; }
 
 void destroy_process_group() {
   World& w = state();
@@ -201,11 +209,5 @@ void destroy_process_group() {
   detail::finish_mpi(detail::g_any_broken.load());
   w.destroyed = true;
 }
-
-#ifndef BRISK_WITH_NCCL
-ProcessGroupPtr detail::make_nccl_group(GroupOptions, Device device, const ProcessGroupPtr&) {
-  BRISK_FAIL("init_process_group: the NCCL backend (", device, ") needs a CUDA build of brisk with NCCL");
-}
-#endif
 
 }  // namespace brisk::dist

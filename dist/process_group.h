@@ -102,6 +102,8 @@ ProcessGroupPtr init_process_group(Backend backend = Backend::Auto, Device devic
                                    GroupOptions options = {});
 ProcessGroupPtr world();  // the group init_process_group made (an error before it)
 bool is_initialized();
+// Whether this program has the NCCL backend: brisk::dist_nccl linked (a CUDA build with NCCL).
+bool is_nccl_available();
 Launch launch_info();
 // Stops the groups' threads and finalizes MPI (also done at exit). Later calls fail clearly.
 void destroy_process_group();

@@ -20,8 +20,9 @@ Backend* find_backend(DeviceType type) {
 
 Backend& backend(Device device) {
   Backend* b = find_backend(device.type);
-  BRISK_CHECK(b, device, ": this build of brisk has no ", device.is_cuda() ? "CUDA" : "CPU",
-              " backend (configure with -DBRISK_CUDA=ON on a machine with nvcc)");
+  BRISK_CHECK(b, device, ": no ", device.is_cuda() ? "CUDA" : "CPU",
+              " backend in this program: link brisk::cuda (find_package(brisk COMPONENTS cuda), or "
+              "pkg-config brisk-cuda) from a build of brisk configured with -DBRISK_CUDA=ON");
   int n = b->device_count();
   BRISK_CHECK(device.index >= 0 && device.index < n, device, ": no such device (", n, " ",
               device.is_cuda() ? "CUDA" : "CPU", " device", n == 1 ? "" : "s", " present)");

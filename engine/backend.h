@@ -33,6 +33,11 @@ class Backend {
 
 // Registered by kernels' register_all() (see init.cpp). A second registration replaces the first.
 void register_backend(Backend* backend);
+// A backend that lives in a library of its own (brisk_cuda: kernels/cuda/link.cpp) adds the
+// function that registers it and its kernels, at static-initialization time; init() runs each
+// after the CPU backend, and one added after init() has run is run at once. So a program that
+// does not link the library has no trace of that backend (Note [Backend libraries] in init.cpp).
+void add_backend_init(void (*register_fn)());
 // nullptr when the backend is not built in.
 Backend* find_backend(DeviceType type);
 // The backend of `device`; throws brisk::Error when it is not built or the index is absent.

@@ -57,6 +57,7 @@ dist::ProcessGroupPtr nccl() {
 }  // namespace
 
 TEST_CASE("nccl: without a GPU, an NCCL group is a clear error") {
+  CHECK(dist::is_nccl_available());  // brisk::dist_nccl registered itself (Note [Backend libraries])
   brisk::Backend* b = find_backend(DeviceType::CUDA);
   if (b && b->device_count() > 0) return;  // the other cases cover machines with GPUs
   CHECK(error_text([] {
@@ -208,3 +209,23 @@ TEST_CASE("nccl: bad tensors and arguments are clear errors") {
 }
 
 #endif  // BRISK_WITH_NCCL
+
+#ifndef BRISK_WITH_NCCL
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "dist/process_group.h"
+
+TEST_CASE("nccl: a program without brisk::dist_nccl says so when asked for NCCL") {
+  using namespace brisk;
+  CHECK_FALSE(dist::is_nccl_available());
+  std::string text;
+  try {
+    dist::init_process_group(dist::Backend::Nccl, Device::cuda(0));
+  } catch (const Error& e) {
+    text = e.what();
+  }
+  CHECK(text.find("needs brisk::dist_nccl linked") != std::string::npos);
+}
+#endif
