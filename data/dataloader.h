@@ -18,9 +18,9 @@
 namespace brisk::data {
 
 struct Batch {
-  Tensor input;                  // (B, ...)
-  Tensor target;                 // (B, ...) or undefined
-  std::vector<int64_t> indices;  // dataset indices of the samples
+  Tensor input{};                  // (B, ...)
+  Tensor target{};                 // (B, ...) or undefined
+  std::vector<int64_t> indices{};  // dataset indices of the samples
 };
 
 struct LoaderOptions {
@@ -28,16 +28,16 @@ struct LoaderOptions {
   bool shuffle = false;  // RandomSampler(seed) unless `sampler` is given
   uint64_t seed = 0;
   bool drop_last = false;
-  SamplerPtr sampler;               // custom order (WeightedRandomSampler, ...)
+  SamplerPtr sampler{};             // custom order (WeightedRandomSampler, ...)
   int num_workers = 0;              // 0: batches are made in the calling thread
   int prefetch_factor = 2;          // batches in flight per worker
   bool pin_memory = false;          // page-locked batch buffers (needs CUDA; ignored without a GPU)
-  std::optional<Device> device;     // move each batch there (non-blocking from pinned memory)
+  std::optional<Device> device{};   // move each batch there (non-blocking from pinned memory)
   double timeout_s = 0;             // > 0: waiting longer for a batch is an error
   bool persistent_workers = false;  // keep worker threads across epochs
-  Compose transform;                // fused per-sample transform of the inputs (F32 output)
+  Compose transform{};              // fused per-sample transform of the inputs (F32 output)
   // Custom collate: samples -> batch (replaces stacking and `transform`).
-  std::function<Batch(std::vector<Example>& samples)> collate;
+  std::function<Batch(std::vector<Example>& samples)> collate{};
 };
 
 // Where a loader is: the epoch and how many of its batches were handed out.

@@ -15,8 +15,8 @@ namespace brisk::data {
 
 // One sample: an input (image, features, tokens) and its target (class index, values).
 struct Example {
-  Tensor input;
-  Tensor target;
+  Tensor input{};
+  Tensor target{};
 };
 
 class Dataset {

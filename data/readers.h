@@ -53,7 +53,7 @@ struct CsvColumn {
   CsvColumn(const char* column_name) : name(column_name) {}
   template <std::integral I>
   CsvColumn(I column_index) : index(int64_t(column_index)) {}
-  std::string name;    // empty when chosen by index
+  std::string name{};  // empty when chosen by index
   int64_t index = -1;  // -1 when chosen by name
 };
 

@@ -73,8 +73,8 @@ Transform one_hot(int64_t column, int64_t num_classes);
 // std is the population standard deviation (divides by the count, as StandardScaler), with
 // 1 where it is 0 (a constant feature), so standardize(mean, std) always accepts it.
 struct FeatureStats {
-  std::vector<double> mean, std, min, max;
-  std::vector<int64_t> count;  // non-missing values per feature
+  std::vector<double> mean{}, std{}, min{}, max{};
+  std::vector<int64_t> count{};  // non-missing values per feature
 };
 // x: (N, F) (or (N, ...), flattened per sample), any device and real dtype.
 FeatureStats feature_stats(const Tensor& x);

@@ -23,9 +23,9 @@ struct DDPOptions {
 
 // What the last synchronized backward did, for tests and benchmarks (steady-clock ns).
 struct SyncStats {
-  std::vector<int64_t> bucket_launch_ns;  // when each bucket's allreduce was started, in order
-  int64_t backward_end_ns = 0;            // when the backward pass finished its last node
-  int64_t synced_ns = 0;                  // when every averaged gradient was in place
+  std::vector<int64_t> bucket_launch_ns{};  // when each bucket's allreduce was started, in order
+  int64_t backward_end_ns = 0;              // when the backward pass finished its last node
+  int64_t synced_ns = 0;                    // when every averaged gradient was in place
 };
 
 // The wrapper is itself a Module whose parameters, buffers and children are the wrapped

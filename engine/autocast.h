@@ -60,9 +60,9 @@ void reset_policies();                                                       // 
 const char* policy_name(CastPolicy policy);
 
 struct PolicyRow {
-  std::string op;
-  CastPolicy cpu;
-  CastPolicy cuda;
+  std::string op{};
+  CastPolicy cpu{};
+  CastPolicy cuda{};
 };
 // Every op with its policy on each device (ops.def order).
 std::vector<PolicyRow> policies();

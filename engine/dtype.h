@@ -3,6 +3,7 @@
 // Not here: how values are converted (half.h) or computed (kernels/functors.h).
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
@@ -59,6 +60,17 @@ template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64;
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
 template <class T> inline constexpr DType dtype_of = DTypeOf<T>::value;
 // clang-format on
+
+// The C++ types a tensor stores (those with a DType). Constraining templates by it makes
+// `t.data<unsigned short>()` a one-line "constraints not satisfied" error, not a page.
+template <class T>
+concept Element = requires {
+  DTypeOf<T>::value;
+};
+// The types item<T>() and to_vector<T>() convert to.
+template <class T>
+concept ValueType = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, int64_t> ||
+    std::same_as<T, int32_t> || std::same_as<T, int8_t> || std::same_as<T, uint8_t> || std::same_as<T, bool>;
 
 // The type arithmetic happens in: float for the 16-bit floats, the type itself otherwise.
 template <class T>

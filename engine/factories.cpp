@@ -19,7 +19,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
   return cast(host, dtype).to(device);
 }
 
-template <class T>
+template <Element T>
 Tensor from_data(const T* data, const Shape& shape, Device device) {
   Tensor host = make_empty(shape, dtype_of<T>, Device::cpu());
   size_t n = size_t(shape.numel());

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "engine/op.h"
@@ -21,6 +22,11 @@ Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device d
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
+Tensor rand_like(const Tensor& t, Generator* gen = nullptr);  // uniform [0, 1), t's dtype and device
+Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
+Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::F32, Device device = Device::cpu());
+// `steps` values from start to end inclusive, evenly spaced (F32 by default).
+Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor empty_like(const Tensor& t);
 Tensor scalar_tensor(double value, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor arange(double start, double end, double step = 1, DType dtype = DType::I64, Device device = Device::cpu());
@@ -36,7 +42,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DTyp
 // A tensor holding a copy of `values` (converted to dtype).
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::F32,
                    Device device = Device::cpu());
-template <class T>
+template <Element T>
 Tensor from_data(const T* data, const Shape& shape, Device device = Device::cpu());
 // Wraps external memory without copying; `deleter` (optional) runs when the last view goes.
 Tensor from_blob(void* data, const Shape& shape, DType dtype, std::function<void(void*)> deleter = {},
@@ -66,6 +72,27 @@ Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);  // log1p(e^(beta x)) / beta
 Tensor logsigmoid(const Tensor& x);                                            // log(sigmoid(x))
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor log1p(const Tensor& x);  // log(1 + x), accurate near 0
+Tensor expm1(const Tensor& x);  // e^x - 1, accurate near 0
+Tensor erf(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+// Rounding (gradient 0, as PyTorch; integer tensors are copied unchanged). round: half to even.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor trunc(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor hardsigmoid(const Tensor& x);  // clamp(x / 6 + 1/2, 0, 1)
+Tensor hardswish(const Tensor& x);    // x * hardsigmoid(x)
+Tensor mish(const Tensor& x);         // x * tanh(softplus(x)) (composite)
+// start + weight * (end - start); addcmul: x + value * a * b; addcdiv: x + value * a / b (composites)
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, double weight);
+Tensor addcmul(const Tensor& x, const Tensor& a, const Tensor& b, double value = 1.0);
+Tensor addcdiv(const Tensor& x, const Tensor& a, const Tensor& b, double value = 1.0);
 Tensor clamp(const Tensor& x, double min, double max);
 Tensor clamp_min(const Tensor& x, double min);
 Tensor clamp_max(const Tensor& x, double max);
@@ -109,6 +136,36 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // log(sum(exp(x))) over dims, computed stably (as torch.logsumexp: all -inf gives -inf).
 Tensor logsumexp(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 
+// Values with their indices along a dim (max/min over a dim, sort, topk).
+struct SortResult {
+  Tensor values{};
+  Tensor indices{};  // I64
+};
+SortResult max(const Tensor& x, int64_t dim, bool keepdim = false);  // the first maximum's index
+SortResult min(const Tensor& x, int64_t dim, bool keepdim = false);
+// ---- scans and sorting (engine/ops/scan.cpp; CPU only for now)
+Tensor cumsum(const Tensor& x, int64_t dim);   // integers and Bool give I64
+Tensor cumprod(const Tensor& x, int64_t dim);  // gradient needs an input without zeros
+Tensor prod(const Tensor& x);                  // of all elements
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);   // stable; NaN largest
+SortResult sort(const Tensor& x, int64_t dim = -1, bool descending = false);  // values differentiable
+// The k largest (or smallest) along dim, sorted; values differentiable.
+SortResult topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+// ---- more reductions and tests (composites)
+Tensor any(const Tensor& x);  // Bool 0-dim: some element is nonzero
+Tensor any(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor all(const Tensor& x);
+Tensor all(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+// p = 1, 2, inf (std::numeric_limits<double>::infinity()) or any p > 0; "fro" is p = 2 over all
+// the dims given (vector norm over dims; empty dims: all).
+Tensor norm(const Tensor& x, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
+// I64 (..., num_classes) with a 1 at each index; num_classes -1: max index + 1.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
 // ---- losses
 // Class indices as torch's: logits (N, C) with target I64 (N); (N, C, d1, ...) with target
 // (N, d1, ...) (classes in dim 1); one sample (C) with a 0-dim target. Reduction::None gives a
@@ -119,17 +176,27 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 
 // ---- linear algebra
 Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);  // (B, n, k) @ (B, k, m), checked
+// beta * input + alpha * (a @ b): addmm for matrices, baddbmm for batches
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);
+Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);
+Tensor outer(const Tensor& a, const Tensor& b);  // (n) x (m) -> (n, m)
+// Einstein summation over 1-3 operands ("ij,jk->ik", "bij,bjk->bik", "i,i->"); repeated
+// letters within one operand (diagonals) and ellipses are errors. Implicit output (no "->"):
+// the letters seen once, sorted. Computed as a broadcast product summed over the contracted
+// letters (Note [einsum] in engine/ops/linalg.cpp): use matmul for large contractions.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 
 // Decompositions of (..., m, n) batches, F32 and F64, on the CPU (torch.linalg's names).
 namespace linalg {
 struct SlogdetResult {
-  Tensor sign, logabsdet;  // each of the batch shape (...); sign 0 and -inf for a singular A
+  Tensor sign{}, logabsdet{};  // each of the batch shape (...); sign 0 and -inf for a singular A
 };
 struct QrResult {
-  Tensor q, r;  // (..., m, k) orthonormal columns, (..., k, n) upper triangular; k = min(m, n)
+  Tensor q{}, r{};  // (..., m, k) orthonormal columns, (..., k, n) upper triangular; k = min(m, n)
 };
 struct EighResult {
-  Tensor eigenvalues, eigenvectors;  // (..., n) ascending, (..., n, n) one vector per column
+  Tensor eigenvalues{}, eigenvectors{};  // (..., n) ascending, (..., n, n) one vector per column
 };
 Tensor solve(const Tensor& A, const Tensor& B);        // X with A X = B; B (..., n, k) or a vector (..., n)
 Tensor inv(const Tensor& A);                           // A^-1 (a composite: solve(A, I))
@@ -163,6 +230,23 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// Pieces along a dim, as views: split by a size (the last piece may be shorter) or by sizes
+// that add up to the dim's size; chunk into at most n pieces; unbind removes the dim.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
+Tensor flip(const Tensor& x, const Shape& dims);
+Tensor roll(const Tensor& x, int64_t shifts, int64_t dim);
+Tensor repeat(const Tensor& x, const Shape& repeats);  // torch.Tensor.repeat (tiles whole copies)
+Tensor tile(const Tensor& x, const Shape& reps);       // repeat with leading 1s for short reps
+Tensor tril(const Tensor& x, int64_t diagonal = 0);    // (..., m, n): zero above the diagonal
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// Indices of the nonzero elements, I64 (count, x.dim()) (reads the values: a device sync).
+Tensor nonzero(const Tensor& x);
+std::vector<Tensor> where(const Tensor& cond);  // unbind(nonzero(cond), 1), as torch.where(cond)
+// The elements where mask (broadcast with x) is true, 1-D; differentiable in x.
+Tensor masked_select(const Tensor& x, const Tensor& mask);
 // weight (V, D), indices I64 of any shape -> (*indices.shape, D).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 

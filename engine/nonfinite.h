@@ -34,11 +34,11 @@ bool all_finite(const Tensor& t);
 
 // ---- the watch
 struct NonfiniteEvent {
-  std::string op;     // "conv2d", "matmul"; in backward the op whose formula ran
-  std::string scope;  // the module path, "" outside every module
+  std::string op{};     // "conv2d", "matmul"; in backward the op whose formula ran
+  std::string scope{};  // the module path, "" outside every module
   bool backward = false;
-  std::string tensor;  // the offending output or gradient, as Tensor::str()
-  std::string inner;   // in backward: the op inside the formula that produced it ("conv2d_backward_input")
+  std::string tensor{};  // the offending output or gradient, as Tensor::str()
+  std::string inner{};   // in backward: the op inside the formula that produced it ("conv2d_backward_input")
   // "layer2.0.conv1 (conv2d backward)", or "conv2d forward" without a scope.
   std::string describe() const;
 };

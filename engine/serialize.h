@@ -36,8 +36,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
-  NamedTensors tensors;  // in the header's order: brisk's own files keep the saved order
-  std::map<std::string, std::string> metadata;
+  NamedTensors tensors{};  // in the header's order: brisk's own files keep the saved order
+  std::map<std::string, std::string> metadata{};
 };
 
 // Reads a whole file into fresh tensors on `device`. The file must be as the format says:

@@ -87,7 +87,7 @@ void read_all(const Tensor& t, T* dst) {
 }
 }  // namespace
 
-template <class T>
+template <ValueType T>
 T Tensor::item() const {
   BRISK_CHECK(defined() && numel() == 1, "item: needs a tensor with one element, got ", str());
   T v{};
@@ -95,7 +95,7 @@ T Tensor::item() const {
   return v;
 }
 
-template <class T>
+template <ValueType T>
 std::vector<T> Tensor::to_vector() const {
   BRISK_CHECK(defined(), "to_vector: undefined tensor");
   std::vector<T> v(static_cast<size_t>(numel()));

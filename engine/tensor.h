@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "engine/dtype.h"
 #include "engine/shape.h"
 #include "engine/storage.h"
+
+namespace brisk::indexing {
+class TensorIndex;
+}  // namespace brisk::indexing
 
 namespace brisk {
 
@@ -70,14 +75,14 @@ class Tensor {
 
   // ---- data access (checked)
   void* data_ptr() const;  // address of element [0, ..., 0]
-  template <class T>
+  template <Element T>
   T* data() const {
     BRISK_CHECK(dtype_of<T> == dtype(), "Tensor::data<", dtype_name(dtype_of<T>), ">: tensor has dtype ", dtype());
     return static_cast<T*>(data_ptr());
   }
-  template <class T>
+  template <ValueType T>
   T item() const;  // the single value of a one-element tensor, converted to T
-  template <class T>
+  template <ValueType T>
   std::vector<T> to_vector() const;  // all values in row-major order, converted to T
 
   // ---- autograd
@@ -141,6 +146,11 @@ class Tensor {
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src, bool non_blocking = false);
+  // Indexing as PyTorch's C++ API: x.index({Slice(0, 2), 3, None, Ellipsis, mask}) (engine/indexing.h).
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values,
+                     bool accumulate = false);
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, double value);
 
  private:
   std::shared_ptr<TensorImpl> impl_;

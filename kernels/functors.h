@@ -78,6 +78,43 @@ struct Softplus {
   }
 };
 
+struct Sin { template <class T> BRISK_HD T operator()(T x) const { return std::sin(x); } };
+struct Cos { template <class T> BRISK_HD T operator()(T x) const { return std::cos(x); } };
+struct Log1p { template <class T> BRISK_HD T operator()(T x) const { return std::log1p(x); } };
+struct Expm1 { template <class T> BRISK_HD T operator()(T x) const { return std::expm1(x); } };
+struct Erf { template <class T> BRISK_HD T operator()(T x) const { return std::erf(x); } };
+struct Reciprocal { template <class T> BRISK_HD T operator()(T x) const { return T(1) / x; } };
+struct Floor { template <class T> BRISK_HD T operator()(T x) const { return std::floor(x); } };
+struct Ceil { template <class T> BRISK_HD T operator()(T x) const { return std::ceil(x); } };
+struct Trunc { template <class T> BRISK_HD T operator()(T x) const { return std::trunc(x); } };
+// Half to even, as torch.round (std::nearbyint in the default rounding mode).
+struct Round { template <class T> BRISK_HD T operator()(T x) const { return std::nearbyint(x); } };
+// leaky_relu(x) = x for x > 0, slope * x otherwise; NaN passes through.
+struct LeakyRelu {
+  double slope;
+  static LeakyRelu from(const Attrs& a) { return {a.a}; }
+  template <class T> BRISK_HD T operator()(T x) const { return x > T(0) ? x : x * T(slope); }
+};
+// elu(x) = x for x > 0, alpha * (e^x - 1) otherwise.
+struct Elu {
+  double alpha;
+  static Elu from(const Attrs& a) { return {a.a}; }
+  template <class T> BRISK_HD T operator()(T x) const { return x > T(0) ? x : T(alpha) * std::expm1(x); }
+};
+// hardsigmoid(x) = clamp(x / 6 + 1/2, 0, 1); hardswish(x) = x * hardsigmoid(x) (PyTorch's forms).
+struct Hardsigmoid {
+  template <class T> BRISK_HD T operator()(T x) const {
+    if (x != x) return x;
+    return x <= T(-3) ? T(0) : (x >= T(3) ? T(1) : x / T(6) + T(0.5));
+  }
+};
+struct Hardswish {
+  template <class T> BRISK_HD T operator()(T x) const {
+    if (x != x) return x;
+    return x <= T(-3) ? T(0) : (x >= T(3) ? x : x * (x + T(3)) / T(6));
+  }
+};
+
 // GELU, exact (erf) and tanh forms, with their derivatives.
 struct Gelu {
   bool tanh_form = false;
@@ -241,6 +278,20 @@ using Kernels = List<
     Unary<OpId::Tanh, Tanh, Float>,
     Unary<OpId::Silu, Silu, Float>,
     Unary<OpId::Softplus, Softplus, Float>,
+    Unary<OpId::Sin, Sin, Float>,
+    Unary<OpId::Cos, Cos, Float>,
+    Unary<OpId::Log1p, Log1p, Float>,
+    Unary<OpId::Expm1, Expm1, Float>,
+    Unary<OpId::Erf, Erf, Float>,
+    Unary<OpId::Reciprocal, Reciprocal, Float>,
+    Unary<OpId::Floor, Floor, Float>,
+    Unary<OpId::Ceil, Ceil, Float>,
+    Unary<OpId::Trunc, Trunc, Float>,
+    Unary<OpId::Round, Round, Float>,
+    Unary<OpId::LeakyRelu, LeakyRelu, Float>,
+    Unary<OpId::Elu, Elu, Float>,
+    Unary<OpId::Hardsigmoid, Hardsigmoid, Float>,
+    Unary<OpId::Hardswish, Hardswish, Float>,
     Unary<OpId::Clamp, Clamp, Numeric>,
     Unary<OpId::PowScalar, PowScalar, Float>,
     Binary<OpId::ReluBackward, ReluBackward, Float>,

@@ -19,8 +19,8 @@ struct EarlyStoppingOptions {
   int64_t patience = 10;  // epochs without improvement before stopping
   double min_delta = 0;   // an improvement must beat the best by more than this
   StopMode mode = StopMode::Min;
-  bool keep_in_memory = true;   // copy the best state_dict (clones on the module's device)
-  std::string checkpoint_path;  // also write the best weights here (safetensors), when set
+  bool keep_in_memory = true;     // copy the best state_dict (clones on the module's device)
+  std::string checkpoint_path{};  // also write the best weights here (safetensors), when set
 };
 
 class EarlyStopping {

@@ -27,9 +27,9 @@ struct GradScalerOptions {
 
 // What the last unscale_ that met a non-finite gradient found.
 struct Overflow {
-  int64_t update = 0;               // how many update() calls came before it
-  double scale = 0;                 // the scale in use
-  std::vector<std::string> params;  // the optimizer's names of the parameters affected
+  int64_t update = 0;                 // how many update() calls came before it
+  double scale = 0;                   // the scale in use
+  std::vector<std::string> params{};  // the optimizer's names of the parameters affected
 };
 
 class GradScaler {

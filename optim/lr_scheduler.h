@@ -214,14 +214,14 @@ enum class ScaleMode { Cycle, Iterations };
 
 // Vectors hold one value for all groups or one per group.
 struct CyclicLROptions {
-  std::vector<double> base_lr;
-  std::vector<double> max_lr;
+  std::vector<double> base_lr{};
+  std::vector<double> max_lr{};
   double step_size_up = 2000;
-  std::optional<double> step_size_down;  // default: step_size_up
+  std::optional<double> step_size_down{};  // default: step_size_up
   CyclicMode mode = CyclicMode::Triangular;
-  double gamma = 1.0;                       // ExpRange: scale = gamma^iteration
-  std::function<double(double)> scale_fn;   // overrides mode when set
-  ScaleMode scale_mode = ScaleMode::Cycle;  // what scale_fn is given (with a custom scale_fn)
+  double gamma = 1.0;                        // ExpRange: scale = gamma^iteration
+  std::function<double(double)> scale_fn{};  // overrides mode when set
+  ScaleMode scale_mode = ScaleMode::Cycle;   // what scale_fn is given (with a custom scale_fn)
   bool cycle_momentum = true;
   std::vector<double> base_momentum = {0.8};
   std::vector<double> max_momentum = {0.9};
@@ -251,8 +251,8 @@ class CyclicLR final : public LRScheduler {
 enum class AnnealStrategy { Cos, Linear };
 
 struct OneCycleLROptions {
-  std::vector<double> max_lr;  // one value for all groups or one per group
-  int64_t total_steps = 0;     // or epochs * steps_per_epoch
+  std::vector<double> max_lr{};  // one value for all groups or one per group
+  int64_t total_steps = 0;       // or epochs * steps_per_epoch
   int64_t epochs = 0;
   int64_t steps_per_epoch = 0;
   double pct_start = 0.3;

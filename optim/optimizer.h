@@ -38,21 +38,21 @@ int64_t scalar_count(double value, const std::string& key, const char* who);
 //            "group.<i>.<key>" for keys schedulers keep in a group (initial_lr),
 //            "group.<i>.num_params", "num_groups".
 struct OptimizerState {
-  NamedTensors tensors;
-  Scalars scalars;
+  NamedTensors tensors{};
+  Scalars scalars{};
 };
 
 // One parameter's state: how many updates it has had and its named buffers.
 struct ParamState {
   int64_t step = 0;
-  std::map<std::string, Tensor> buffers;
+  std::map<std::string, Tensor> buffers{};
 };
 
 // The parameters of one group and the extra keys schedulers store in it ("initial_lr").
 struct ParamGroup {
-  std::vector<std::string> names;
-  std::vector<Tensor> params;
-  Scalars extras;
+  std::vector<std::string> names{};
+  std::vector<Tensor> params{};
+  Scalars extras{};
 };
 
 // Names "0", "1", ... for parameters given without names, counting on from `first`.

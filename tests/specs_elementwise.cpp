@@ -191,6 +191,81 @@ void add_specs(std::vector<OpSpec>& specs) {
     };
     specs.push_back(s);
   }
+  // ---- the breadth a PyTorch port reaches for first
+  specs.push_back(unary(
+      "sin", OpId::Sin, sin, [](double x) { return std::sin(x); }, -4, 4));
+  specs.push_back(unary(
+      "cos", OpId::Cos, cos, [](double x) { return std::cos(x); }, -4, 4));
+  specs.push_back(unary(
+      "log1p", OpId::Log1p, log1p, [](double x) { return std::log1p(x); }, -0.5, 2));
+  specs.push_back(unary(
+      "expm1", OpId::Expm1, expm1, [](double x) { return std::expm1(x); }, -2, 2));
+  specs.push_back(unary(
+      "erf", OpId::Erf, erf, [](double x) { return std::erf(x); }, -2, 2));
+  specs.push_back(unary(
+      "reciprocal", OpId::Reciprocal, reciprocal, [](double x) { return 1 / x; }, 0.5, 3));
+  {
+    // Step functions: gradient 0 (gradcheck agrees away from the steps); F32 only, since a
+    // half-precision input can land on the other side of a step than its F64 original.
+    const std::pair<const char*, std::pair<OpId, std::pair<Tensor (*)(const Tensor&), Fn1>>> steps[] = {
+        {"floor", {OpId::Floor, {floor, [](double x) { return std::floor(x); }}}},
+        {"ceil", {OpId::Ceil, {ceil, [](double x) { return std::ceil(x); }}}},
+        {"trunc", {OpId::Trunc, {trunc, [](double x) { return std::trunc(x); }}}},
+        {"round (half to even)", {OpId::Round, {round, [](double x) { return std::nearbyint(x); }}}},
+    };
+    for (const auto& [name, op] : steps) {
+      OpSpec s = unary(name, op.first, op.second.first, op.second.second, -3, 3);
+      s.dtypes = {DType::F32};
+      specs.push_back(s);
+    }
+  }
+  specs.push_back(unary(
+      "leaky_relu", OpId::LeakyRelu, [](const Tensor& x) { return leaky_relu(x, 0.2); },
+      [](double x) { return x > 0 ? x : 0.2 * x; }, -2, 2));
+  specs.push_back(unary(
+      "elu", OpId::Elu, [](const Tensor& x) { return elu(x, 1.5); },
+      [](double x) { return x > 0 ? x : 1.5 * std::expm1(x); }, -2, 2));
+  specs.push_back(unary(
+      "hardsigmoid", OpId::Hardsigmoid, hardsigmoid, [](double x) { return std::min(std::max(x / 6 + 0.5, 0.0), 1.0); },
+      -5, 5));
+  specs.push_back(unary(
+      "hardswish", OpId::Hardswish, hardswish, [](double x) { return x * std::min(std::max(x / 6 + 0.5, 0.0), 1.0); },
+      -5, 5));
+  {
+    OpSpec s = unary(
+        "mish (composite)", OpId::Softplus, mish, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -3,
+        3);
+    s.covers = {};
+    specs.push_back(s);
+  }
+  {
+    // Ternary composites on broadcast inputs.
+    const std::pair<const char*, std::pair<TensorFn, std::function<double(const V&)>>> ternary[] = {
+        {"lerp (composite)",
+         {[](const std::vector<Tensor>& in) { return lerp(in[0], in[1], in[2]); },
+          [](const V& a) { return a[0] + a[2] * (a[1] - a[0]); }}},
+        {"addcmul (composite)",
+         {[](const std::vector<Tensor>& in) { return addcmul(in[0], in[1], in[2], 0.5); },
+          [](const V& a) { return a[0] + 0.5 * a[1] * a[2]; }}},
+        {"addcdiv (composite)",
+         {[](const std::vector<Tensor>& in) { return addcdiv(in[0], in[1], in[2], -2.0); },
+          [](const V& a) { return a[0] - 2.0 * a[1] / a[2]; }}},
+    };
+    for (const auto& [name, fns] : ternary) {
+      OpSpec s;
+      s.name = name;
+      s.fn = fns.first;
+      s.reference = [f = fns.second](const std::vector<Tensor>& in) { return map_reference(in, f); };
+      s.cases = [] {
+        return std::vector<OpCase>{
+            {"(3, 4) with (4) and (3, 1)",
+             {uniform_values({3, 4}, -2, 2, 1), uniform_values({4}, 0.5, 2, 2), uniform_values({3, 1}, 0.5, 2, 3)}},
+            {"0-dim", {uniform_values({}, -2, 2, 4), uniform_values({}, 0.5, 2, 5), uniform_values({}, 0.5, 2, 6)}},
+        };
+      };
+      specs.push_back(s);
+    }
+  }
   {
     OpSpec s = unary("clamp", OpId::Clamp, nullptr, nullptr, -2, 2);
     s.fn = [](const std::vector<Tensor>& in) { return clamp(in[0], -0.5, 0.7); };

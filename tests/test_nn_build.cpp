@@ -1,8 +1,9 @@
 // tests/test_nn_build.cpp: module building the way PyTorch code writes it: Sequential from a
 // list, a vector or named pairs (children named as PyTorch names them), LayerNorm(int),
 // ModuleList in a range-for (also after replace_module), MultiheadAttention with batch_first
-// false and a causal mask through the module's call (hooks run), set_num_threads, and the
-// umbrella header compiling on its own.
+// false and a causal mask through the module's call (hooks run), set_num_threads, the
+// umbrella header compiling on its own, and option structs filled from one designated field
+// with -Wmissing-field-initializers as an error (tests/check_field_defaults.py checks them all).
 #include <doctest/doctest.h>
 
 #include "brisk.h"
@@ -85,3 +86,35 @@ TEST_CASE("threads: set_num_threads and get_num_threads") {
   CHECK(get_num_threads() == before);
   CHECK(error_text([] { set_num_threads(0); }).find("at least 1 thread") != std::string::npos);
 }
+
+// Each struct filled with one designated field, as user code does; a member without a default
+// initializer would make this file fail to compile.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wmissing-field-initializers"
+TEST_CASE("nn build: option structs fill from one designated field without warnings") {
+  const nn::ConvOptions conv{.stride = {2, 2}};
+  const optim::SGDOptions sgd{.lr = 0.1};
+  const optim::AdamWOptions adamw{.weight_decay = 0.0};
+  const optim::EarlyStoppingOptions stop{.patience = 3};
+  const optim::CyclicLROptions cyclic{.base_lr = {0.01}, .max_lr = {0.1}};
+  const optim::OneCycleLROptions one_cycle{.max_lr = {0.1}, .total_steps = 10};
+  const optim::ReduceLROnPlateauOptions plateau{.factor = 0.5};
+  const optim::GradScalerOptions scaler{.init_scale = 1024.0};
+  const data::CsvOptions csv{.target = data::CsvColumn("y")};
+  const data::LoaderOptions loader{.batch_size = 8};
+  const data::Example example{.input = ones({2})};
+  const nn::LoadReport report{.missing = {"w"}};
+  CHECK(conv.stride[0] == 2);
+  CHECK(sgd.lr.get() == 0.1);
+  CHECK(adamw.weight_decay.is_set());
+  CHECK(stop.patience == 3);
+  CHECK(cyclic.max_lr.size() == 1);
+  CHECK(one_cycle.total_steps == 10);
+  CHECK(plateau.factor == 0.5);
+  CHECK(scaler.init_scale == 1024.0);
+  CHECK(csv.target->name == "y");
+  CHECK(loader.batch_size == 8);
+  CHECK(!example.target.defined());
+  CHECK(report.unexpected.empty());
+}
+#pragma GCC diagnostic pop

@@ -50,7 +50,7 @@ struct TrainingState {
   bool rng = true;    // save / restore default_generator()'s seed and offset
   int64_t epoch = 0;  // the caller's counters, restored as saved
   int64_t step = 0;
-  std::map<std::string, std::string> user_metadata;
+  std::map<std::string, std::string> user_metadata{};
 };
 
 // Writes `state` to `path`, replacing any previous file atomically (temp file, fsync, rename):

@@ -196,6 +196,120 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   return unary(OpId::Softplus, as_float(x), {.a = beta, .b = threshold});
 }
 
+// ---- sin, cos: each other's derivative
+static void sin_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = g0(c) * cos(c.inputs[0]); }
+template <>
+constexpr OpDef kDef<OpId::Sin>{.infer = same_as_input, .backward = sin_bw, .save_inputs = mask(0)};
+Tensor sin(const Tensor& x) { return unary(OpId::Sin, as_float(x)); }
+
+static void cos_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = -(g0(c) * sin(c.inputs[0])); }
+template <>
+constexpr OpDef kDef<OpId::Cos>{.infer = same_as_input, .backward = cos_bw, .save_inputs = mask(0)};
+Tensor cos(const Tensor& x) { return unary(OpId::Cos, as_float(x)); }
+
+// ---- log1p(x) = log(1 + x), accurate near 0; derivative 1 / (1 + x)
+static void log1p_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = g0(c) / (c.inputs[0] + 1.0); }
+template <>
+constexpr OpDef kDef<OpId::Log1p>{
+    .infer = same_as_input, .backward = log1p_bw, .save_inputs = mask(0), .autocast = CastPolicy::Fp32};
+Tensor log1p(const Tensor& x) { return unary(OpId::Log1p, as_float(x)); }
+
+// ---- expm1(x) = e^x - 1, accurate near 0; derivative e^x = y + 1, from the output
+static void expm1_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = g0(c) * (c.outputs[0] + 1.0); }
+template <>
+constexpr OpDef kDef<OpId::Expm1>{
+    .infer = same_as_input, .backward = expm1_bw, .save_outputs = mask(0), .autocast = CastPolicy::Fp32};
+Tensor expm1(const Tensor& x) { return unary(OpId::Expm1, as_float(x)); }
+
+// ---- erf(x); derivative 2 / sqrt(pi) e^(-x^2)
+static void erf_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  gi[0] = g0(c) * exp(-(x * x)) * 1.1283791670955126;
+}
+template <>
+constexpr OpDef kDef<OpId::Erf>{.infer = same_as_input, .backward = erf_bw, .save_inputs = mask(0)};
+Tensor erf(const Tensor& x) { return unary(OpId::Erf, as_float(x)); }
+
+// ---- reciprocal(x) = 1 / x; derivative -y^2, from the output
+static void reciprocal_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& y = c.outputs[0];
+  gi[0] = -(g0(c) * y * y);
+}
+template <>
+constexpr OpDef kDef<OpId::Reciprocal>{
+    .infer = same_as_input, .backward = reciprocal_bw, .save_outputs = mask(0), .autocast = CastPolicy::Fp32};
+Tensor reciprocal(const Tensor& x) { return unary(OpId::Reciprocal, as_float(x)); }
+
+// ---- floor, ceil, trunc, round (half to even): step functions, gradient 0 everywhere (as
+// PyTorch); on integer tensors a copy.
+static void step_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = zeros_like(g0(c)); }
+template <>
+constexpr OpDef kDef<OpId::Floor>{.infer = same_as_input, .backward = step_bw};
+template <>
+constexpr OpDef kDef<OpId::Ceil>{.infer = same_as_input, .backward = step_bw};
+template <>
+constexpr OpDef kDef<OpId::Trunc>{.infer = same_as_input, .backward = step_bw};
+template <>
+constexpr OpDef kDef<OpId::Round>{.infer = same_as_input, .backward = step_bw};
+static Tensor rounding(OpId id, const Tensor& x) {
+  BRISK_CHECK(x.defined(), op_name(id), ": undefined input");
+  return is_floating(x.dtype()) ? unary(id, x) : cast(x, x.dtype());
+}
+Tensor floor(const Tensor& x) { return rounding(OpId::Floor, x); }
+Tensor ceil(const Tensor& x) { return rounding(OpId::Ceil, x); }
+Tensor trunc(const Tensor& x) { return rounding(OpId::Trunc, x); }
+Tensor round(const Tensor& x) { return rounding(OpId::Round, x); }
+
+// ---- leaky_relu(x, slope) (attr a): slope where x <= 0
+static void leaky_relu_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  gi[0] = where(gt(x, scalar_like(0, x)), g0(c), g0(c) * c.attrs.a);
+}
+template <>
+constexpr OpDef kDef<OpId::LeakyRelu>{.infer = same_as_input, .backward = leaky_relu_bw, .save_inputs = mask(0)};
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return unary(OpId::LeakyRelu, as_float(x), {.a = negative_slope});
+}
+
+// ---- elu(x, alpha) (attr a) = alpha (e^x - 1) where x <= 0; derivative y + alpha there
+static void elu_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  gi[0] = where(gt(x, scalar_like(0, x)), g0(c), g0(c) * (c.outputs[0] + c.attrs.a));
+}
+template <>
+constexpr OpDef kDef<OpId::Elu>{
+    .infer = same_as_input, .backward = elu_bw, .save_inputs = mask(0), .save_outputs = mask(0)};
+Tensor elu(const Tensor& x, double alpha) { return unary(OpId::Elu, as_float(x), {.a = alpha}); }
+
+// ---- hardsigmoid(x) = clamp(x / 6 + 1/2, 0, 1): derivative 1/6 strictly inside (-3, 3)
+static Tensor inside_three(const Tensor& x) {
+  return mul(cast(gt(x, scalar_like(-3, x)), x.dtype()), cast(lt(x, scalar_like(3, x)), x.dtype()));
+}
+static void hardsigmoid_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = g0(c) * inside_three(c.inputs[0]) * (1.0 / 6.0);
+}
+template <>
+constexpr OpDef kDef<OpId::Hardsigmoid>{.infer = same_as_input, .backward = hardsigmoid_bw, .save_inputs = mask(0)};
+Tensor hardsigmoid(const Tensor& x) { return unary(OpId::Hardsigmoid, as_float(x)); }
+
+// ---- hardswish(x) = x * hardsigmoid(x): derivative 0 below -3, x / 3 + 1/2 on [-3, 3], 1
+// above (PyTorch's hardswish_backward, bounds included in the middle piece)
+static void hardswish_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  Tensor mid = x * (1.0 / 3.0) + 0.5;
+  gi[0] = g0(c) * where(lt(x, scalar_like(-3, x)), zeros_like(x), where(gt(x, scalar_like(3, x)), ones_like(x), mid));
+}
+template <>
+constexpr OpDef kDef<OpId::Hardswish>{.infer = same_as_input, .backward = hardswish_bw, .save_inputs = mask(0)};
+Tensor hardswish(const Tensor& x) { return unary(OpId::Hardswish, as_float(x)); }
+
+// ---- composites: mish, lerp, addcmul, addcdiv (gradients from their parts)
+Tensor mish(const Tensor& x) { return x * tanh(softplus(x)); }
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) { return start + weight * (end - start); }
+Tensor lerp(const Tensor& start, const Tensor& end, double weight) { return start + (end - start) * weight; }
+Tensor addcmul(const Tensor& x, const Tensor& a, const Tensor& b, double value) { return x + a * b * value; }
+Tensor addcdiv(const Tensor& x, const Tensor& a, const Tensor& b, double value) { return x + a / b * value; }
+
 // ---- clamp(x, min, max) (attrs a, b; +-inf when absent); NaN passes
 // The gradient passes where min <= x <= max (bounds included, as in PyTorch).
 static void clamp_bw(const BackwardCtx& c, std::span<Tensor> gi) {

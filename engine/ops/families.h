@@ -12,6 +12,7 @@ namespace brisk::detail {
 void define_elementwise_ops();  // engine/ops/elementwise.cpp
 void define_random_ops();       // engine/ops/random.cpp
 void define_reduce_ops();       // engine/ops/reduce.cpp
+void define_scan_ops();         // engine/ops/scan.cpp (cumsum, cumprod, argsort; sort, topk)
 void define_linalg_ops();       // engine/ops/linalg.cpp
 void define_shape_ops();        // engine/ops/shape.cpp (views, copies between devices)
 void define_index_ops();        // engine/ops/index.cpp (cat, index_select, gather, ...)
@@ -23,6 +24,7 @@ inline void define_all_ops() {
   define_elementwise_ops();
   define_random_ops();
   define_reduce_ops();
+  define_scan_ops();
   define_linalg_ops();
   define_shape_ops();
   define_index_ops();

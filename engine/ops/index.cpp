@@ -312,6 +312,46 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   return call1(OpId::ScatterAdd, {x, index, src}, attrs);
 }
 
+// ---- composites: nonzero, where(cond), masked_select
+Tensor nonzero(const Tensor& x) {
+  BRISK_CHECK(x.defined(), "nonzero: undefined input");
+  // Host-side: the count decides the output's size. Bool 0/1 read as double.
+  const std::vector<double> v = cast(x.detach(), DType::F64).to_vector<double>();
+  const int nd = x.dim();
+  std::vector<int64_t> coords;
+  std::vector<int64_t> idx(size_t(nd), 0);
+  int64_t count = 0;
+  for (size_t flat = 0; flat < v.size(); ++flat) {
+    if (v[flat] != 0) {  // NaN is nonzero, as in PyTorch
+      coords.insert(coords.end(), idx.begin(), idx.end());
+      ++count;
+    }
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < x.sizes()[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+  Tensor out = from_data(coords.data(), {count, int64_t(nd)});
+  return x.device().is_cpu() ? out : out.to(x.device());
+}
+
+std::vector<Tensor> where(const Tensor& cond) {
+  Tensor nz = nonzero(cond);
+  std::vector<Tensor> out;
+  for (int64_t d = 0; d < nz.size(1); ++d) out.push_back(contiguous(select(nz, 1, d)));
+  return out;
+}
+
+Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  BRISK_CHECK(x.defined() && mask.defined(), "masked_select: undefined input");
+  BRISK_CHECK(mask.dtype() == DType::Bool, "masked_select: the mask must be Bool, got ", mask.str());
+  const Shape s = broadcast_shapes(x.sizes(), mask.sizes(), "masked_select");
+  Tensor flat = reshape(expand(x, s), {-1});
+  Tensor m = reshape(expand(mask, s), {-1});
+  Tensor idx = reshape(nonzero(m), {-1});
+  return index_select(flat, 0, idx);  // differentiable in x
+}
+
 namespace detail {
 
 void define_index_ops() {

@@ -8,6 +8,9 @@
 // Not here: the kernels (kernels/cpu/gemm.cpp and kernels/cpu/linalg_decomp.cpp, cuBLASLt on
 // CUDA), linear/bmm/einsum.
 #include <algorithm>
+#include <cctype>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "engine/ops/families.h"
@@ -351,6 +354,134 @@ Tensor lstsq(const Tensor& A, const Tensor& B) {
 }
 
 }  // namespace linalg
+
+// ---- composites: bmm, addmm, baddbmm, outer, einsum
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  BRISK_CHECK(
+      a.defined() && b.defined() && a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1),
+      "bmm: expects (B, n, k) and (B, k, m), got ", a.defined() ? a.str() : "undefined", " and ",
+      b.defined() ? b.str() : "undefined");
+  return matmul(a, b);
+}
+
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  BRISK_CHECK(a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2, "addmm: expects matrices, got ",
+              a.defined() ? a.str() : "undefined", " and ", b.defined() ? b.str() : "undefined");
+  Tensor p = matmul(a, b);
+  if (alpha != 1) p = p * alpha;
+  return beta == 0 ? p : (beta == 1 ? input + p : input * beta + p);
+}
+
+Tensor baddbmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  Tensor p = bmm(a, b);
+  if (alpha != 1) p = p * alpha;
+  return beta == 0 ? p : (beta == 1 ? input + p : input * beta + p);
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  BRISK_CHECK(a.defined() && b.defined() && a.dim() == 1 && b.dim() == 1, "outer: expects two vectors, got ",
+              a.defined() ? a.str() : "undefined", " and ", b.defined() ? b.str() : "undefined");
+  return a.unsqueeze(1) * b.unsqueeze(0);
+}
+
+// Note [einsum]: each operand is permuted so that its letters follow one global order (the
+// output's letters, then the contracted ones), given size-1 dims where it lacks a letter,
+// multiplied with broadcasting and summed over the contracted letters. Simple and exact, with
+// gradients from permute/mul/sum; it materializes the full product, so a large contraction
+// ("ij,jk->ik" at n = 4096) should call matmul directly.
+namespace {
+
+std::vector<std::string> einsum_parse(const std::string& eq, size_t n_ops, std::string& out) {
+  std::string s;
+  for (char c : eq)
+    if (c != ' ') s += c;
+  const size_t arrow = s.find("->");
+  std::string lhs = arrow == std::string::npos ? s : s.substr(0, arrow);
+  std::vector<std::string> terms;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  BRISK_CHECK(terms.size() == n_ops, "einsum: \"", eq, "\" has ", terms.size(), " operand term(s) but ", n_ops,
+              " operand(s) were given");
+  int count[128] = {};
+  for (const std::string& t : terms) {
+    for (char c : t) {
+      BRISK_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: \"", eq, "\": '", c,
+                  "' is not a letter (ellipsis is not supported)");
+      BRISK_CHECK(std::count(t.begin(), t.end(), c) == 1, "einsum: \"", eq, "\": letter '", c,
+                  "' repeats within one operand (diagonals are not supported)");
+      ++count[int(c)];
+    }
+  }
+  if (arrow == std::string::npos) {
+    out.clear();
+    for (int c = 0; c < 128; ++c)
+      if (count[c] == 1) out += char(c);
+  } else {
+    out = s.substr(arrow + 2);
+    for (char c : out) {
+      BRISK_CHECK(count[int(c)] > 0, "einsum: \"", eq, "\": output letter '", c, "' is in no operand");
+      BRISK_CHECK(std::count(out.begin(), out.end(), c) == 1, "einsum: \"", eq, "\": output letter '", c, "' repeats");
+    }
+  }
+  return terms;
+}
+
+}  // namespace
+
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
+  BRISK_CHECK(!operands.empty() && operands.size() <= 3, "einsum: takes 1 to 3 operands, got ", operands.size());
+  std::string out;
+  std::vector<std::string> terms = einsum_parse(equation, operands.size(), out);
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Tensor& t = operands[i];
+    BRISK_CHECK(t.defined(), "einsum: operand ", i, " is undefined");
+    BRISK_CHECK(int64_t(terms[i].size()) == t.dim(), "einsum: \"", equation, "\": operand ", i, " has ", t.dim(),
+                " dims but its term \"", terms[i], "\" has ", terms[i].size(), " letters (", t.str(), ")");
+    for (int d = 0; d < t.dim(); ++d) {
+      const char c = terms[i][size_t(d)];
+      auto [it, fresh] = size.emplace(c, t.sizes()[size_t(d)]);
+      BRISK_CHECK(fresh || it->second == t.sizes()[size_t(d)] || it->second == 1 || t.sizes()[size_t(d)] == 1,
+                  "einsum: \"", equation, "\": letter '", c, "' has size ", it->second, " and ", t.sizes()[size_t(d)]);
+      it->second = std::max(it->second, t.sizes()[size_t(d)]);
+    }
+  }
+  std::string order = out;  // the global order: output letters, then contracted ones
+  for (const std::string& t : terms)
+    for (char c : t)
+      if (order.find(c) == std::string::npos) order += c;
+  const size_t n_out = out.size();
+  // Aligns operand i to `order`: permute its letters into that order, unsqueeze the missing.
+  auto aligned = [&](size_t i) {
+    const std::string& t = terms[i];
+    Shape perm;
+    std::string present;
+    for (char c : order)
+      if (t.find(c) != std::string::npos) {
+        perm.push_back(int64_t(t.find(c)));
+        present += c;
+      }
+    Tensor x = permute(operands[i], perm);
+    Shape own;
+    for (char c : order) own.push_back(present.find(c) != std::string::npos ? x.sizes()[present.find(c)] : 1);
+    return reshape(x, own);
+  };
+  Tensor prod = aligned(0);
+  for (size_t i = 1; i < operands.size(); ++i) prod = prod * aligned(i);
+  Shape contracted;
+  for (size_t d = n_out; d < order.size(); ++d) contracted.push_back(int64_t(d));
+  Tensor r = contracted.empty() ? prod : sum(prod, contracted);
+  // Broadcast letters of size 1 in every operand stay 1; expand to the letter sizes.
+  Shape final_shape;
+  for (size_t d = 0; d < n_out; ++d) final_shape.push_back(size.at(order[d]));
+  if (r.sizes() != final_shape) r = contiguous(expand(r, final_shape));
+  return r;
+}
 
 namespace detail {
 

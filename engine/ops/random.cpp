@@ -231,6 +231,29 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
   return call1(OpId::Multinomial, {contiguous(probs.detach())}, attrs);
 }
 
+// ---- composite factories
+Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.sizes(), t.dtype(), t.device(), gen); }
+Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.sizes(), t.dtype(), t.device(), gen); }
+
+Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
+  if (m < 0) m = n;
+  BRISK_CHECK(n >= 0, "eye: n must be non-negative, got ", n);
+  Tensor rows = arange(n, DType::I64, device).unsqueeze(1);
+  Tensor cols = arange(m, DType::I64, device).unsqueeze(0);
+  return cast(eq(rows, cols), dtype);
+}
+
+Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
+  BRISK_CHECK(steps >= 0, "linspace: steps must be non-negative, got ", steps);
+  if (steps == 1) return full({1}, start, dtype, device);
+  const double step = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
+  // In F64, then rounded once, so the last value is `end` exactly (as torch.linspace).
+  Tensor i = arange(steps, DType::F64, device);
+  Tensor v = i * step + start;
+  if (steps > 1) v = where(eq(i, full_like(i, double(steps - 1))), full_like(v, end), v);
+  return cast(v, dtype);
+}
+
 namespace detail {
 
 void define_random_ops() {

@@ -7,6 +7,8 @@
 // Not here: the kernels (kernels/<device>/reduce.*) and their arithmetic (kernels/reduce_ops.h).
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "engine/op_params.h"
 #include "engine/ops/families.h"
@@ -474,6 +476,86 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   if (reduction == Reduction::None) return sq;
   if (reduction == Reduction::Sum) return sum(sq);
   return mean(sq);
+}
+
+// ---- composites: values with indices, logical reductions, tests, norms, one_hot
+static SortResult extremum_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
+  Tensor idx = is_max ? argmax(x, dim, true) : argmin(x, dim, true);
+  if (x.dim() == 0) return {clone(x), keepdim ? idx : idx.reshape({})};
+  Tensor v = gather(x, dim, idx);  // gradient to the chosen element, as torch.max(x, dim)
+  if (!keepdim) {
+    v = squeeze(v, dim);
+    idx = squeeze(idx, dim);
+  }
+  return {v, idx};
+}
+SortResult max(const Tensor& x, int64_t dim, bool keepdim) { return extremum_dim(x, dim, keepdim, true); }
+SortResult min(const Tensor& x, int64_t dim, bool keepdim) { return extremum_dim(x, dim, keepdim, false); }
+
+static Tensor count_nonzero_in(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
+  BRISK_CHECK(x.defined(), op, ": undefined input");
+  Tensor nz = ne(x, zeros({}, x.dtype(), x.device()));
+  return sum(cast(nz, DType::I64), dims, keepdim);
+}
+Tensor any(const Tensor& x) { return gt(count_nonzero_in(x, {}, false, "any"), zeros({}, DType::I64, x.device())); }
+Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
+  return gt(count_nonzero_in(x, {dim}, keepdim, "any"), zeros({}, DType::I64, x.device()));
+}
+Tensor all(const Tensor& x) {
+  return eq(count_nonzero_in(x, {}, false, "all"), full({}, double(x.numel()), DType::I64, x.device()));
+}
+Tensor all(const Tensor& x, int64_t dim, bool keepdim) {
+  const int64_t n = x.dim() == 0 ? 1 : x.sizes()[size_t(wrap_dim(dim, x.dim(), "all"))];
+  return eq(count_nonzero_in(x, {dim}, keepdim, "all"), full({}, double(n), DType::I64, x.device()));
+}
+
+Tensor isnan(const Tensor& x) {
+  BRISK_CHECK(x.defined(), "isnan: undefined input");
+  if (!is_floating(x.dtype())) return zeros(x.sizes(), DType::Bool, x.device());
+  return ne(x, x);
+}
+Tensor isfinite(const Tensor& x) {
+  BRISK_CHECK(x.defined(), "isfinite: undefined input");
+  if (!is_floating(x.dtype())) return ones(x.sizes(), DType::Bool, x.device());
+  Tensor d = x.detach();
+  return eq(d - d, zeros({}, x.dtype(), x.device()));  // inf - inf and NaN - NaN are NaN
+}
+Tensor isinf(const Tensor& x) {
+  BRISK_CHECK(x.defined(), "isinf: undefined input");
+  if (!is_floating(x.dtype())) return zeros(x.sizes(), DType::Bool, x.device());
+  Tensor big = full({}, std::numeric_limits<double>::infinity(), x.dtype(), x.device());
+  return eq(abs(x.detach()), big);
+}
+
+Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  BRISK_CHECK(x.defined(), "norm: undefined input");
+  BRISK_CHECK(is_floating(x.dtype()), "norm: expects a floating tensor, got ", x.str());
+  BRISK_CHECK(p > 0, "norm: p must be positive (1, 2, inf, ...), got ", p);
+  if (std::isinf(p)) return amax(abs(x), dims, keepdim);
+  if (p == 1) return sum(abs(x), dims, keepdim);
+  if (p == 2) {
+    // sqrt(sum x^2) with the gradient 0 (not NaN) at a zero vector, as PyTorch's subgradient.
+    Tensor s = sum(x * x, dims, keepdim);
+    Tensor zero = eq(s, zeros_like(s));
+    return where(zero, zeros_like(s), sqrt(masked_fill(s, zero, 1.0)));
+  }
+  return pow(sum(pow(abs(x), p), dims, keepdim), 1.0 / p);
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  BRISK_CHECK(indices.defined() && indices.dtype() == DType::I64,
+              "one_hot: expects an I64 tensor of class indices, got ",
+              indices.defined() ? indices.str() : std::string("undefined"));
+  if (indices.numel() > 0) {
+    const int64_t lo = min(indices).item<int64_t>(), hi = max(indices).item<int64_t>();
+    BRISK_CHECK(lo >= 0, "one_hot: class indices must be non-negative, got ", lo);
+    if (num_classes < 0) num_classes = hi + 1;
+    BRISK_CHECK(hi < num_classes, "one_hot: class index ", hi, " is out of range for num_classes ", num_classes);
+  } else {
+    BRISK_CHECK(num_classes >= 0, "one_hot: cannot infer num_classes from an empty tensor");
+  }
+  Tensor classes = arange(num_classes, DType::I64, indices.device());
+  return cast(eq(indices.unsqueeze(-1), classes), DType::I64);
 }
 
 namespace detail {

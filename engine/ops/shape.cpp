@@ -347,6 +347,104 @@ Tensor to_device(const Tensor& x, Device device, bool non_blocking) {
   return view_call(OpId::ToDevice, contiguous(x), a);
 }
 
+// ---- composites: pieces along a dim (views), roll, repeat/tile, tril/triu
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  BRISK_CHECK(x.defined() && x.dim() > 0, "split: needs a tensor with at least one dim");
+  BRISK_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
+  const int d = wrap_dim(dim, x.dim(), "split");
+  const int64_t n = x.sizes()[size_t(d)];
+  std::vector<Tensor> pieces;
+  for (int64_t start = 0; start < n; start += split_size)
+    pieces.push_back(narrow(x, d, start, std::min(split_size, n - start)));
+  if (pieces.empty()) pieces.push_back(x);  // a dim of size 0 splits into one empty piece
+  return pieces;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  BRISK_CHECK(x.defined() && x.dim() > 0, "split: needs a tensor with at least one dim");
+  const int d = wrap_dim(dim, x.dim(), "split");
+  const int64_t n = x.sizes()[size_t(d)];
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    BRISK_CHECK(s >= 0, "split: sizes must be non-negative, got ", s);
+    total += s;
+  }
+  BRISK_CHECK(total == n, "split: sizes add up to ", total, " but dim ", d, " has size ", n, " (", x.str(), ")");
+  std::vector<Tensor> pieces;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    pieces.push_back(narrow(x, d, start, s));
+    start += s;
+  }
+  return pieces;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  BRISK_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
+  BRISK_CHECK(x.defined() && x.dim() > 0, "chunk: needs a tensor with at least one dim");
+  const int64_t n = x.sizes()[size_t(wrap_dim(dim, x.dim(), "chunk"))];
+  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, 1), dim);
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  BRISK_CHECK(x.defined() && x.dim() > 0, "unbind: needs a tensor with at least one dim");
+  const int d = wrap_dim(dim, x.dim(), "unbind");
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < x.sizes()[size_t(d)]; ++i) out.push_back(select(x, d, i));
+  return out;
+}
+
+Tensor roll(const Tensor& x, int64_t shifts, int64_t dim) {
+  BRISK_CHECK(x.defined() && x.dim() > 0, "roll: needs a tensor with at least one dim");
+  const int d = wrap_dim(dim, x.dim(), "roll");
+  const int64_t n = x.sizes()[size_t(d)];
+  if (n == 0) return clone(x);
+  const int64_t s = ((shifts % n) + n) % n;
+  if (s == 0) return clone(x);
+  return cat({narrow(x, d, n - s, s), narrow(x, d, 0, n - s)}, d);
+}
+
+Tensor repeat(const Tensor& x, const Shape& repeats) {
+  BRISK_CHECK(x.defined(), "repeat: undefined input");
+  BRISK_CHECK(int64_t(repeats.size()) >= x.dim(), "repeat: ", repeats.size(), " repeats for a tensor with ", x.dim(),
+              " dims (need at least as many)");
+  for (int64_t r : repeats) BRISK_CHECK(r >= 0, "repeat: repeats must be non-negative, got ", repeats);
+  // x padded with leading 1s to len(repeats) dims, each dim d viewed as (1, n_d), expanded to
+  // (r_d, n_d) and merged: whole copies tiled, as torch.Tensor.repeat.
+  const size_t k = repeats.size();
+  Shape padded = Shape::filled(int(k), 1);
+  for (int d = 0; d < x.dim(); ++d) padded[k - size_t(x.dim()) + size_t(d)] = x.sizes()[size_t(d)];
+  Shape split_shape, expanded, merged;
+  for (size_t d = 0; d < k; ++d) {
+    split_shape.push_back(1);
+    split_shape.push_back(padded[d]);
+    expanded.push_back(repeats[d]);
+    expanded.push_back(padded[d]);
+    merged.push_back(repeats[d] * padded[d]);
+  }
+  return reshape(expand(reshape(x, split_shape), expanded), merged);
+}
+
+Tensor tile(const Tensor& x, const Shape& reps) {
+  BRISK_CHECK(x.defined(), "tile: undefined input");
+  Shape r = reps;
+  while (int64_t(r.size()) < x.dim()) r.insert(0, 1);
+  return repeat(x, r);
+}
+
+static Tensor triangle(const Tensor& x, int64_t diagonal, bool lower) {
+  const char* op = lower ? "tril" : "triu";
+  BRISK_CHECK(x.defined() && x.dim() >= 2, op, ": needs a tensor with at least 2 dims, got ",
+              x.defined() ? x.str() : std::string("undefined"));
+  const int64_t m = x.sizes()[size_t(x.dim() - 2)], n = x.sizes()[size_t(x.dim() - 1)];
+  Tensor rows = arange(m, DType::I64, x.device()).unsqueeze(1);
+  Tensor cols = arange(n, DType::I64, x.device()).unsqueeze(0) - diagonal;
+  Tensor keep = lower ? le(cols, rows) : ge(cols, rows);  // j - diagonal <= i (tril)
+  return where(keep, x, zeros({}, x.dtype(), x.device()));
+}
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false); }
+
 namespace detail {
 
 void define_shape_ops() {

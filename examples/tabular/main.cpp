@@ -15,12 +15,6 @@
 #include <string>
 
 #include "brisk.h"
-#include "data/dataloader.h"
-#include "data/readers.h"
-#include "data/transforms.h"
-#include "nn/models/simple.h"
-#include "optim/early_stopping.h"
-#include "optim/optim.h"
 
 using namespace brisk;
 
@@ -43,29 +37,6 @@ void write_csv(const std::string& path, int64_t n) {
     out << x1 << ',' << (gap[2 * i] < 0.05 ? "" : std::to_string(x2)) << ','
         << (gap[2 * i + 1] < 0.05 ? "NA" : std::to_string(x3)) << ',' << names[city[i]] << ',' << y << '\n';
   }
-}
-
-// Least squares: solves (A^T A) w = A^T y by Gauss-Jordan with partial pivoting (A: (N, K)).
-Tensor least_squares(const Tensor& a, const Tensor& y) {
-  const int64_t k = a.size(1);
-  Tensor at = transpose(cast(a, DType::F64), 0, 1);
-  std::vector<double> g = matmul(at, cast(a, DType::F64)).to_vector<double>();
-  std::vector<double> b = matmul(at, cast(y, DType::F64).unsqueeze(1)).to_vector<double>();
-  for (int64_t c = 0; c < k; ++c) {
-    int64_t p = c;
-    for (int64_t r = c + 1; r < k; ++r)
-      if (std::fabs(g[r * k + c]) > std::fabs(g[p * k + c])) p = r;
-    for (int64_t j = 0; j < k; ++j) std::swap(g[c * k + j], g[p * k + j]);
-    std::swap(b[c], b[p]);
-    for (int64_t r = 0; r < k; ++r) {
-      if (r == c) continue;
-      double f = g[r * k + c] / g[c * k + c];
-      for (int64_t j = 0; j < k; ++j) g[r * k + j] -= f * g[c * k + j];
-      b[r] -= f * b[c];
-    }
-  }
-  for (int64_t c = 0; c < k; ++c) b[c] /= g[c * k + c];
-  return from_vector(b, {k, 1}, DType::F32);
 }
 
 }  // namespace
@@ -103,25 +74,18 @@ int main(int argc, char** argv) {
     const int64_t features = pipeline.output_shape({csv->inputs().size(1)})[0];
     std::printf("%lld rows, features %lld -> %lld after one-hot; %lld train, %lld val\n", (long long)csv->size(),
                 (long long)csv->inputs().size(1), (long long)features, (long long)split[0]->size(), (long long)n_val);
-    data::LoaderOptions lo;
-    lo.batch_size = 64;
-    lo.shuffle = true;
-    lo.transform = pipeline;
-    data::DataLoader train(split[0], lo);
+    data::DataLoader train(split[0], {.batch_size = 64, .shuffle = true, .transform = pipeline});
     Tensor x_val = pipeline.apply_rows(split[1]->inputs()), y_val = split[1]->targets();
     // 3. Baseline: least squares on the same features (no intercept column: the one-hot
     // indicators add up to 1, so they already hold one intercept per city).
-    Tensor w = least_squares(pipeline.apply_rows(split[0]->inputs()), split[0]->targets());
+    Tensor w = linalg::lstsq(pipeline.apply_rows(split[0]->inputs()), split[0]->targets().unsqueeze(1));
     const double ls_mse = mse_loss(matmul(x_val, w).squeeze(1), y_val).item<double>();
     // 4. The MLP: SGD with momentum, the LR halved every 40 epochs, early stopping on val MSE.
     manual_seed(0);
     nn::models::MLP model({features, 64, 64, 1});
     optim::SGD opt(model.named_parameters(), {.lr = 0.02, .momentum = 0.9});
     optim::StepLR schedule(opt, 40, 0.5);
-    optim::EarlyStoppingOptions stop;
-    stop.patience = 15;
-    stop.min_delta = 1e-4;
-    optim::EarlyStopping stopper(stop);
+    optim::EarlyStopping stopper({.patience = 15, .min_delta = 1e-4});
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
       model.train();
       for (data::Batch& b : train) {

@@ -7,6 +7,7 @@ namespace brisk::kernels::cpu {
 void register_backend();      // kernels/cpu/cpu_backend.cpp
 void register_elementwise();  // kernels/cpu/elementwise.cpp
 void register_reduce();       // kernels/cpu/reduce.cpp
+void register_scan();         // kernels/cpu/scan.cpp (cumsum, cumprod, argsort)
 void register_linalg();       // kernels/cpu/gemm.cpp
 void register_shape();        // kernels/cpu/shape.cpp
 void register_index();        // kernels/cpu/index.cpp
@@ -23,6 +24,7 @@ inline void register_all() {
   register_backend();
   register_elementwise();
   register_reduce();
+  register_scan();
   register_linalg();
   register_linalg_decomp();
   register_shape();
