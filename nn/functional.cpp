@@ -92,10 +92,50 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
   return loss.sum();
 }
 
+namespace {
+
+// cross_entropy with class probabilities (target of the logits' shape), as PyTorch's
+// cross_entropy_loss_prob_target: -sum_c w[c] * q[c] * log_softmax(x)[c] with the smoothed
+// target q = (1 - eps) * target + eps / C; 'mean' divides by the number of samples
+// (N * d1 * ...), whatever the weights.
+Tensor cross_entropy_prob_target(const Tensor& logits, const Tensor& target, const Tensor& weight, Reduction reduction,
+                                 int64_t ignore_index, double label_smoothing) {
+  BRISK_CHECK(is_floating(target.dtype()), "cross_entropy: a target of the logits' shape ", logits.sizes(),
+              " holds class probabilities and must be floating, got ", target.dtype(),
+              " (class indices have no class dim: (N) or (N, d1, ...))");
+  BRISK_CHECK(ignore_index < 0, "cross_entropy: ignore_index (", ignore_index,
+              ") is not supported for probability targets");
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
+  const int64_t c = logits.size(class_dim);
+  Tensor logp = brisk::log_softmax(logits, class_dim);
+  Tensor q = label_smoothing > 0 ? target * (1 - label_smoothing) + label_smoothing / double(c) : target;
+  Tensor prod = logp * q;
+  if (weight.defined()) {
+    BRISK_CHECK(weight.dim() == 1 && weight.size(0) == c, "cross_entropy: weight ", weight.sizes(), " does not match ",
+                c, " classes");
+    Shape wshape;
+    for (int64_t d = 0; d < logits.dim(); ++d) wshape.push_back(d == class_dim ? c : 1);
+    prod = prod * weight.to(logp.dtype()).reshape(wshape);
+  }
+  switch (reduction) {
+    case Reduction::None: return neg(prod.sum({class_dim}));
+    case Reduction::Sum: return neg(prod.sum());
+    case Reduction::Mean: return neg(prod.sum()) / double(logits.numel() / std::max<int64_t>(c, 1));
+  }
+  return prod;
+}
+
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, Reduction reduction,
                      int64_t ignore_index, double label_smoothing) {
+  BRISK_CHECK(logits.defined() && target.defined(), "cross_entropy: undefined logits or target");
   BRISK_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing ", label_smoothing,
               " is outside [0, 1]");
+  // As PyTorch: a target of the logits' own shape holds class probabilities.
+  if (logits.dim() >= 1 && target.sizes() == logits.sizes()) {
+    return cross_entropy_prob_target(logits, target, weight, reduction, ignore_index, label_smoothing);
+  }
   auto [x, t] = flatten_classes(logits, target, "cross_entropy");
   Tensor loss;
   if (!weight.defined()) {
@@ -175,6 +215,11 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bo
     loss = masked_fill(target * log(safe), zero, 0.0) - target * input;
   }
   return reduce(loss, reduction);
+}
+
+Tensor kl_div_batchmean(const Tensor& input, const Tensor& target, bool log_target) {
+  Tensor total = kl_div(input, target, Reduction::Sum, log_target);
+  return input.dim() == 0 ? total : total / double(input.size(0));
 }
 
 }  // namespace brisk::nn::functional

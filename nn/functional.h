@@ -52,7 +52,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool causal = false, double dropout_p = 0.0, bool training = true);
 
 // ---- losses (nn/functional.cpp); reduction none/mean/sum as PyTorch
-// logits (N, C) or (N, C, d1, ...), target I64 (N) or (N, d1, ...); weight (C) or undefined.
+// logits (N, C) or (N, C, d1, ...), target I64 class indices (N) or (N, d1, ...), or floating
+// class probabilities of the logits' shape (PyTorch's soft targets: mean divides by N * d1 * ...,
+// not by the weights; ignore_index must stay negative); weight (C) or undefined.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = {},
                      Reduction reduction = Reduction::Mean, int64_t ignore_index = -100, double label_smoothing = 0.0);
 // log_probs (N, C) or (N, C, d1, ...), target I64.
@@ -69,5 +71,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // Reduction::Mean averages over all elements, as PyTorch's 'mean'.
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
               bool log_target = false);
+// PyTorch's reduction='batchmean' (the true KL divergence per sample): the sum divided by
+// input.size(0) (the sum for a 0-dim input).
+Tensor kl_div_batchmean(const Tensor& input, const Tensor& target, bool log_target = false);
 
 }  // namespace brisk::nn::functional

@@ -45,7 +45,8 @@ void Module::name_scopes() {
 }
 
 Tensor Module::call_with_hooks(const Tensor& x) {
-  if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
+  if (pre_hooks_.empty() && hooks_.empty() && derived_.empty()) return forward(x);
+  refresh_derived();
   Tensor in = x;
   for (auto& [id, hook] : pre_hooks_) hook(*this, in);
   Tensor out = forward(in);
@@ -170,8 +171,10 @@ Module& Module::submodule(const std::string& path) {
 
 Tensor& Module::parameter(const std::string& name) {
   auto it = find_named(params_, name);
-  BRISK_CHECK(it != params_.end(), type_name_, ": no parameter '", name, "'");
-  return it->second;
+  if (it != params_.end()) return it->second;
+  auto d = std::find_if(derived_.begin(), derived_.end(), [&](const Derived& e) { return e.name == name; });
+  BRISK_CHECK(d != derived_.end(), type_name_, ": no parameter '", name, "'");
+  return d->value;
 }
 
 Tensor& Module::buffer(const std::string& name) {
@@ -182,7 +185,60 @@ Tensor& Module::buffer(const std::string& name) {
 
 Tensor Module::maybe_parameter(const std::string& name) const {
   auto it = find_named(params_, name);
-  return it == params_.end() ? Tensor() : it->second;
+  if (it != params_.end()) return it->second;
+  auto d = std::find_if(derived_.begin(), derived_.end(), [&](const Derived& e) { return e.name == name; });
+  return d == derived_.end() ? Tensor() : d->value;
+}
+
+Tensor Module::remove_parameter(const std::string& name) {
+  auto it = find_named(params_, name);
+  BRISK_CHECK(it != params_.end(), type_name_, ": remove_parameter: no parameter '", name, "'");
+  Tensor t = std::move(it->second);
+  params_.erase(it);
+  return t;
+}
+
+Tensor Module::remove_buffer(const std::string& name) {
+  auto it = find_named(buffers_, name);
+  BRISK_CHECK(it != buffers_.end(), type_name_, ": remove_buffer: no buffer '", name, "'");
+  Tensor t = std::move(it->second);
+  buffers_.erase(it);
+  std::erase(non_persistent_, name);
+  return t;
+}
+
+void Module::set_derived(const std::string& name, DeriveFn fn) {
+  check_name(type_name_, name, "derived tensor");
+  BRISK_CHECK(find_named(params_, name) == params_.end(), type_name_, ": set_derived: '", name,
+              "' is a parameter (remove it first)");
+  BRISK_CHECK(fn, type_name_, ": set_derived('", name, "') with an empty function");
+  Tensor value = fn(*this);
+  auto d = std::find_if(derived_.begin(), derived_.end(), [&](const Derived& e) { return e.name == name; });
+  if (d != derived_.end()) {
+    d->fn = std::move(fn);
+    d->value = std::move(value);
+  } else {
+    derived_.push_back({name, std::move(fn), std::move(value)});
+  }
+}
+
+void Module::remove_derived(const std::string& name) {
+  auto n = std::erase_if(derived_, [&](const Derived& e) { return e.name == name; });
+  BRISK_CHECK(n > 0, type_name_, ": remove_derived: no derived tensor '", name, "'");
+}
+
+bool Module::has_derived(const std::string& name) const {
+  return std::any_of(derived_.begin(), derived_.end(), [&](const Derived& e) { return e.name == name; });
+}
+
+std::vector<std::string> Module::derived_names() const {
+  std::vector<std::string> out;
+  for (const auto& e : derived_) out.push_back(e.name);
+  return out;
+}
+
+void Module::refresh_derived() {
+  for (auto& e : derived_) e.value = e.fn(*this);
 }
 
 Tensor Module::maybe_buffer(const std::string& name) const {
@@ -243,6 +299,7 @@ void Module::to(Device device) {
   for (auto& [n, t] : buffers_) {
     if (t.defined() && !(t.device() == device)) t.set_data(t.to(device));
   }
+  refresh_derived();
   for (auto& [n, c] : children_) c->to(device);
 }
 
@@ -255,6 +312,7 @@ void Module::to(DType dtype) {
   for (auto& [n, t] : buffers_) {
     if (t.defined() && is_floating(t.dtype()) && t.dtype() != dtype) t.set_data(cast(t, dtype));
   }
+  refresh_derived();
   for (auto& [n, c] : children_) c->to(dtype);
 }
 

@@ -23,9 +23,9 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // What load_state_dict found: keys the module has but the file lacks, keys the file has but the
 // module lacks, and keys present in both with different shapes.
 struct LoadReport {
-  std::vector<std::string> missing;
-  std::vector<std::string> unexpected;
-  std::vector<std::string> shape_mismatch;  // "name: file (a, b) vs module (c, d)"
+  std::vector<std::string> missing{};
+  std::vector<std::string> unexpected{};
+  std::vector<std::string> shape_mismatch{};  // "name: file (a, b) vs module (c, d)"
   bool ok() const { return missing.empty() && unexpected.empty() && shape_mismatch.empty(); }
   std::string str() const;
 };
@@ -49,6 +49,7 @@ class Module {
   Tensor& register_buffer(const std::string& name, Tensor t, bool persistent = true);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    static_assert(std::is_base_of_v<Module, M>, "register_module: the child must derive from brisk::nn::Module");
     add_child(name, m);
     return m;
   }
@@ -68,6 +69,21 @@ class Module {
   // The direct parameter / buffer `name`, or an undefined tensor (optional bias, stats).
   Tensor maybe_parameter(const std::string& name) const;
   Tensor maybe_buffer(const std::string& name) const;
+  // Unregisters a direct parameter / buffer and returns it (PyTorch's `del m._parameters[name]`;
+  // pruning renames `weight` to `weight_orig` this way, keeping the tensor's identity).
+  Tensor remove_parameter(const std::string& name);
+  Tensor remove_buffer(const std::string& name);
+
+  // ---- derived tensors: PyTorch's plain tensor attributes that a forward pre-hook recomputes
+  // (a pruned module's `weight` = weight_orig * weight_mask, nn/prune.h). fn runs when set and
+  // before each call's forward (before the pre-hooks), in the caller's grad mode, so gradients
+  // flow through it; parameter(name) and maybe_parameter(name) return the latest value when no
+  // parameter has that name. Neither a parameter nor a buffer: not in state_dict.
+  using DeriveFn = std::function<Tensor(Module&)>;
+  void set_derived(const std::string& name, DeriveFn fn);
+  void remove_derived(const std::string& name);
+  bool has_derived(const std::string& name) const;
+  std::vector<std::string> derived_names() const;
 
   // ---- state
   // Parameters and persistent buffers, as PyTorch's state_dict (same keys, same order).
@@ -118,6 +134,13 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::string> non_persistent_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
+  struct Derived {
+    std::string name;
+    DeriveFn fn;
+    Tensor value;
+  };
+  std::vector<Derived> derived_;
+  void refresh_derived();
   std::vector<std::pair<int, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<int, ForwardHook>> hooks_;
   int next_hook_ = 0;
