@@ -25,8 +25,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (causal) {
     int64_t t = q.size(-2), s = k.size(-2);
     // Position i may attend to j <= i + (s - t) (aligned at the end, as PyTorch for t == s).
-    Tensor rows = arange(t, DType::I64).unsqueeze(1);
-    Tensor cols = arange(s, DType::I64).unsqueeze(0);
+    Tensor rows = arange(t, DType::I64, q.device()).unsqueeze(1);  // on q's device: GPT-2 runs on CUDA
+    Tensor cols = arange(s, DType::I64, q.device()).unsqueeze(0);
     Tensor future = gt(cols, rows + double(s - t));
     scores = masked_fill(scores, future, neg_inf);
   }
@@ -181,6 +181,58 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   Tensor dq = clamp_max(d, beta);
   Tensor loss = where(small, dq * dq * (0.5 / beta), d - 0.5 * beta);
   return reduce(loss, reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& x, const Tensor& y, const Tensor& weight, Reduction reduction) {
+  BRISK_CHECK(x.defined() && y.defined() && x.sizes() == y.sizes(), "binary_cross_entropy: target ",
+              y.defined() ? y.str() : "undefined", " does not match input ", x.defined() ? x.str() : "undefined");
+  BRISK_CHECK(is_floating(x.dtype()), "binary_cross_entropy: expects floating probabilities, got ", x.str());
+  BRISK_CHECK(x.numel() == 0 || (amin(x.detach()).item<double>() >= 0 && amax(x.detach()).item<double>() <= 1),
+              "binary_cross_entropy: input values must be in [0, 1] (probabilities; use "
+              "binary_cross_entropy_with_logits for logits)");
+  // log clamped at -100 as PyTorch, so 0 * log(0) stays finite. The gradient through the clamp
+  // is 0 where it binds (x = 0 or 1 exactly), where PyTorch's formula divides by eps instead.
+  Tensor log_x = clamp_min(log(x), -100.0);
+  Tensor log_1mx = clamp_min(log(1.0 - x), -100.0);
+  Tensor loss = neg(y * log_x + (1.0 - y) * log_1mx);
+  if (weight.defined()) loss = loss * weight;
+  return reduce(loss, reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  BRISK_CHECK(delta > 0, "huber_loss: delta must be positive, got ", delta);
+  // smooth_l1 with beta = delta, times delta (PyTorch's identity).
+  return smooth_l1_loss(input, target, reduction, delta) * delta;
+}
+
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& y, double margin, Reduction reduction) {
+  BRISK_CHECK(x1.defined() && x2.defined() && y.defined() && x1.sizes() == x2.sizes() && x1.dim() >= 1 &&
+                  x1.dim() <= 2 && y.dim() == x1.dim() - 1 && (y.dim() == 0 || y.size(0) == x1.size(0)),
+              "cosine_embedding_loss: expects x1, x2 of one shape (N, D) or (D) and y (N) or 0-dim, got ",
+              x1.defined() ? x1.str() : "undefined", ", ", x2.defined() ? x2.str() : "undefined", ", ",
+              y.defined() ? y.str() : "undefined");
+  const double eps = 1e-12;  // PyTorch's EPSILON in the squared norms (aten Loss.cpp)
+  Tensor dot = sum(x1 * x2, {-1});
+  Tensor m1 = sum(x1 * x1, {-1}) + eps, m2 = sum(x2 * x2, {-1}) + eps;
+  Tensor cos = dot / sqrt(m1 * m2);
+  Tensor yy = cast(y, cos.dtype());
+  Tensor pos = 1.0 - cos, neg_part = clamp_min(cos - margin, 0.0);
+  Tensor loss = where(eq(yy, ones_like(yy)), pos, where(eq(yy, -ones_like(yy)), neg_part, zeros_like(pos)));
+  return reduce(loss, reduction);
+}
+
+Tensor triplet_margin_loss(const Tensor& a, const Tensor& p_, const Tensor& n, double margin, double p, double eps,
+                           bool swap, Reduction reduction) {
+  BRISK_CHECK(a.defined() && p_.defined() && n.defined() && a.sizes() == p_.sizes() && a.sizes() == n.sizes() &&
+                  a.dim() >= 1 && a.dim() <= 2,
+              "triplet_margin_loss: expects anchor, positive, negative of one shape (N, D) or (D), got ",
+              a.defined() ? a.str() : "undefined", ", ", p_.defined() ? p_.str() : "undefined", ", ",
+              n.defined() ? n.str() : "undefined");
+  BRISK_CHECK(p > 0, "triplet_margin_loss: p must be positive, got ", p);
+  auto dist = [&](const Tensor& u, const Tensor& v) { return brisk::norm(u - v + eps, p, {-1}); };
+  Tensor d_ap = dist(a, p_), d_an = dist(a, n);
+  if (swap) d_an = minimum(d_an, dist(p_, n));
+  return reduce(clamp_min(d_ap - d_an + margin, 0.0), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, const Tensor& weight,

@@ -74,5 +74,19 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = R
 // PyTorch's reduction='batchmean' (the true KL divergence per sample): the sum divided by
 // input.size(0) (the sum for a 0-dim input).
 Tensor kl_div_batchmean(const Tensor& input, const Tensor& target, bool log_target = false);
+// PyTorch's BCELoss on probabilities in [0, 1] (logs clamped at -100, as PyTorch); prefer
+// binary_cross_entropy_with_logits for stability.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::Mean);
+// 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) (PyTorch's HuberLoss).
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, double delta = 1.0);
+// x1, x2 (N, D) or (D); y (N) or 0-dim of +1 / -1: 1 - cos where y = 1, max(0, cos - margin)
+// where y = -1 (PyTorch's CosineEmbeddingLoss, eps 1e-12 in the squared norms).
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& y, double margin = 0.0,
+                             Reduction reduction = Reduction::Mean);
+// max(d(a, p) - d(a, n) + margin, 0) with the p-norm distance of (a - b + eps) over the last
+// dim (PyTorch's TripletMarginLoss; swap uses min(d(a, n), d(p, n))).
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative, double margin = 1.0,
+                           double p = 2.0, double eps = 1e-6, bool swap = false, Reduction reduction = Reduction::Mean);
 
 }  // namespace brisk::nn::functional

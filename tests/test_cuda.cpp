@@ -1063,6 +1063,23 @@ TEST_CASE("cuda: layer_norm keeps F32 accuracy when the mean is large against th
   check_scaled(got[1], want[1], 1e-7, "mean");
 }
 
+TEST_CASE("cuda: causal attention and a GPT-2 block run on the device and match the CPU") {
+  BRISK_REQUIRE_GPU();
+  // The causal mask is built on the input's device (it was built on the CPU, so GPT-2 could
+  // not run on CUDA).
+  const Tensor q = u({2, 3, 5, 8}, -1, 1, 731, DType::F32), k = u({2, 3, 5, 8}, -1, 1, 732, DType::F32);
+  const Tensor v = u({2, 3, 5, 8}, -1, 1, 733, DType::F32);
+  Tensor want = nn::functional::scaled_dot_product_attention(q, k, v, {}, true);
+  Tensor got = nn::functional::scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, true);
+  check_scaled(got, want, 1e-5, "causal attention");
+  nn::MultiheadAttention cpu_mha(8, 2), gpu_mha(8, 2);
+  gpu_mha.load_state_dict(cpu_mha.state_dict());
+  gpu_mha.to(kGpu);
+  const Tensor x = u({2, 5, 8}, -1, 1, 734, DType::F32);
+  check_scaled(gpu_mha.forward(x.to(kGpu), x.to(kGpu), x.to(kGpu), {}, true),
+               cpu_mha.forward(x, x, x, {}, true), 1e-5, "causal MultiheadAttention");
+}
+
 TEST_CASE("cuda: max_pool2d windows that hold no input send their gradient to element 0, as on the CPU") {
   BRISK_REQUIRE_GPU();
   // H = 1, kernel 2, padding 1, dilation 2: both taps of every row window fall outside the
