@@ -1076,8 +1076,8 @@ TEST_CASE("cuda: causal attention and a GPT-2 block run on the device and match 
   gpu_mha.load_state_dict(cpu_mha.state_dict());
   gpu_mha.to(kGpu);
   const Tensor x = u({2, 5, 8}, -1, 1, 734, DType::F32);
-  check_scaled(gpu_mha.forward(x.to(kGpu), x.to(kGpu), x.to(kGpu), {}, true),
-               cpu_mha.forward(x, x, x, {}, true), 1e-5, "causal MultiheadAttention");
+  check_scaled(gpu_mha.forward(x.to(kGpu), x.to(kGpu), x.to(kGpu), {}, true), cpu_mha.forward(x, x, x, {}, true), 1e-5,
+               "causal MultiheadAttention");
 }
 
 TEST_CASE("cuda: max_pool2d windows that hold no input send their gradient to element 0, as on the CPU") {
