@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads)
   bool bad = false;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const M v = M(p[i]);
-    bad |= !isfinite(v);
+    bad |= !::isfinite(v);  // the device function, not brisk::isfinite(Tensor)
     if (scale) p[i] = T(v * inv);
   }
   if (bad) found[t] = 1;  // every writer stores the same value
