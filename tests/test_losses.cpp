@@ -4,27 +4,21 @@
 // sum(loss * cot) with respect to every floating input, in F64; and their errors.
 #include <doctest/doctest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "brisk.h"
+#include "tests/reference.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
 using brisk::test::error_text;
-using json = nlohmann::json;
+using brisk::test::json;
 namespace F = brisk::nn::functional;
 
 namespace {
 
-Tensor tensor_of(const json& t) {
-  Shape s;
-  for (const json& d : t["shape"]) s.push_back(d.get<int64_t>());
-  return from_vector(t["data"].get<std::vector<double>>(), s, DType::F64);
-}
+using test::tensor_of;
 
 Reduction reduction_of(const std::string& r) {
   if (r == "none") return Reduction::None;
@@ -46,9 +40,7 @@ Tensor run(const json& c, std::map<std::string, Tensor>& in, Reduction r) {
 }  // namespace
 
 TEST_CASE("losses: BCE, Huber, cosine embedding and triplet margin equal PyTorch's, values and gradients") {
-  std::ifstream f(std::filesystem::path(__FILE__).parent_path() / "data" / "losses" / "losses.json");
-  REQUIRE_MESSAGE(f.good(), "tests/data/losses/losses.json is missing (tests/make_losses_reference.py)");
-  const json ref = json::parse(f);
+  const json ref = test::read_reference("losses/losses.json");
   int checked = 0;
   for (const json& c : ref["cases"]) {
     for (const auto& [rname, rr] : c["reductions"].items()) {

@@ -16,65 +16,24 @@
 
 #include "engine/functions.h"
 #include "nn/recurrent.h"
+#include "tests/reference.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
 using brisk::test::error_text;
-using json = nlohmann::json;
+using brisk::test::json;
 
 namespace {
 
 const json& reference() {
-  static const json j = [] {
-    std::ifstream in(std::filesystem::path(__FILE__).parent_path() / "data" / "recurrent" / "recurrent.json");
-    REQUIRE(in.good());
-    return json::parse(in);
-  }();
+  static const json j = test::read_reference("recurrent/recurrent.json");
   return j;
 }
-
-const json& find_case(const std::string& name) {
-  for (const json& c : reference()["cases"])
-    if (c["name"] == name) return c;
-  FAIL("no reference case " << name);
-  static json none;
-  return none;
-}
-
-Tensor tensor_of(const json& j, DType dt) {
-  return from_vector(j["data"].get<std::vector<double>>(), Shape(j["shape"].get<std::vector<int64_t>>()), dt);
-}
-
-// The worst output / gradient errors of one case in one dtype, printed when the environment
-// sets BRISK_PRINT_PARITY (the numbers of the README's parity table).
-struct Worst {
-  double out = 0, grad = 0;
-  void print(const json& c, DType dt) const {
-    if (std::getenv("BRISK_PRINT_PARITY"))
-      std::printf("parity %-45s %s output %.2e grad %.2e\n", c["name"].get<std::string>().c_str(), dtype_name(dt), out,
-                  grad);
-  }
-};
-
-// max |x - ref| / max |ref|: the error relative to the tensor's scale.
-double rel_err(const Tensor& x, const json& ref) {
-  REQUIRE(x.defined());
-  REQUIRE(x.sizes() == Shape(ref["shape"].get<std::vector<int64_t>>()));
-  std::vector<double> a = x.to_vector<double>();
-  std::vector<double> r = ref["data"].get<std::vector<double>>();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - r[i]));
-    scale = std::max(scale, std::abs(r[i]));
-  }
-  return diff / std::max(scale, 1e-30);
-}
-
-nn::NamedTensors state_of(const json& params, DType dt) {
-  nn::NamedTensors s;
-  for (auto& [k, v] : params.items()) s.emplace_back(k, tensor_of(v, dt));
-  return s;
-}
+const json& find_case(const std::string& name) { return test::find_case(reference(), name); }
+using test::rel_err;
+using test::state_of;
+using test::tensor_of;
+using test::Worst;
 
 std::shared_ptr<nn::Module> build(const json& cfg) {
   const std::string kind = cfg["kind"];
