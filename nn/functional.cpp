@@ -211,7 +211,7 @@ Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& y
               "cosine_embedding_loss: expects x1, x2 of one shape (N, D) or (D) and y (N) or 0-dim, got ",
               x1.defined() ? x1.str() : "undefined", ", ", x2.defined() ? x2.str() : "undefined", ", ",
               y.defined() ? y.str() : "undefined");
-  const double eps = 1e-12;  // PyTorch's EPSILON in the squared norms (aten Loss.cpp)
+  const double eps = 1e-12;  // PyTorch's EPSILON in the squared norms (ATen's loss code)
   Tensor dot = sum(x1 * x2, {-1});
   Tensor m1 = sum(x1 * x1, {-1}) + eps, m2 = sum(x2 * x2, {-1}) + eps;
   Tensor cos = dot / sqrt(m1 * m2);
