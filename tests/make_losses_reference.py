@@ -5,7 +5,10 @@
 # For each case: the inputs, and per reduction the loss and the gradient of sum(loss * cot)
 # with respect to every floating input but y and w (cot: a stored cotangent for "none", 1 otherwise).
 # Losses: binary_cross_entropy (with weight), huber_loss (delta 1 and 0.5),
-# cosine_embedding_loss (margin 0 and 0.3), triplet_margin_loss (p 2 and 1, swap).
+# cosine_embedding_loss (margin 0 and 0.3), triplet_margin_loss (p 2 and 1, swap), and the
+# older ones without parity data before: nll_loss (class weights, ignore_index, (N, C, d)),
+# l1_loss, smooth_l1_loss (beta 1 and 0.5), binary_cross_entropy_with_logits (weight,
+# pos_weight), kl_div (log_target or not).
 import json
 
 import torch
@@ -24,7 +27,7 @@ def case(name, fn, inputs, extra=None):
     if extra:
         out.update(extra)
     for r in ("none", "mean", "sum"):
-        ins = {k: (v.clone().requires_grad_(v.is_floating_point() and k not in ("y", "w"))) for k, v in inputs.items()}
+        ins = {k: (v.clone().requires_grad_(v.is_floating_point() and k not in ("y", "w", "pw"))) for k, v in inputs.items()}
         loss = fn(ins, r)
         cot = torch.rand(loss.shape, dtype=DT) if r == "none" else torch.ones((), dtype=DT)
         (loss * cot).sum().backward()
@@ -61,6 +64,33 @@ for pn, swap in ((2.0, False), (1.0, False), (2.0, True)):
                       lambda i, r, pn=pn, s=swap: F.triplet_margin_loss(i["a"], i["p"], i["n"], margin=0.7, p=pn,
                                                                        swap=s, reduction=r),
                       {"a": an, "p": po, "n": ne}, {"p": pn, "swap": swap, "margin": 0.7}))
+lp = torch.log_softmax(torch.randn(6, 4, dtype=DT), 1)
+cls = torch.tensor([0, 3, 1, -100, 2, 3])
+cw = torch.rand(4, dtype=DT) + 0.5
+cases.append(case("nll weight ignore_index",
+                  lambda i, r: F.nll_loss(i["x"], i["y"].long(), weight=i["w"], ignore_index=-100, reduction=r),
+                  {"x": lp, "y": cls.to(DT), "w": cw}))
+lp3 = torch.log_softmax(torch.randn(2, 4, 3, dtype=DT), 1)
+cls3 = torch.randint(0, 4, (2, 3))
+cases.append(case("nll (N, C, d)", lambda i, r: F.nll_loss(i["x"], i["y"].long(), reduction=r),
+                  {"x": lp3, "y": cls3.to(DT)}))
+cases.append(case("l1", lambda i, r: F.l1_loss(i["x"], i["t"], reduction=r), {"x": a, "t": b}))
+for beta in (1.0, 0.5):
+    cases.append(case(f"smooth_l1 beta {beta}",
+                      lambda i, r, be=beta: F.smooth_l1_loss(i["x"], i["t"], reduction=r, beta=be),
+                      {"x": a, "t": b}, {"beta": beta}))
+logits = torch.randn(4, 3, dtype=DT) * 3
+pw = torch.rand(3, dtype=DT) + 0.5
+cases.append(case("bce_with_logits weight pos_weight",
+                  lambda i, r: F.binary_cross_entropy_with_logits(i["x"], i["t"], weight=i["w"], pos_weight=i["pw"],
+                                                                  reduction=r),
+                  {"x": logits, "t": y, "w": w, "pw": pw}))
+q = torch.softmax(torch.randn(4, 5, dtype=DT), 1)
+lq = torch.log_softmax(torch.randn(4, 5, dtype=DT), 1)
+for log_target in (False, True):
+    cases.append(case(f"kl_div log_target {log_target}",
+                      lambda i, r, lt=log_target: F.kl_div(i["x"], i["t"], reduction=r, log_target=lt),
+                      {"x": lq, "t": torch.log(q) if log_target else q}, {"log_target": log_target}))
 with open("tests/data/losses/losses.json", "w") as f:
     json.dump({"torch": torch.__version__, "cases": cases}, f)
 print(f"wrote {len(cases)} cases")

@@ -1,5 +1,6 @@
-// tests/test_losses.cpp: binary_cross_entropy, huber_loss, cosine_embedding_loss and
-// triplet_margin_loss (nn/functional.h) against PyTorch 1.13 (tests/data/losses/losses.json,
+// tests/test_losses.cpp: binary_cross_entropy, huber_loss, cosine_embedding_loss,
+// triplet_margin_loss, nll_loss, l1_loss, smooth_l1_loss, binary_cross_entropy_with_logits and
+// kl_div (nn/functional.h) against PyTorch 1.13 (tests/data/losses/losses.json,
 // made by tests/make_losses_reference.py): the loss for each reduction and the gradients of
 // sum(loss * cot) with respect to every floating input, in F64; and their errors.
 #include <doctest/doctest.h>
@@ -28,18 +29,25 @@ Reduction reduction_of(const std::string& r) {
 
 Tensor run(const json& c, std::map<std::string, Tensor>& in, Reduction r) {
   const std::string name = c["name"];
-  if (name.rfind("bce", 0) == 0)
+  if (name == "bce" || name == "bce weight")
     return F::binary_cross_entropy(in["x"], in["t"], in.count("w") ? in["w"] : Tensor(), r);
   if (name.rfind("huber", 0) == 0) return F::huber_loss(in["x"], in["t"], r, c["delta"].get<double>());
   if (name.rfind("cosine", 0) == 0)
     return F::cosine_embedding_loss(in["x1"], in["x2"], in["y"], c["margin"].get<double>(), r);
+  if (name.rfind("nll", 0) == 0)
+    return F::nll_loss(in["x"], in["y"].to(DType::I64), in.count("w") ? in["w"] : Tensor(), r, -100);
+  if (name == "l1") return F::l1_loss(in["x"], in["t"], r);
+  if (name.rfind("smooth_l1", 0) == 0) return F::smooth_l1_loss(in["x"], in["t"], r, c["beta"].get<double>());
+  if (name.rfind("bce_with_logits", 0) == 0)
+    return F::binary_cross_entropy_with_logits(in["x"], in["t"], in["w"], in["pw"], r);
+  if (name.rfind("kl_div", 0) == 0) return F::kl_div(in["x"], in["t"], r, c["log_target"].get<bool>());
   return F::triplet_margin_loss(in["a"], in["p"], in["n"], c["margin"].get<double>(), c["p"].get<double>(), 1e-6,
                                 c["swap"].get<bool>(), r);
 }
 
 }  // namespace
 
-TEST_CASE("losses: BCE, Huber, cosine embedding and triplet margin equal PyTorch's, values and gradients") {
+TEST_CASE("losses: BCE, Huber, cosine, triplet, NLL, L1, SmoothL1, BCEWithLogits, KLDiv equal PyTorch's") {
   const json ref = test::read_reference("losses/losses.json");
   int checked = 0;
   for (const json& c : ref["cases"]) {
@@ -62,7 +70,7 @@ TEST_CASE("losses: BCE, Huber, cosine embedding and triplet margin equal PyTorch
       ++checked;
     }
   }
-  CHECK(checked == 27);
+  CHECK(checked == 51);  // 17 cases x 3 reductions
 }
 
 TEST_CASE("losses: bad inputs are clear errors") {
