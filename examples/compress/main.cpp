@@ -1,13 +1,21 @@
 // examples/compress/main.cpp: model compression on Fashion-MNIST, one stage after another, with
 // one table row per stage: test accuracy, parameters, bytes of its safetensors file, inference
-// ms per batch of 128 and training ms per step. Stages so far: a teacher (the main job's
-// SmallCNN), a small student trained alone, and the same student (same initial weights, same
-// batch order) distilled from the teacher (nn/distill.h: T^2-scaled soft targets mixed with the
-// labels, optionally feature matching through a 1x1 conv adapter). Then the gap the distilled
-// student recovers: (distilled - alone) / (teacher - alone).
+// ms per batch of 128 and training ms per step. Stages: a teacher (the main job's SmallCNN), a
+// small student trained alone, and the same student (same initial weights, same batch order)
+// distilled from the teacher (nn/distill.h: T^2-scaled soft targets mixed with the labels,
+// optionally feature matching through a 1x1 conv adapter). Then copies of the distilled student
+// compressed (prune_stages, quantize_stages): a control fine-tuned uncompressed ("dense-ft");
+// 90% of its conv and linear weights masked by global L1 pruning (nn/prune.h), one shot or on
+// Zhu and Gupta's cubic ramp, fine-tuned; half of its conv channels removed physically
+// (nn/prune_channels.h) and fine-tuned; static int8 PTQ with calibration and QAT (fake
+// quantization, fine-tuned, converted) (nn/quantize.h). Summary lines at the end: the gap the
+// distilled student recovers, (distilled - alone) / (teacher - alone), and what each
+// compression costs in accuracy against the distilled student and the control, with its
+// inference speedup timed interleaved with the dense student.
 //   compress [--epochs N] [--quick] [--student-epochs N] [--student-limit N] [--temperature T]
-//            [--alpha A] [--feature-weight W] [--teacher FILE]   (--help lists all)
-// Not here yet: the pruning and quantization stages (prune_stages / quantize_stages below).
+//            [--alpha A] [--feature-weight W] [--teacher FILE] [--finetune-epochs N]
+//            [--finetune-limit N] [--sparsity S] [--channels A]   (--help lists all)
+// Not here: sparse storage or sparse kernels (the 90%-sparse models are stored and run dense).
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +31,9 @@
 #include "examples/fashion_mnist/evaluate.h"
 #include "examples/fashion_mnist/progress.h"
 #include "nn/distill.h"
+#include "nn/prune.h"
+#include "nn/prune_channels.h"
+#include "nn/quantize.h"
 
 using namespace brisk;
 
@@ -46,6 +57,14 @@ struct Args {
   std::string data = data::FashionMNIST::kDefaultRoot;
   std::string out = "runs/compress";
   std::string teacher;  // a trained teacher's safetensors (a previous run's teacher.safetensors)
+  // The compression stages' fine-tunes (pruned models and QAT): labels only, OneCycle at
+  // finetune_lr, on the first finetune_limit samples of the students' set (0: all of it).
+  int64_t finetune_epochs = 1;
+  int64_t finetune_limit = 0;
+  double finetune_lr = 1e-3;
+  double sparsity = 0.9;            // unstructured: fraction of conv + linear weights masked
+  double channels = 0.5;            // structured: fraction of each conv's output channels removed
+  int64_t calibration_batches = 8;  // static PTQ: training batches through the observers
 };
 
 void usage() {
@@ -67,7 +86,13 @@ void usage() {
       "  --data DIR           Fashion-MNIST IDX files (default %s)\n"
       "  --out DIR            safetensors files of each stage (default runs/compress)\n"
       "  --teacher FILE       load the teacher (SmallCNN safetensors, e.g. a previous run's\n"
-      "                       <out>/teacher.safetensors) instead of training it\n",
+      "                       <out>/teacher.safetensors) instead of training it\n"
+      "  --finetune-epochs N  epochs of each compression fine-tune (pruned models, QAT; default 1)\n"
+      "  --finetune-limit N   fine-tune on the first N samples of the students' set (default: all)\n"
+      "  --finetune-lr X      OneCycle max learning rate of the fine-tunes (default 1e-3)\n"
+      "  --sparsity S         unstructured pruning: fraction of conv+linear weights masked (default 0.9)\n"
+      "  --channels A         structured pruning: fraction of conv channels removed (default 0.5)\n"
+      "  --calibration N      static PTQ: training batches of 128 run through the observers (default 8)\n",
       data::FashionMNIST::kDefaultRoot);
 }
 
@@ -112,6 +137,18 @@ Args parse_args(int argc, char** argv) {
       a.out = value();
     } else if (k == "--teacher") {
       a.teacher = value();
+    } else if (k == "--finetune-epochs") {
+      a.finetune_epochs = std::stoll(value());
+    } else if (k == "--finetune-limit") {
+      a.finetune_limit = std::stoll(value());
+    } else if (k == "--finetune-lr") {
+      a.finetune_lr = std::stod(value());
+    } else if (k == "--sparsity") {
+      a.sparsity = std::stod(value());
+    } else if (k == "--channels") {
+      a.channels = std::stod(value());
+    } else if (k == "--calibration") {
+      a.calibration_batches = std::stoll(value());
     } else {
       throw std::runtime_error("unknown option " + k + " (see --help)");
     }
@@ -124,6 +161,12 @@ Args parse_args(int argc, char** argv) {
   if (a.student_limit == 0) a.student_limit = a.limit;
   if (a.epochs < 1 || a.student_epochs < 1 || a.limit < 0 || a.student_limit < 0 || a.width < 1 || a.threads < 0) {
     throw std::runtime_error("--epochs, --student-epochs and --width must be positive; --limit, --threads >= 0");
+  }
+  if (a.finetune_epochs < 1 || a.finetune_limit < 0 || a.calibration_batches < 1 || !(a.sparsity >= 0) ||
+      !(a.sparsity <= 1) || !(a.channels >= 0) || !(a.channels < 1)) {
+    throw std::runtime_error(
+        "--finetune-epochs and --calibration must be positive, --finetune-limit >= 0, --sparsity in [0, 1], "
+        "--channels in [0, 1)");
   }
   return a;
 }
@@ -161,6 +204,8 @@ struct Stage {
   double infer_ms = 0;
   double step_ms = 0;  // 0: the stage trains nothing
   std::string note;
+  double sparsity = 0;  // zeros / entries of the conv and linear weights (the "sparse" stages)
+  double speedup = 0;   // inference against the dense F32 student, timed interleaved (0: not timed)
 };
 
 // What every stage reads: the options, the loaders, a fixed test batch for timings.
@@ -169,7 +214,8 @@ struct Context {
   data::DataLoader* teacher_loader = nullptr;
   data::DataLoader* student_loader = nullptr;  // the teacher's unless --student-limit
   data::DataLoader* test_loader = nullptr;
-  Tensor timing_batch;  // (128, 1, 28, 28), normalized
+  data::DataLoader* finetune_loader = nullptr;  // the students' unless --finetune-limit
+  Tensor timing_batch;                          // (128, 1, 28, 28), normalized
 };
 
 // Median wall ms of forward passes on the timing batch, eval mode, no graph.
@@ -188,14 +234,38 @@ double inference_ms(nn::Module& model, const Tensor& batch) {
   return ms[ms.size() / 2];
 }
 
+// Inference of `reference` over `model`'s, each the best of 3 interleaved inference_ms calls,
+// so load from other processes on a shared machine costs both alike (the table's single
+// measurements, minutes apart, are not comparable to a few tens of percent).
+double paired_speedup(nn::Module& reference, nn::Module& model, const Tensor& batch) {
+  double ref = 1e30, ms = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    ref = std::min(ref, inference_ms(reference, batch));
+    ms = std::min(ms, inference_ms(model, batch));
+  }
+  return ref / ms;
+}
+
 // Test accuracy, parameters, file size and inference time of a model; step_ms from training.
-Stage measure(const std::string& name, nn::Module& model, Context& ctx, double step_ms, std::string note = "") {
+// A quantized model (quantized: true) is saved with nn::quantize::save_quantized; its weights
+// are int8 buffers, not parameters, so it counts the elements of every "weight" and "bias"
+// (the same numbers as the float model it came from).
+Stage measure(const std::string& name, nn::Module& model, Context& ctx, double step_ms, std::string note = "",
+              bool quantized = false) {
   Stage s;
   s.name = name;
   s.acc = fashion_mnist::evaluate(model, *ctx.test_loader).acc;
-  s.params = model.num_parameters();
   const std::string path = ctx.args.out + "/" + name + ".safetensors";
-  nn::save_module(model, path, {{"stage", name}});
+  if (quantized) {
+    for (const auto& [key, t] : model.state_dict()) {
+      const std::string leaf = key.substr(key.rfind('.') + 1);
+      if (leaf == "weight" || leaf == "bias") s.params += t.numel();
+    }
+    nn::quantize::save_quantized(model, path);
+  } else {
+    s.params = model.num_parameters();
+    nn::save_module(model, path, {{"stage", name}});
+  }
   s.bytes = int64_t(std::filesystem::file_size(path));
   s.infer_ms = inference_ms(model, ctx.timing_batch);
   s.step_ms = step_ms;
@@ -207,13 +277,17 @@ using LossFn = std::function<Tensor(const data::Batch&)>;
 
 // Adam + OneCycle (per batch) over `params` for `epochs`, starting the loader at epoch 0 so
 // every stage sees the same batches; prints loss and test accuracy per epoch. Returns the mean
-// wall ms per training step (forward, loss, backward, optimizer step).
+// wall ms per training step (forward, loss, backward, optimizer step). lr: the OneCycle max
+// learning rate (0: --lr). before_step (optional) runs before each step with the step's index
+// from 0, outside the timing (the gradual pruner's masks).
 double train(const std::string& label, nn::Module& model, const nn::NamedTensors& params, data::DataLoader& loader,
-             int64_t epochs, Context& ctx, const LossFn& loss_of) {
+             int64_t epochs, Context& ctx, const LossFn& loss_of, double lr = 0,
+             const std::function<void(int64_t)>& before_step = {}) {
   const Args& a = ctx.args;
-  optim::Adam opt(params, {.lr = a.lr});
+  if (lr == 0) lr = a.lr;
+  optim::Adam opt(params, {.lr = lr});
   optim::OneCycleLROptions o;
-  o.max_lr = {a.lr};
+  o.max_lr = {lr};
   o.epochs = epochs;
   o.steps_per_epoch = loader.num_batches();
   optim::OneCycleLR sched(opt, o);
@@ -227,6 +301,7 @@ double train(const std::string& label, nn::Module& model, const nn::NamedTensors
     double loss_sum = 0;
     int64_t done = 0, samples = 0;
     while (auto batch = loader.next()) {
+      if (before_step) before_step(steps);
       const double t0 = now_s();
       Tensor loss = loss_of(*batch);
       opt.zero_grad();
@@ -247,25 +322,182 @@ double train(const std::string& label, nn::Module& model, const nn::NamedTensors
   return 1e3 * step_seconds / double(steps);
 }
 
-// ---- The stages to come (issue 15). The lead fills these in; each returns its table rows and
-// may replace `student` by its compressed form for the stages after it.
+// ---- Compression of the distilled student (issue 15). Every stage works on its own copy of
+// the distilled student, so each compression is measured against the same F32 model (the
+// "distilled" row) and the costs do not compound. The student suits the channel walk (Note
+// [Channel dependency walk] in nn/prune_channels.h): its root forward runs "features" then
+// "classifier" in registration order, and each conv reaches the next conv or the first Linear
+// through ReLU and max pooling only, so both convs can lose channels (no need to fall back to
+// the teacher). The dense reference for timings is the "student" row: the same architecture
+// trained alone (the "distilled" row's step also runs the teacher).
 
-// Pruning (nn/prune.h): 90% L1 unstructured on the distilled student + fine-tuning (target: at
-// most 0.5 points lost), then 50% of the conv channels removed physically (a smaller dense
-// model, faster inference and training step).
-std::vector<Stage> prune_stages(std::shared_ptr<nn::Module>& student, Context& ctx) {
-  (void)student;
-  (void)ctx;
-  return {};
+LossFn plain_ce(nn::Module& m) {
+  return [&m](const data::Batch& b) { return cross_entropy(m(b.input), b.target); };
 }
 
-// Quantization (nn/quantize.h): static int8 PTQ with calibration (conv+relu folding) and QAT
-// with fake quantization, then convert (target: int8 at most 0.5 points below F32, about 2x
-// faster inference).
+std::shared_ptr<TinyCNN> copy_of(nn::Module& student, const Context& ctx) {
+  auto m = std::make_shared<TinyCNN>(ctx.args.width);
+  m->load_state_dict(student.state_dict());
+  return m;
+}
+
+// The short fine-tune of a compressed model: labels only, --finetune-lr, --finetune-epochs.
+double finetune(const std::string& label, nn::Module& model, Context& ctx,
+                const std::function<void(int64_t)>& before_step = {}) {
+  return train(label, model, model.named_parameters(), *ctx.finetune_loader, ctx.args.finetune_epochs, ctx,
+               plain_ce(model), ctx.args.finetune_lr, before_step);
+}
+
+// Every conv and linear weight of m, for global pruning.
+std::vector<nn::prune::Param> prunable_weights(nn::Module& m) {
+  std::vector<nn::prune::Param> weights;
+  for (auto& [path, sub] : m.named_modules()) {
+    if (sub->type_name() == "Conv2d" || sub->type_name() == "Linear") weights.emplace_back(*sub, "weight");
+  }
+  return weights;
+}
+
+// Makes the masks permanent (weights with zeros, no masks: the file and forward of a dense
+// model) and returns the sparsity, also printed per tensor on stderr.
+nn::prune::SparsityReport make_permanent(const std::string& label, nn::Module& m,
+                                         const std::vector<nn::prune::Param>& weights) {
+  for (const nn::prune::Param& w : weights) nn::prune::remove(*w.module, w.name);
+  nn::prune::SparsityReport report = nn::prune::sparsity_report(m);
+  std::fprintf(stderr, "%s: after the fine-tune and prune::remove\n%s", label.c_str(), report.str().c_str());
+  return report;
+}
+
+// Pruning (nn/prune.h, nn/prune_channels.h). "sparse": global L1 unstructured over every conv
+// and linear weight (--sparsity, 90%), fine-tuned through the masks (the masked entries get no
+// update), then made permanent (prune::remove), so the file and the forward are the dense
+// layout with zeros: masks alone buy no speed or bytes without sparse kernels or sparse
+// storage. "channels": --channels (50%) of each conv's output channels, the filters with the
+// smallest L1 norm, removed physically (checked against the masked model on 16 images), then
+// fine-tuned: a smaller dense model.
+std::vector<Stage> prune_stages(std::shared_ptr<nn::Module>& student, Context& ctx) {
+  const Args& a = ctx.args;
+  std::vector<Stage> rows;
+  char note[320];
+  {  // the control: the same fine-tune with nothing pruned (extra epochs alone move accuracy)
+    auto m = copy_of(*student, ctx);
+    const double step = finetune("dense-ft", *m, ctx);
+    rows.push_back(measure("dense-ft", *m, ctx, step, "control: the distilled student fine-tuned as the pruned ones"));
+  }
+  {  // one shot: all of the sparsity at once, then the fine-tune
+    auto m = copy_of(*student, ctx);
+    const std::vector<nn::prune::Param> weights = prunable_weights(*m);
+    nn::prune::global_unstructured(weights, nn::prune::Method::L1, a.sparsity);
+    const double before = fashion_mnist::evaluate(*m, *ctx.test_loader).acc;
+    const double step = finetune("sparse", *m, ctx);
+    const nn::prune::SparsityReport report = make_permanent("sparse", *m, weights);
+    std::snprintf(note, sizeof note,
+                  "one-shot global L1 %g%%: %lld of %lld conv+linear weights zero; %.2f%% before fine-tune; stored "
+                  "and run dense",
+                  100 * a.sparsity, (long long)report.zeros(), (long long)report.elements(), 100 * before);
+    Stage s = measure("sparse", *m, ctx, step, note);
+    s.sparsity = report.sparsity();
+    s.speedup = paired_speedup(*student, *m, ctx.timing_batch);
+    rows.push_back(s);
+  }
+  {  // gradual (Zhu and Gupta): the cubic ramp 0 -> --sparsity in 10 global L1 steps over the
+     // first half of the fine-tune, the second half at the final sparsity
+    auto m = copy_of(*student, ctx);
+    const std::vector<nn::prune::Param> weights = prunable_weights(*m);
+    const int64_t steps = ctx.finetune_loader->num_batches() * a.finetune_epochs;
+    nn::prune::CubicSchedule schedule{.initial_sparsity = 0.0,
+                                      .final_sparsity = a.sparsity,
+                                      .begin_step = 0,
+                                      .num_steps = 10,
+                                      .frequency = std::max<int64_t>(1, steps / 20)};
+    nn::prune::GradualPruner pruner(weights, schedule, /*global=*/true);
+    const double step = finetune("sparse-gradual", *m, ctx, [&](int64_t t) { pruner.step(t); });
+    const nn::prune::SparsityReport report = make_permanent("sparse-gradual", *m, weights);
+    std::snprintf(note, sizeof note,
+                  "gradual global L1 (cubic, 10 steps every %lld over the fine-tune's first half) to %g%%: %lld of "
+                  "%lld weights zero; stored and run dense",
+                  (long long)schedule.frequency, 100 * a.sparsity, (long long)report.zeros(),
+                  (long long)report.elements());
+    Stage s = measure("sparse-gradual", *m, ctx, step, note);
+    s.sparsity = report.sparsity();
+    s.speedup = paired_speedup(*student, *m, ctx.timing_batch);
+    rows.push_back(s);
+  }
+  {
+    auto m = copy_of(*student, ctx);
+    const nn::prune::ChannelPlan plan =
+        nn::prune::prune_channels(*m, {.amount = a.channels, .norm = 1}, ctx.timing_batch.narrow(0, 0, 16));
+    std::fprintf(stderr, "channels: %s", plan.str().c_str());
+    const double before = fashion_mnist::evaluate(*m, *ctx.test_loader).acc;
+    const double step = finetune("channels", *m, ctx);
+    std::string widths;
+    for (const nn::prune::ChannelGroup& g : plan.groups) {
+      widths += (widths.empty() ? "" : ", ") + g.conv + " " + std::to_string(g.channels) + "->" +
+                std::to_string(g.keep.size());
+    }
+    std::snprintf(note, sizeof note, "%g%% of conv channels removed (L1 filters): %s; %.2f%% before fine-tune",
+                  100 * a.channels, widths.c_str(), 100 * before);
+    Stage s = measure("channels", *m, ctx, step, note);
+    s.speedup = paired_speedup(*student, *m, ctx.timing_batch);
+    rows.push_back(s);
+  }
+  // `student` stays the distilled student: quantize_stages starts from it again.
+  return rows;
+}
+
+// Quantization (nn/quantize.h) of the distilled student, so int8 is compared with the F32
+// model it came from (quantizing the sparse model would not keep its zeros through QAT, which
+// trains plain parameters, and the channel-pruned one would mix two losses in one number).
+// "int8-ptq": static post-training quantization: fuse (conv + ReLU + 2x2 max pool, linear +
+// ReLU), histogram observers on the inputs and per-channel symmetric int8 weights (PyTorch's
+// fbgemm default), --calibration training batches, convert. "int8-qat": fake quantization of
+// weights and inputs (moving-average min-max), fine-tuned with the straight-through estimator,
+// converted. Both files through save_quantized (int8 weights, F32 scales, I64 zero points).
 std::vector<Stage> quantize_stages(std::shared_ptr<nn::Module>& student, Context& ctx) {
-  (void)student;
-  (void)ctx;
-  return {};
+  namespace q = nn::quantize;
+  const Args& a = ctx.args;
+  const char* path = kernels::cpu::i8_gemm_path_name(kernels::cpu::i8_gemm_path());
+  std::vector<Stage> rows;
+  char note[320];
+  {
+    auto m = copy_of(*student, ctx);
+    q::prepare(m, q::default_qconfig());
+    int64_t seen = 0;
+    {
+      NoGradGuard no_grad;
+      data::DataLoader& loader = *ctx.student_loader;
+      loader.set_epoch(0);
+      for (int64_t i = 0; i < a.calibration_batches; ++i) {
+        auto batch = loader.next();
+        if (!batch) break;
+        (*m)(batch->input);
+        seen += batch->target.size(0);
+      }
+      loader.set_epoch(0);
+    }
+    q::convert(m);
+    std::snprintf(note, sizeof note,
+                  "static PTQ: conv+relu+pool fused, histogram observers, %lld calibration images, per-channel int8 "
+                  "weights, %s GEMM",
+                  (long long)seen, path);
+    Stage s = measure("int8-ptq", *m, ctx, 0, note, /*quantized=*/true);
+    s.speedup = paired_speedup(*student, *m, ctx.timing_batch);
+    rows.push_back(s);
+  }
+  {
+    auto m = copy_of(*student, ctx);
+    q::prepare_qat(m, q::default_qat_qconfig());
+    const double step = finetune("qat", *m, ctx);
+    const double fake = fashion_mnist::evaluate(*m, *ctx.test_loader).acc;
+    q::convert(m);
+    std::snprintf(note, sizeof note,
+                  "QAT: fake quant (moving-average min-max), %lld-epoch fine-tune, converted; fake-quant model %.2f%%; "
+                  "%s GEMM",
+                  (long long)a.finetune_epochs, 100 * fake, path);
+    Stage s = measure("int8-qat", *m, ctx, step, note, /*quantized=*/true);
+    s.speedup = paired_speedup(*student, *m, ctx.timing_batch);
+    rows.push_back(s);
+  }
+  return rows;
 }
 
 void print_table(const std::vector<Stage>& rows) {
@@ -294,6 +526,8 @@ int run(const Args& a) {
     return std::make_shared<data::Subset>(full_train, first);
   };
   data::DatasetPtr train_set = first_n(a.limit), student_set = first_n(a.student_limit);
+  const bool finetune_subset = a.finetune_limit > 0 && a.finetune_limit < student_set->size();
+  data::DatasetPtr finetune_set = finetune_subset ? first_n(a.finetune_limit) : student_set;
   data::LoaderOptions lo;
   lo.batch_size = 128;
   lo.shuffle = true;
@@ -304,6 +538,8 @@ int run(const Args& a) {
   data::DataLoader train_loader(train_set, lo);
   std::unique_ptr<data::DataLoader> student_loader;
   if (student_set != train_set) student_loader = std::make_unique<data::DataLoader>(student_set, lo);
+  std::unique_ptr<data::DataLoader> finetune_loader;
+  if (finetune_subset) finetune_loader = std::make_unique<data::DataLoader>(finetune_set, lo);
   lo.shuffle = false;
   data::DataLoader test_loader(test_set, lo);
 
@@ -311,6 +547,7 @@ int run(const Args& a) {
   ctx.args = a;
   ctx.teacher_loader = &train_loader;
   ctx.student_loader = student_loader ? student_loader.get() : &train_loader;
+  ctx.finetune_loader = finetune_loader ? finetune_loader.get() : ctx.student_loader;
   ctx.test_loader = &test_loader;
   ctx.timing_batch = test_loader.next()->input;
   test_loader.set_epoch(0);
@@ -322,9 +559,6 @@ int run(const Args& a) {
                (unsigned long long)a.seed);
 
   std::vector<Stage> rows;
-  auto plain_ce = [](nn::Module& m) {
-    return [&m](const data::Batch& b) { return cross_entropy(m(b.input), b.target); };
-  };
 
   // ---- 1. the teacher
   manual_seed(a.seed);
@@ -364,7 +598,7 @@ int run(const Args& a) {
                 a.temperature, a.alpha, a.feature_weight > 0 ? ", + features" : "");
   rows.push_back(measure("distilled", *student, ctx, step, note));
 
-  // ---- 4, 5. pruning and quantization of the distilled student (to come)
+  // ---- 4, 5. pruning and quantization of the distilled student
   for (Stage& s : prune_stages(student, ctx)) rows.push_back(s);
   for (Stage& s : quantize_stages(student, ctx)) rows.push_back(s);
 
@@ -377,6 +611,56 @@ int run(const Args& a) {
       100 * recovered, 100 * gap, gap > 0 ? 100 * recovered / gap : 0.0, (long long)train_set->size(),
       (long long)a.epochs, (long long)student_set->size(), (long long)a.student_epochs, (unsigned long long)a.seed,
       now_s() - start);
+
+  // What each compression costs against the model it started from (the distilled student; the
+  // targets' reference) and against the control (that model fine-tuned alike, uncompressed:
+  // the fine-tune's extra epochs alone move accuracy), and what it buys in speed against the
+  // dense F32 student timed interleaved with it.
+  auto find = [&](const std::string& name) -> const Stage* {
+    for (const Stage& s : rows) {
+      if (s.name == name) return &s;
+    }
+    return nullptr;
+  };
+  const Stage &dense = rows[1], &distilled = rows[2];
+  const Stage* control = find("dense-ft");
+  auto versus = [&](const Stage& s, bool target) {
+    const double d = 100 * (s.acc - distilled.acc);
+    char text[160];
+    int n = std::snprintf(text, sizeof text, "%.2f%% vs distilled %.2f%%: %+.2f points", 100 * s.acc,
+                          100 * distilled.acc, d);
+    if (target)
+      n += std::snprintf(text + n, sizeof text - size_t(n), " (target >= -0.50: %s)", d >= -0.5 ? "met" : "missed");
+    if (control && s.step_ms > 0) {
+      std::snprintf(text + n, sizeof text - size_t(n), "; %+.2f vs dense-ft %.2f%%", 100 * (s.acc - control->acc),
+                    100 * control->acc);
+    }
+    return std::string(text);
+  };
+  const std::string recipe =
+      std::to_string(a.finetune_epochs) + "-epoch fine-tune on " + std::to_string(finetune_set->size()) + " samples";
+  for (const char* name : {"sparse", "sparse-gradual"}) {
+    if (const Stage* s = find(name)) {
+      std::printf(
+          "%s: %.1f%% of conv+linear weights zero after a %s: %s; inference %.2fx the dense student's "
+          "(interleaved; dense kernels)\n",
+          name, 100 * s->sparsity, recipe.c_str(), versus(*s, true).c_str(), s->speedup);
+    }
+  }
+  if (const Stage* s = find("channels")) {
+    std::printf(
+        "channels: %g%% of conv channels removed, %s: %s; %lld -> %lld parameters, %lld -> %lld bytes; inference "
+        "%.2fx the dense student's (interleaved), training step %.2fx the student row's\n",
+        100 * a.channels, recipe.c_str(), versus(*s, false).c_str(), (long long)distilled.params, (long long)s->params,
+        (long long)distilled.bytes, (long long)s->bytes, s->speedup, s->step_ms > 0 ? dense.step_ms / s->step_ms : 0.0);
+  }
+  for (const char* name : {"int8-ptq", "int8-qat"}) {
+    if (const Stage* s = find(name)) {
+      std::printf("%s: %s; %lld -> %lld bytes (%.1fx smaller); inference %.2fx the F32 student's (interleaved)\n", name,
+                  versus(*s, true).c_str(), (long long)distilled.bytes, (long long)s->bytes,
+                  double(distilled.bytes) / double(s->bytes), s->speedup);
+    }
+  }
   return 0;
 }
 
