@@ -12,6 +12,8 @@
 // gives views (integers, slices, None, Ellipsis); copies for tensor indices. Everything is
 // differentiable in x (and in the values of index_put). A composite over slice, select,
 // unsqueeze, index_select and index_add: no op of its own.
+// Not here: the ops it is built from (engine/ops/shape.cpp, engine/ops/index.cpp), nonzero and
+// masked_select (engine/functions.h).
 #pragma once
 
 #include <cstdint>

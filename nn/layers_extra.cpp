@@ -1,4 +1,5 @@
 // nn/layers_extra.cpp: RMSNorm, InstanceNorm2d, Dropout2d and PReLU (nn/layers_extra.h).
+// Not here: BatchNorm, LayerNorm, GroupNorm and the other core layers (nn/layers.cpp).
 #include "nn/layers_extra.h"
 
 #include <limits>

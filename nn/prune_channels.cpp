@@ -1,5 +1,6 @@
 // nn/prune_channels.cpp: the channel dependency walk, channel selection, the masked model and
 // the physical removal of nn/prune_channels.h. See Note [Channel dependency walk].
+// Not here: the masks themselves (nn/prune.cpp).
 #include "nn/prune_channels.h"
 
 #include <algorithm>

@@ -624,6 +624,14 @@ std::vector<float> weight_scales(const QParams& q, int64_t out, const char* fn) 
 }
 
 // Registers the int values and qparams of a quantized weight as buffers (the saved names).
+// The weight's qparams as register_weight stored them (per channel on axis 0, or per tensor):
+// what each quantized module's repack() reads back, also after load_quantized.
+QParams stored_weight_qparams(const Module& m) {
+  const Tensor scale = m.maybe_buffer("weight_scale");
+  return make_qparams(scale.to_vector<float>(), m.maybe_buffer("weight_zero_point").to_vector<int64_t>(),
+                      scale.numel() > 1 ? 0 : -1, QDType::QInt8, -128, 127);
+}
+
 void register_weight(Module& m, const QTensor& w, const Tensor& bias) {
   m.register_buffer("weight", w.int_repr);
   m.register_buffer("weight_scale", w.qparams.scale);
@@ -707,10 +715,7 @@ DynamicQuantLinear::DynamicQuantLinear(const Linear& linear, const QParams& wq, 
 }
 
 void DynamicQuantLinear::repack() {
-  const QParams q =
-      make_qparams(buffer("weight_scale").to_vector<float>(), buffer("weight_zero_point").to_vector<int64_t>(),
-                   buffer("weight_scale").numel() > 1 ? 0 : -1, QDType::QInt8, -128, 127);
-  w_scale_ = weight_scales(q, out_features, "DynamicQuantLinear");
+  w_scale_ = weight_scales(stored_weight_qparams(*this), out_features, "DynamicQuantLinear");
   packed_ = pack_weight(buffer("weight"));
 }
 
@@ -727,10 +732,7 @@ QuantizedLinear::QuantizedLinear(const Tensor& weight, const Tensor& bias, const
 }
 
 void QuantizedLinear::repack() {
-  const QParams q =
-      make_qparams(buffer("weight_scale").to_vector<float>(), buffer("weight_zero_point").to_vector<int64_t>(),
-                   buffer("weight_scale").numel() > 1 ? 0 : -1, QDType::QInt8, -128, 127);
-  w_scale_ = weight_scales(q, out_features, "QuantizedLinear");
+  w_scale_ = weight_scales(stored_weight_qparams(*this), out_features, "QuantizedLinear");
   packed_ = pack_weight(buffer("weight"));
 }
 
@@ -756,10 +758,7 @@ QuantizedConv2d::QuantizedConv2d(const Conv2d& conv, const Tensor& weight, const
 }
 
 void QuantizedConv2d::repack() {
-  const QParams q =
-      make_qparams(buffer("weight_scale").to_vector<float>(), buffer("weight_zero_point").to_vector<int64_t>(),
-                   buffer("weight_scale").numel() > 1 ? 0 : -1, QDType::QInt8, -128, 127);
-  w_scale_ = weight_scales(q, out_channels, "QuantizedConv2d");
+  w_scale_ = weight_scales(stored_weight_qparams(*this), out_channels, "QuantizedConv2d");
   // GEMM depth in (i, j, c) order, channels innermost, as the channels-last im2col reads it.
   packed_ = pack_weight(buffer("weight").permute(Shape{0, 2, 3, 1}).contiguous());
 }

@@ -1,5 +1,6 @@
 // nn/recurrent.cpp: the recurrent cells and layers of nn/recurrent.h. One step of each cell
 // kind is a small function over engine ops; the sequence layers run the steps layer by layer.
+// Not here: the transformer layers (nn/transformer.cpp).
 #include "nn/recurrent.h"
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // nn/transformer.cpp: the transformer blocks of nn/transformer.h, composed of the layers of
 // nn/layers.h (MultiheadAttention, Linear, LayerNorm, Dropout); the masks are merged into the
 // one Bool mask MultiheadAttention takes.
+// Not here: attention itself (nn/layers.cpp, nn/functional.cpp) and the recurrent layers.
 #include "nn/transformer.h"
 
 #include "nn/functional.h"

@@ -2,6 +2,7 @@
 // composites a PyTorch port reaches for first: sort, topk, prod, max/min over a dim, flip,
 // roll, repeat/tile, tril/triu, split/chunk/unbind, norms, einsum, bmm/addmm/baddbmm/outer,
 // masked_select and tensor indexing. References are plain loops over the values.
+// Not here: the runner that checks every spec (tests/test_op_specs.cpp, tests/test_cuda.cpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>

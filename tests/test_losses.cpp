@@ -3,6 +3,7 @@
 // kl_div (nn/functional.h) against PyTorch 1.13 (tests/data/losses/losses.json,
 // made by tests/make_losses_reference.py): the loss for each reduction and the gradients of
 // sum(loss * cot) with respect to every floating input, in F64; and their errors.
+// Not here: cross_entropy and distillation losses (tests/test_distill.cpp).
 #include <doctest/doctest.h>
 
 #include <map>

@@ -2,6 +2,7 @@
 // table checks (tests/specs_scan.cpp, tests/specs_elementwise.cpp): exact values that PyTorch
 // documents (ties, NaN order, half-to-even rounding, Python slice clipping), results that are
 // not one tensor (split, sort, topk, max over a dim, nonzero, where), and the errors.
+// Not here: the spec rows of these ops (tests/specs_scan.cpp, tests/specs_elementwise.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -203,4 +204,33 @@ TEST_CASE("ops port: shape construction, einsum and batched products check their
   CHECK(error_text([&] { bmm(x, x); }).find("bmm: expects (B, n, k) and (B, k, m)") != std::string::npos);
   CHECK(values(addmm(zeros({2, 2}), x, x.transpose(0, 1), 0.0, 1.0)) == std::vector<double>{5, 14, 14, 50});
   CHECK(error_text([&] { outer(x, x); }).find("outer: expects two vectors") != std::string::npos);
+}
+
+TEST_CASE("ops port: scans and sorts at PyTorch's edge values: empty, NaN, inf, k = 0, huge repeats") {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  // Empty tensors keep their shape; topk with k = 0 is empty; prod of nothing is 1.
+  CHECK(cumsum(zeros({0, 3}), 0).sizes() == Shape{0, 3});
+  CHECK(cumprod(zeros({2, 0}), 1).sizes() == Shape{2, 0});
+  CHECK(argsort(zeros({0})).sizes() == Shape{0});
+  CHECK(topk(vec({1, 2}), 0).values.sizes() == Shape{0});
+  CHECK(values(prod(zeros({2, 0}), 1)) == std::vector<double>{1, 1});
+  // NaN propagates through a scan from where it appears; inf - inf inside a sum is NaN.
+  std::vector<double> c = values(cumsum(vec({1, nan, 2}), 0));
+  CHECK(c[0] == 1);
+  CHECK(std::isnan(c[1]));
+  CHECK(std::isnan(c[2]));
+  std::vector<double> ci = values(cumsum(vec({inf, -inf}), 0));
+  CHECK(ci[0] == inf);
+  CHECK(std::isnan(ci[1]));
+  CHECK(values(cumprod(vec({2, 0, 3}), 0)) == std::vector<double>{2, 0, 0});
+  // -inf and inf sort to the ends, NaN after inf; -0 and 0 are equal (stable: input order).
+  CHECK(ivalues(argsort(vec({inf, nan, -inf, 0}))) == std::vector<int64_t>{2, 3, 0, 1});
+  CHECK(ivalues(argsort(vec({0.0, -0.0, 0.0}))) == std::vector<int64_t>{0, 1, 2});
+  // The gradient of sort's values goes to the element each came from.
+  Tensor x = vec({3, 1, 2}).requires_grad_();
+  (sort(x).values * vec({1, 10, 100})).sum().backward();
+  CHECK(values(x.grad()) == std::vector<double>{100, 1, 10});
+  // A repeat whose size overflows 64 bits is an error, not a wrapped size.
+  CHECK(error_text([] { repeat(ones({2}), {int64_t(1) << 62}); }).find("repeat") != std::string::npos);
+  CHECK(error_text([] { repeat(ones({4}), {int64_t(1) << 62}); }).find("overflows 64 bits") != std::string::npos);
 }

@@ -420,7 +420,7 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
     split_shape.push_back(padded[d]);
     expanded.push_back(repeats[d]);
     expanded.push_back(padded[d]);
-    merged.push_back(repeats[d] * padded[d]);
+    merged.push_back(detail::checked_term(repeats[d], padded[d], 0, "repeat", "a repeated size"));
   }
   return reshape(expand(reshape(x, split_shape), expanded), merged);
 }

@@ -2,6 +2,7 @@
 // in init.cpp): a static initializer adds the CUDA backend's registrar to brisk::init(), and
 // brisk_cuda_linked is the symbol brisk::cuda's link interface forces with `-u`, which keeps
 // this object (and so everything it refers to) in the link.
+// Not here: the kernels and the backend (kernels/cuda/*.cu, kernels/cuda/backend.cpp).
 #include "engine/backend.h"
 #include "kernels/cuda/register.h"
 
