@@ -36,6 +36,9 @@ add_library(brisk::cuda ALIAS brisk_cuda)
 set_target_properties(brisk_cuda PROPERTIES EXPORT_NAME cuda
   CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
 target_compile_definitions(brisk_cuda PUBLIC BRISK_WITH_CUDA)
+string(REPLACE ";" " " _brisk_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda/env_report.cpp PROPERTIES
+  COMPILE_DEFINITIONS "BRISK_CUDA_ARCHS=\"${_brisk_cuda_archs}\"")
 # Keeps kernels/cuda/link.cpp, the object that registers the backend, in every link.
 target_link_options(brisk_cuda INTERFACE "LINKER:-u,brisk_cuda_linked")
 target_compile_options(brisk_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -fno-math-errno>)

@@ -5,11 +5,14 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "engine/backend.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/macros.h"
+#include "engine/profiler.h"
 
 namespace brisk::data {
 
@@ -223,6 +226,9 @@ std::optional<Batch> DataLoader::next() {
   }
   int64_t b = state_.batch;
   std::optional<Batch> out;
+  // While profiling, the time the training loop spends getting this batch (engine/profiler.h).
+  std::optional<profiler::RecordFunction> wait_range;
+  if (BRISK_UNLIKELY(profiler::is_active())) wait_range.emplace("data: next batch", profiler::EventKind::LoaderWait);
   if (options_.num_workers == 0) {
     out = make_batch(state_.epoch, batches_[size_t(b)]);
   } else {
@@ -254,6 +260,7 @@ std::optional<Batch> DataLoader::next() {
     if (!r.error.empty()) throw Error(r.error);
     out = std::move(r.batch);
   }
+  wait_range.reset();
   ++state_.batch;
   if (options_.device && !(*options_.device == Device::cpu())) {
     out->input = out->input.to(*options_.device, options_.pin_memory);

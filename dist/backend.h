@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/process_group.h"
+#include "engine/env.h"
 
 namespace brisk::dist::detail {
 
@@ -41,6 +42,8 @@ void start_mpi();
 void finish_mpi(bool any_broken);
 void mpi_world(int& rank, int& size);
 ProcessGroupPtr make_mpi_group(GroupOptions options);
+// The "mpi" section of the environment report (engine/env.h); process_group.cpp adds it.
+EnvSection mpi_env_section(const EnvOptions& options);
 
 // ---- NCCL: dist/nccl_group.cpp, the library brisk_dist_nccl (brisk::dist_nccl) of CUDA builds
 // with NCCL, sets the factory from a static initializer (Note [Backend libraries] in init.cpp);

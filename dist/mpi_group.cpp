@@ -545,6 +545,21 @@ void mpi_world(int& rank, int& size) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
 }
 
+EnvSection mpi_env_section(const EnvOptions&) {
+  // Both calls are allowed before MPI_Init (MPI 3.0, section 8.1.1).
+  EnvSection s{"mpi"};
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(lib, &len);
+  std::string first(lib, size_t(std::max(0, len)));
+  first = first.substr(0, first.find_first_of(",\n"));
+  int major = 0, minor = 0;
+  MPI_Get_version(&major, &minor);
+  s.entries.push_back({"library", first});
+  s.entries.push_back({"standard", std::to_string(major) + "." + std::to_string(minor)});
+  return s;
+}
+
 }  // namespace detail
 
 }  // namespace brisk::dist

@@ -545,7 +545,19 @@ ProcessGroupPtr make_nccl_group(GroupOptions options, Device device, const Proce
 }
 
 namespace {
-[[maybe_unused]] const bool g_added = (set_nccl_factory(&make_nccl_group), true);
+EnvSection nccl_env_section(const EnvOptions&) {
+  int v = 0;
+  EnvSection s{"nccl"};
+  if (ncclGetVersion(&v) != ncclSuccess) {
+    s.entries.push_back({"version", "unknown (ncclGetVersion failed)"});
+  } else {  // NCCL >= 2.9: major * 10000 + minor * 100 + patch
+    s.entries.push_back(
+        {"version", std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100)});
+  }
+  return s;
+}
+
+[[maybe_unused]] const bool g_added = (set_nccl_factory(&make_nccl_group), add_env_section(&nccl_env_section), true);
 }  // namespace
 
 }  // namespace detail

@@ -1,6 +1,7 @@
 // dist/process_group.cpp: what every backend shares (dist/backend.h: call fingerprints, the
 // tensor checks, the debug comparison) and the process-wide state: init_process_group, world,
-// launch_info, destroy_process_group. Not here: the MPI and NCCL backends themselves.
+// launch_info, destroy_process_group, and the "mpi" section of the environment report. Not here: the MPI and NCCL
+// backends themselves.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,8 @@ std::atomic<bool> g_any_broken{false};
 NcclFactory g_nccl_factory = nullptr;  // constant-initialized: set by another library's static initializer
 
 bool is_reduction(const char* call) { return !std::strcmp(call, "allreduce") || !std::strcmp(call, "reduce_scatter"); }
+// This object is in every program that uses dist, so its sections join the environment report.
+[[maybe_unused]] const bool g_env_added = (add_env_section(&mpi_env_section), true);
 }  // namespace
 
 void mark_broken() { g_any_broken = true; }

@@ -25,6 +25,10 @@ void* CachingAllocator::allocate(size_t bytes, uint64_t stream) {
   size_t size = round_size(bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (limit_ != 0 && stats_.allocated + size > limit_) {
+      throw OutOfMemoryError(detail::cat("allocator: out of memory allocating ", bytes, " bytes: ", stats_.allocated,
+                                         " bytes in use and a limit of ", limit_, " bytes (Allocator::set_limit)"));
+    }
     auto it = free_.find({size, stream});
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
@@ -41,7 +45,7 @@ void* CachingAllocator::allocate(size_t bytes, uint64_t stream) {
     empty_cache();
     p = raw_.alloc(size, raw_.ctx);
   }
-  BRISK_CHECK(p, "allocator: out of memory allocating ", bytes, " bytes");
+  if (!p) throw OutOfMemoryError(detail::cat("allocator: out of memory allocating ", bytes, " bytes"));
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated += size;
   stats_.peak = std::max(stats_.peak, stats_.allocated);
@@ -68,7 +72,39 @@ void CachingAllocator::reset_peak() {
   stats_.peak = stats_.allocated;
 }
 
+void CachingAllocator::set_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_ = bytes;
+}
+
+size_t CachingAllocator::limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limit_;
+}
+
+namespace {
+struct Hooks {
+  std::mutex mu;
+  std::vector<void (*)()> fns;
+};
+Hooks& hooks() {
+  static Hooks* h = new Hooks();  // leaked: allocators are used during static destruction
+  return *h;
+}
+}  // namespace
+
+void add_empty_cache_hook(void (*fn)()) {
+  Hooks& h = hooks();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (std::find(h.fns.begin(), h.fns.end(), fn) == h.fns.end()) h.fns.push_back(fn);
+}
+
 void CachingAllocator::empty_cache() {
+  {
+    Hooks& h = hooks();
+    std::lock_guard<std::mutex> lock(h.mu);
+    for (auto fn : h.fns) fn();
+  }
   std::map<std::pair<size_t, uint64_t>, std::vector<void*>> blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);

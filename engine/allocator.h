@@ -31,6 +31,12 @@ class Allocator {
   virtual AllocatorStats stats() const = 0;
   virtual void reset_peak() {}
   virtual void empty_cache() {}
+  // A cap on the bytes handed out and not yet returned (AllocatorStats::allocated, size-class
+  // rounded); a request past it throws OutOfMemoryError as if the device were full. 0: none
+  // (the default). For budgets on the CPU and for testing what fits in less memory than the
+  // device has (PyTorch's set_per_process_memory_fraction).
+  virtual void set_limit(size_t /*bytes*/) {}
+  virtual size_t limit() const { return 0; }
 };
 
 // Where a CachingAllocator gets memory from. `alloc` returns nullptr when out of memory.
@@ -46,7 +52,8 @@ struct RawMemory {
 // (class, stream) and the next request of that class and stream takes it back. Blocks are
 // never split or merged: simple, and a training loop asks for the same sizes every step.
 // When the raw allocator fails, the cache is emptied and the request retried once (on CUDA,
-// cudaFree waits for the device, so no queued kernel still uses a freed block).
+// cudaFree waits for the device, so no queued kernel still uses a freed block); a second
+// failure, or a request past the limit (set_limit), throws OutOfMemoryError.
 // Not handled yet (known limit): a device block is reused by the next request on the stream
 // it was allocated on, with no record of other streams that used it. A tensor made on stream
 // A, used by a kernel queued on stream B and dropped before B ran must be kept alive (or the
@@ -61,6 +68,8 @@ class CachingAllocator : public Allocator {
   AllocatorStats stats() const override;
   void reset_peak() override;
   void empty_cache() override;
+  void set_limit(size_t bytes) override;
+  size_t limit() const override;
 
   static size_t round_size(size_t bytes);
 
@@ -69,9 +78,15 @@ class CachingAllocator : public Allocator {
   mutable std::mutex mu_;
   std::map<std::pair<size_t, uint64_t>, std::vector<void*>> free_;
   AllocatorStats stats_;
+  size_t limit_ = 0;
 };
 
 // The process-wide CPU allocator: 64-byte aligned, huge pages advised for blocks >= 2 MiB.
 Allocator& cpu_allocator();
+
+// Functions every CachingAllocator::empty_cache() runs first: the CPU kernels register one
+// that makes their per-thread workspaces (kernels/cpu/scratch.h) give their blocks back on
+// next use, so that memory a large product once needed does not stay counted as in use.
+void add_empty_cache_hook(void (*fn)());
 
 }  // namespace brisk

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "engine/functions.h"
 #include "engine/nonfinite.h"
+#include "engine/profiler.h"
 
 namespace brisk {
 
@@ -332,6 +334,8 @@ void pass_gradients(GraphTask& task, const Node& n, std::vector<Tensor>& out) {
   }
 }
 
+thread_local detail::BackwardObserver* t_observer = nullptr;
+
 void run_ready_loop(GraphTask& task) {
   while (!task.ready.empty()) {
     Node* n = task.ready.top();
@@ -339,6 +343,16 @@ void run_ready_loop(GraphTask& task) {
     std::vector<Tensor> grads = take_gradients(task, n);
     if (task.captured && !capture_and_continue(task, n, grads)) continue;
     std::vector<Tensor> out;
+    // While profiling, each node is a range named after its forward op and linked to it by the
+    // node's sequence number (AccumulateGrad, which has none, shows as itself).
+    std::optional<profiler::RecordFunction> prof;
+    if (BRISK_UNLIKELY(profiler::is_active())) {
+      const bool op_node = !n->is_accumulator();
+      prof.emplace(op_node ? n->name() + " backward" : n->name(), profiler::EventKind::Backward);
+      if (op_node) prof->set_sequence_nr(int64_t(n->sequence_nr));
+    }
+    std::vector<Tensor> observed_in;
+    if (BRISK_UNLIKELY(t_observer != nullptr)) observed_in = grads;  // shallow: apply consumes grads
     if (BRISK_UNLIKELY(scopes_tracked())) {
       const std::string op = n->name();
       detail::BackwardScope scope(op, n->scope);  // ops inside the formula report as this node
@@ -347,7 +361,9 @@ void run_ready_loop(GraphTask& task) {
     } else {
       out = n->apply(std::move(grads));
     }
+    if (BRISK_UNLIKELY(t_observer != nullptr)) t_observer->on_node(*n, observed_in, out);
     if (!task.retain_graph) n->release();
+    prof.reset();
     pass_gradients(task, *n, out);
   }
 }
@@ -397,6 +413,8 @@ void run_backward(std::span<const Tensor> roots, std::span<const Tensor> root_gr
 }
 
 }  // namespace
+
+detail::BackwardObserver*& detail::backward_observer() { return t_observer; }
 
 void queue_callback(std::function<void()> fn) {
   BRISK_CHECK(t_callbacks != nullptr, "queue_callback: no backward pass is running on this thread");

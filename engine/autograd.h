@@ -119,6 +119,18 @@ Edge gradient_edge(const Tensor& t);
 // Records `node` as the producer of `outputs` (floating outputs become requires_grad).
 void set_history(std::span<Tensor> outputs, const std::shared_ptr<Node>& node);
 
+namespace detail {
+// Explain mode's step-through backward (engine/explain.h): called on this thread for every
+// node the backward engine runs, with the gradients it received and the ones it returned
+// (one per next edge). Null (the default): none, and the engine pays one thread-local load
+// per node.
+struct BackwardObserver {
+  virtual ~BackwardObserver() = default;
+  virtual void on_node(const Node& node, std::span<const Tensor> grads_in, std::span<const Tensor> grads_out) = 0;
+};
+BackwardObserver*& backward_observer();
+}  // namespace detail
+
 // Queues fn to run on this thread when the backward pass now running on it has finished its
 // last node, before backward() returns (PyTorch's Engine.queue_callback; DistributedDataParallel
 // waits for its last gradient buckets there). Outside a backward pass it is an error.

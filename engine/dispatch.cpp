@@ -10,6 +10,7 @@
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/nonfinite.h"
+#include "engine/profiler.h"
 
 namespace brisk {
 
@@ -79,13 +80,14 @@ bool autocast_inputs(OpId id, std::span<const Tensor> in, std::vector<Tensor>& c
   return changed;
 }
 
-void record(OpId id, const OpDef& op, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out,
-            Device device) {
+// Returns the node recorded (nullptr when no input needs a gradient).
+const Node* record(OpId id, const OpDef& op, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out,
+                   Device device) {
   uint32_t mask = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     if (((op.diff_inputs >> i) & 1u) && in[i].requires_grad()) mask |= 1u << i;
   }
-  if (!mask) return;
+  if (!mask) return nullptr;
   auto node = std::make_shared<OpNode>();
   node->op = id;
   node->attrs = attrs;
@@ -107,6 +109,7 @@ void record(OpId id, const OpDef& op, std::span<const Tensor> in, const Attrs& a
   for (size_t i = 0; i < out.size(); ++i) {
     if ((op.save_outputs >> i) & 1u) node->saved_outputs[i] = SavedTensor(out[i], true);
   }
+  return node.get();
 }
 
 }  // namespace
@@ -118,8 +121,11 @@ void record(OpId id, const OpDef& op, std::span<const Tensor> in, const Attrs& a
 // the device (or the caller's are checked and written in place); (4) the kernel registered
 // for (op, device) runs; (5) when grad mode is on and an input requires grad, a Node is
 // recorded. View ops skip 3-4: their ViewFn returns a tensor over the input's storage.
-void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
-  ensure_init();
+// While a profiling run is active, call() goes through call_profiled, which times the same
+// path (Note [Profiler] in engine/profiler.h); otherwise that costs one relaxed load.
+namespace {
+
+const Node* call_impl(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
   const OpDef& op = op_def(id);
   BRISK_CHECK(op.infer || op.view, op.name, ": op is declared but not defined");
   BRISK_CHECK(op.n_in < 0 || int(in.size()) == op.n_in, op.name, ": expects ", op.n_in, " inputs, got ", in.size());
@@ -162,7 +168,43 @@ void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Ten
     }
   }
   if (BRISK_UNLIKELY(scopes_tracked())) detail::check_outputs(op.name, current_scope(), false, out);
-  if (op.backward && GradMode::enabled()) record(id, op, in, attrs, out, device);
+  if (op.backward && GradMode::enabled()) return record(id, op, in, attrs, out, device);
+  return nullptr;
+}
+
+[[gnu::noinline]] void call_profiled(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
+  const OpDef& op = op_def(id);
+  profiler::Event e;
+  e.name = op.name;
+  e.kind = profiler::EventKind::Op;
+  e.device = in.empty() ? attrs.device : in[0].device();
+  if (profiler::detail::record_shapes()) {
+    e.shapes = profiler::detail::describe_shapes(in);
+    e.dtypes = profiler::detail::describe_dtypes(in);
+  }
+  bool provided[4] = {};
+  for (size_t i = 0; i < out.size() && i < 4; ++i) provided[i] = out[i].defined();
+  e.start_ns = profiler::detail::now_ns();
+  const Node* node = call_impl(id, in, attrs, out);
+  e.end_ns = profiler::detail::now_ns();
+  if (!op.view) {
+    for (size_t i = 0; i < out.size() && i < 4; ++i) {
+      if (!provided[i] && out[i].defined()) e.bytes += out[i].numel() * int64_t(out[i].element_size());
+    }
+  }
+  if (node) e.sequence_nr = int64_t(node->sequence_nr);
+  profiler::detail::record(std::move(e));
+}
+
+}  // namespace
+
+void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
+  ensure_init();
+  if (BRISK_UNLIKELY(profiler::is_active())) {
+    call_profiled(id, in, attrs, out);
+    return;
+  }
+  call_impl(id, in, attrs, out);
 }
 
 Tensor call1(OpId id, std::initializer_list<Tensor> in, const Attrs& attrs) {

@@ -14,6 +14,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation that the device (or the allocator's limit, Allocator::set_limit) cannot serve.
+// A brisk::Error like any other; its own type so that a caller probing how much fits (the
+// batch-size finder, train/batch_size.h) catches exactly this and nothing else.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Args>
 std::string cat(const Args&... args) {

@@ -353,6 +353,13 @@ class AtomicWriter {
 
 }  // namespace
 
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  const Fail fail{"write_file_atomic(" + path + "): "};
+  AtomicWriter w(path, fail);
+  w.write(bytes.data(), bytes.size());
+  w.commit();
+}
+
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const Fail fail{"save_safetensors(" + path + "): "};

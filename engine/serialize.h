@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,10 @@ inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
 // temp file is removed and an existing file at `path` is left as it was.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// Writes `bytes` to `path`, replacing it atomically the same way (temp file in the same
+// folder, fsync, rename, fsync of the folder): a crash leaves the old file or the new one.
+void write_file_atomic(const std::string& path, std::string_view bytes);
 
 struct SafetensorsFile {
   NamedTensors tensors{};  // in the header's order: brisk's own files keep the saved order

@@ -33,7 +33,7 @@ if [ -n "$ONLY" ]; then
 fi
 
 # ---- dependencies (Debian packages, only what is missing)
-PKGS=(cmake ninja-build g++ libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libstb-dev libjpeg-dev python3
+PKGS=(cmake ninja-build g++ libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libstb-dev libjpeg-dev python3 python3-venv
       clang-format ccache dataset-fashion-mnist libopenmpi-dev openmpi-bin)
 # The fuzz pass: clang with its runtimes (libFuzzer, sanitizers) and LLVM's OpenMP.
 [ "$RUN_FUZZ" = 1 ] && PKGS+=(clang libclang-rt-dev libomp-dev)

@@ -1,7 +1,9 @@
 // examples/fashion_mnist/main.cpp: the main job. Trains the small CNN (default) or an MLP
 // (784-256-128-10) on Fashion-MNIST with Adam/AdamW/SGD and a OneCycle or cosine schedule,
 // shows a progress bar, evaluates on the test set each epoch, keeps the best model
-// (<out>/best.safetensors), writes <out>/log.jsonl and <out>/curves.svg, and checkpoints every
+// (<out>/best.safetensors), writes <out>/log.jsonl, <out>/curves.svg and TensorBoard event
+// files (<out>/tensorboard: losses, accuracy, learning rate, loss scale, weight histograms),
+// prints the environment's summary at start (engine/env.h), and checkpoints every
 // epoch (<out>/checkpoint.safetensors, train/checkpoint.h) so --resume continues bit for bit.
 // `fashion_mnist --help` lists the options. Not here: the engine (see README) or benchmarks
 // against PyTorch (examples/bench/compare_pytorch.sh).
@@ -13,12 +15,15 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "brisk.h"
 #include "data/dataloader.h"
 #include "data/readers.h"
 #include "data/transforms.h"
+#include "engine/env.h"
+#include "engine/profiler.h"
 #include "examples/fashion_mnist/checkpoint.h"
 #include "examples/fashion_mnist/evaluate.h"
 #include "examples/fashion_mnist/progress.h"
@@ -26,6 +31,7 @@
 #include "nn/models/simple.h"
 #include "nn/serialize_module.h"
 #include "optim/optim.h"
+#include "train/tensorboard.h"
 
 using namespace brisk;
 using namespace fashion_mnist;
@@ -52,6 +58,7 @@ struct Args {
   bool augment = false;
   int64_t stop_after = 0;    // stop after this many epochs of this invocation (to test --resume)
   std::string amp = "none";  // none | bf16 | f16
+  int64_t profile = 0;       // profile this many training steps (after 5 warm-up steps)
 };
 
 void usage() {
@@ -74,7 +81,9 @@ void usage() {
       "  --augment                random crop (pad 2) + horizontal flip\n"
       "  --stop-after N           stop after N epochs of this run, as if interrupted (tests --resume)\n"
       "  --amp none|bf16|f16      mixed precision: autocast to BF16 (CPU or CUDA) or F16 with a\n"
-      "                           GradScaler (CUDA); weights and optimizer state stay F32\n",
+      "                           GradScaler (CUDA); weights and optimizer state stay F32\n"
+      "  --profile N              profile N training steps of the first epoch (after 5 warm-up\n"
+      "                           steps): prints the op table, writes <out>/trace.json (Perfetto)\n",
       data::FashionMNIST::kDefaultRoot);
 }
 
@@ -123,6 +132,8 @@ Args parse_args(int argc, char** argv) {
       a.stop_after = std::stoll(value());
     } else if (k == "--amp") {
       a.amp = value();
+    } else if (k == "--profile") {
+      a.profile = std::stoll(value());
     } else {
       throw std::runtime_error("unknown option " + k + " (see --help)");
     }
@@ -140,8 +151,9 @@ Args parse_args(int argc, char** argv) {
   if (a.amp == "f16" && a.device != "cuda") {
     throw std::runtime_error("--amp f16 needs --device cuda (on the CPU use --amp bf16, which needs no scaler)");
   }
-  if (a.epochs < 1 || a.batch_size < 1 || a.workers < 0 || a.threads < 0 || a.limit < 0) {
-    throw std::runtime_error("--epochs and --batch-size must be positive; --workers, --threads, --limit >= 0");
+  if (a.epochs < 1 || a.batch_size < 1 || a.workers < 0 || a.threads < 0 || a.limit < 0 || a.profile < 0) {
+    throw std::runtime_error(
+        "--epochs and --batch-size must be positive; --workers, --threads, --limit, --profile >= 0");
   }
   if (a.lr == 0) a.lr = a.optimizer == "sgd" ? 0.05 : 3e-3;
   return a;
@@ -258,6 +270,17 @@ int run(const Args& a) {
                  (long long)st.epochs_done, 100 * st.best_acc);
   }
 
+  std::fprintf(stderr, "%s\n",
+               env_report(EnvOptions{.check_dtype = std::nullopt, .libraries = false}).summary().c_str());
+  // TensorBoard: `tensorboard --logdir <out>/tensorboard`. A resumed run adds a file beside
+  // the first; TensorBoard merges them by step.
+  train::SummaryWriter tb(a.out + "/tensorboard");
+  {
+    std::string text = "| option | value |\n| --- | --- |\n";
+    for (const auto& [k, v] : config) text += "| " + k + " | " + v + " |\n";
+    tb.add_text("config", text, st.epochs_done);
+  }
+
   std::fprintf(stderr,
                "fashion_mnist: %s (%lld parameters), %s lr %g, %s schedule, batch %lld, %lld train / %lld test "
                "samples, %d compute threads, %d workers, %s, amp %s\n",
@@ -277,17 +300,43 @@ int run(const Args& a) {
     int64_t done = 0, samples = 0;
     model->train();
     const int64_t skipped_before = scaler.skipped_steps();
-    while (auto batch = train_loader.next()) {
+    // --profile: steps 6 .. 5 + N of this run's first epoch (engine/profiler.h).
+    std::optional<profiler::Profiler> prof;
+    const bool profile_epoch = a.profile > 0 && epochs_this_run == 0;
+    auto finish_profile = [&](int64_t steps) {
+      if (device.is_cuda()) backend(device).synchronize(device.index);
+      profiler::Profile p = prof->stop();
+      prof.reset();
+      p.export_chrome_trace(a.out + "/trace.json");
+      std::fprintf(stderr, "\nprofile of %lld training steps (open %s/trace.json in Perfetto):\n%s", (long long)steps,
+                   a.out.c_str(), p.table(20).c_str());
+    };
+    while (true) {
+      if (profile_epoch && done == 5) prof.emplace();
+      std::optional<data::Batch> batch;
+      {
+        profiler::RecordFunction r("data");
+        batch = train_loader.next();
+      }
+      if (!batch) break;
       Tensor loss;
       {
+        profiler::RecordFunction r("forward");
         AutocastGuard autocast(device, amp_dtype, amp);
         loss = cross_entropy((*model)(batch->input), batch->target);
       }
-      opt->zero_grad();
-      scaler.scale(loss).backward();
-      scaler.step(*opt);
-      scaler.update();
-      if (sched) sched->step();
+      {
+        profiler::RecordFunction r("backward");
+        opt->zero_grad();
+        scaler.scale(loss).backward();
+      }
+      {
+        profiler::RecordFunction r("optimizer");
+        scaler.step(*opt);
+        scaler.update();
+        if (sched) sched->step();
+      }
+      if (done % 50 == 0) tb.add_scalar("train/lr", opt->lr(0), (epoch - 1) * steps_per_epoch + done);
       {
         NoGradGuard no_grad;
         loss_sum.add_(loss.detach(), double(batch->target.size(0)));
@@ -295,7 +344,9 @@ int run(const Args& a) {
       ++done;
       samples += batch->target.size(0);
       if (bar.due(done)) bar.update(done, samples, loss_sum.item<double>() / double(samples));
+      if (prof && done == 5 + a.profile) finish_profile(a.profile);
     }
+    if (prof) finish_profile(done - 5);  // the epoch had fewer steps
     const double train_seconds = now_s() - t0;
     EvalResult ev;
     {
@@ -314,6 +365,12 @@ int run(const Args& a) {
     r.loss_scale = scaler.get_scale();
     r.skipped_steps = scaler.skipped_steps() - skipped_before;
     st.history.push_back(r);
+    tb.add_scalar("train/loss", r.train_loss, epoch);
+    tb.add_scalar("test/loss", r.test_loss, epoch);
+    tb.add_scalar("test/accuracy", r.test_acc, epoch);
+    tb.add_scalar("train/samples_per_s", r.samples_per_s, epoch);
+    if (scaler.is_enabled()) tb.add_scalar("train/loss_scale", r.loss_scale, epoch);
+    for (const auto& [name, p] : model->named_parameters()) tb.add_histogram("weights/" + name, p, epoch);
     const bool best = ev.acc > st.best_acc;
     std::fprintf(stderr,
                  "epoch %lld: train loss %.4f | test loss %.4f, accuracy %.2f%%%s | lr %.3g | %.1f s, %.0f samples/s\n",

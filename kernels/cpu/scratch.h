@@ -7,12 +7,20 @@
 // Not here: the elementwise engine these copies run on (kernels/cpu/loops.h).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+
 #include "engine/allocator.h"
 #include "engine/dtype.h"
 #include "engine/tensor.h"
 #include "kernels/cpu/loops.h"
 
 namespace brisk::kernels::cpu {
+
+// Bumped by cpu_allocator().empty_cache() (add_empty_cache_hook, kernels/cpu/cpu_backend.cpp):
+// every Workspace then frees its block at its next get() and takes only what that call needs.
+// A counter rather than freeing at once, since each workspace belongs to its own thread.
+inline std::atomic<uint64_t> g_workspace_trim{0};
 
 // A block from cpu_allocator(), kept and grown on demand: hold one per thread (thread_local) so
 // that a kernel called over and over allocates (and page-faults) only when it needs more.
@@ -25,6 +33,13 @@ class Workspace {
     if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
   }
   void* get(size_t bytes) {
+    const uint64_t trim = g_workspace_trim.load(std::memory_order_relaxed);
+    if (trim != trim_ && ptr_) {
+      cpu_allocator().deallocate(ptr_, bytes_);
+      ptr_ = nullptr;
+      bytes_ = 0;
+    }
+    trim_ = trim;
     if (bytes > bytes_) {
       if (ptr_) cpu_allocator().deallocate(ptr_, bytes_);
       ptr_ = nullptr;  // consistent even if allocate() throws
@@ -43,6 +58,7 @@ class Workspace {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  uint64_t trim_ = 0;
 };
 
 // dst = src elementwise (same sizes, any strides), converting between floating dtypes.

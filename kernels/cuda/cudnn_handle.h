@@ -25,6 +25,7 @@ namespace brisk::kernels::cuda {
 // engines) as it needs them.
 #define BRISK_CUDNN_FUNCTIONS(X)                    \
   X(cudnnGetErrorString)                            \
+  X(cudnnGetVersion)                                \
   X(cudnnCreate)                                    \
   X(cudnnSetStream)                                 \
   X(cudnnCreateTensorDescriptor)                    \

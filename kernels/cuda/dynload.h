@@ -54,7 +54,8 @@ namespace brisk::kernels::cuda {
   X(cublasLtMatrixLayoutDestroy)          \
   X(cublasLtMatrixLayoutSetAttribute)     \
   X(cublasLtGetStatusName)                \
-  X(cublasLtGetStatusString)
+  X(cublasLtGetStatusString)              \
+  X(cublasLtGetVersion)
 
 // cuBLAS: the fallback GEMM of kernels/cuda/matmul.cu. The exported names of cublasCreate and
 // cublasSetStream carry _v2 (cublas_v2.h maps the plain names onto them, so call sites keep the
