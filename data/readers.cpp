@@ -693,6 +693,26 @@ void decode_jpeg(const std::vector<uint8_t>& b, int channels, int64_t max_pixels
 
 bool is_jpeg(const std::vector<uint8_t>& b) { return b.size() >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff; }
 
+// An uncompressed BMP must hold every pixel row its header promises: stb_image decodes a
+// truncated one without complaint, filling the missing rows with zeros. (Checked after the
+// pixel limit, so a header claiming a huge image reports that first.)
+void check_bmp(const std::vector<uint8_t>& b, const std::string& path) {
+  auto le32 = [&](size_t at) {
+    return uint32_t(b[at]) | uint32_t(b[at + 1]) << 8 | uint32_t(b[at + 2]) << 16 | uint32_t(b[at + 3]) << 24;
+  };
+  if (b.size() < 54 || le32(14) < 40) return;  // older headers: stb's own checks
+  const uint32_t compression = le32(30);
+  if (compression != 0 && compression != 3) return;  // RLE: rows have no fixed size
+  const uint64_t offset = le32(10);
+  const uint64_t w = uint64_t(std::abs(int64_t(int32_t(le32(18)))));
+  const uint64_t h = uint64_t(std::abs(int64_t(int32_t(le32(22)))));
+  const uint64_t bpp = uint64_t(b[28]) | uint64_t(b[29]) << 8;
+  const uint64_t row = (w * bpp + 31) / 32 * 4;
+  const bool complete = offset <= b.size() && (row == 0 || (b.size() - offset) / row >= h);
+  BRISK_CHECK(complete, path, ": truncated BMP: ", h, " rows of ", row, " bytes from offset ", offset,
+              " do not fit in its ", b.size(), " bytes");
+}
+
 // The file's bytes, if they are a PNG, JPEG or BMP whose structure passes the checks above.
 std::vector<uint8_t> read_image_file(const std::string& path) {
   std::error_code ec;
@@ -740,6 +760,7 @@ Tensor read_image(const std::string& path, int channels, int64_t max_pixels) {
   BRISK_CHECK(w > 0 && h != 0 && int64_t(w) * std::abs(int64_t(h)) <= max_pixels, path, ": image of ", w, " x ",
               std::abs(int64_t(h)), " pixels is larger than the limit of ", max_pixels,
               " pixels (read_image's max_pixels)");
+  if (bytes[0] == 'B') check_bmp(bytes, path);
   uint8_t* pixels = stbi_load_from_memory(bytes.data(), n, &w, &h, &c, channels);
   BRISK_CHECK(pixels, path, ": cannot decode image (", stbi_failure_reason(), ")");
   Tensor hwc = from_blob(pixels, {h, w, channels}, DType::U8, [](void* p) { stbi_image_free(p); });
@@ -751,6 +772,7 @@ Tensor read_image(const std::string& path, int channels, int64_t max_pixels) {
 
 ImageFolder::ImageFolder(const std::string& root, int channels, int64_t max_pixels)
     : channels_(channels), max_pixels_(max_pixels) {
+  BRISK_CHECK(channels == 1 || channels == 3, "ImageFolder: channels must be 1 or 3, got ", channels);
   BRISK_CHECK(fs::is_directory(root), "ImageFolder: ", root, " is not a directory");
   for (const auto& entry : fs::directory_iterator(root)) {
     if (entry.is_directory()) classes_.push_back(entry.path().filename().string());

@@ -3,6 +3,7 @@
 #include "nn/layers.h"
 
 #include <cmath>
+#include <limits>
 
 #include "engine/grad_mode.h"
 #include "nn/init.h"
@@ -185,6 +186,56 @@ Tensor MultiheadAttention::forward(const Tensor& q_in, const Tensor& k_in, const
   Tensor merged = o.transpose(1, 2).reshape({q.size(0), q.size(1), embed_dim});
   Tensor out = (*child("out_proj"))(merged);
   return batch_first ? out : out.transpose(0, 1);
+}
+
+MultiheadAttention::WithWeights MultiheadAttention::forward_with_weights(const Tensor& q_in, const Tensor& k_in,
+                                                                         const Tensor& v_in,
+                                                                         const Tensor& key_padding_mask,
+                                                                         const Tensor& attn_mask, bool average,
+                                                                         bool is_causal) {
+  BRISK_CHECK(q_in.dim() == 3 && q_in.size(2) == embed_dim && k_in.dim() == 3 && v_in.dim() == 3,
+              "MultiheadAttention: query ", q_in.sizes(), ", key ", k_in.sizes(), ", value ", v_in.sizes(), " must be ",
+              batch_first ? "(B, T, " : "(T, B, ", embed_dim, ")");
+  const Tensor q = batch_first ? q_in : q_in.transpose(0, 1);
+  const Tensor k = batch_first ? k_in : k_in.transpose(0, 1);
+  const Tensor v = batch_first ? v_in : v_in.transpose(0, 1);
+  const int64_t bsz = q.size(0), t = q.size(1), s = k.size(1), d = embed_dim / num_heads;
+  BRISK_CHECK(k.size(0) == bsz && v.size(0) == bsz && v.size(1) == s, "MultiheadAttention: query ", q_in.sizes(),
+              ", key ", k_in.sizes(), ", value ", v_in.sizes(), " do not agree on batch and key length");
+  const Tensor& w = parameter("in_proj_weight");
+  Tensor b = maybe_parameter("in_proj_bias");
+  auto proj = [&](const Tensor& x, int64_t i) {
+    Tensor wi = w.narrow(0, i * embed_dim, embed_dim);
+    Tensor bi = b.defined() ? b.narrow(0, i * embed_dim, embed_dim) : Tensor();
+    Tensor y = F::linear(x, wi, bi);                                // (B, T, E)
+    return y.view({bsz, x.size(1), num_heads, d}).transpose(1, 2);  // (B, H, T, D)
+  };
+  Tensor qh = proj(q, 0), kh = proj(k, 1), vh = proj(v, 2);
+  Tensor scores = matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(double(d)));  // (B, H, T, S)
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (key_padding_mask.defined()) {
+    BRISK_CHECK(key_padding_mask.dtype() == DType::Bool && key_padding_mask.dim() == 2 &&
+                    key_padding_mask.size(0) == bsz && key_padding_mask.size(1) == s,
+                "MultiheadAttention: key_padding_mask must be Bool (B, S) = (", bsz, ", ", s, "), got ",
+                key_padding_mask.str());
+    scores = masked_fill(scores, key_padding_mask.view({bsz, 1, 1, s}), neg_inf);
+  }
+  if (attn_mask.defined()) {
+    BRISK_CHECK(attn_mask.dtype() == DType::Bool,
+                "MultiheadAttention: attn_mask must be Bool (true = not allowed), got ", attn_mask.dtype());
+    const bool per_head = attn_mask.dim() == 3 && attn_mask.size(0) == bsz * num_heads && bsz * num_heads > 1;
+    scores = masked_fill(scores, per_head ? attn_mask.reshape({bsz, num_heads, t, s}) : attn_mask, neg_inf);
+  }
+  if (is_causal) {
+    Tensor rows = arange(t, DType::I64, q.device()).unsqueeze(1);
+    Tensor cols = arange(s, DType::I64, q.device()).unsqueeze(0);
+    scores = masked_fill(scores, gt(cols, rows + double(s - t)), neg_inf);
+  }
+  Tensor attn = brisk::softmax(scores, -1);
+  if (dropout > 0 && is_training()) attn = brisk::dropout(attn, dropout, true);
+  Tensor merged = matmul(attn, vh).transpose(1, 2).reshape({bsz, t, embed_dim});
+  Tensor out = (*child("out_proj"))(merged);
+  return {batch_first ? out : out.transpose(0, 1), average ? attn.mean({1}) : attn};
 }
 
 // ---- losses

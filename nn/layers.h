@@ -204,6 +204,18 @@ class MultiheadAttention : public Module {
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = {},
                  bool causal = false);
   Tensor forward(const Tensor& x) override { return forward(x, x, x, {}, causal); }
+  // PyTorch's mha(query, key, value, key_padding_mask, need_weights=True, attn_mask,
+  // average_attn_weights): the output and the attention weights (after dropout, as PyTorch's),
+  // (B, T, S) averaged over heads or (B, H, T, S), whatever batch_first. key_padding_mask: Bool
+  // (B, S), true = a padding key; attn_mask: Bool, true = not allowed, (T, S), PyTorch's
+  // (B * H, T, S) or broadcastable to (B, H, T, S).
+  struct WithWeights {
+    Tensor output{};
+    Tensor weights{};
+  };
+  WithWeights forward_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const Tensor& key_padding_mask = {}, const Tensor& attn_mask = {},
+                                   bool average_attn_weights = true, bool causal = false);
   int64_t embed_dim, num_heads;
   double dropout;
   bool batch_first;

@@ -4,6 +4,7 @@
 // ...) or where a state is stored (train/checkpoint.cpp).
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_set>
 
@@ -178,6 +179,7 @@ OptimizerState Optimizer::state_dict() const {
       if (it == state_.end()) continue;
       std::string state_prefix = "state." + param_name + ".";
       out.scalars[state_prefix + "step"] = double(it->second.step);
+      for (const auto& [k, v] : it->second.numbers) out.scalars[state_prefix + k] = v;
       for (const auto& [buffer, t] : it->second.buffers) out.tensors.emplace_back(state_prefix + buffer, t);
     }
   }
@@ -243,13 +245,20 @@ void Optimizer::check_state_dict(const OptimizerState& state) const {
                 "' is an F32 master weight, but this optimizer keeps none for ", it->second->str(),
                 " (call use_master_weights() before loading)");
   }
+  const std::vector<std::string> numbers = param_number_keys();
   for (const auto& [key, value] : s) {
     if (key == "num_groups" || is_group_key(key, groups_.size())) continue;
     const std::string param = state_param(key);
-    BRISK_CHECK(!param.empty() && key.substr(key.rfind('.') + 1) == "step", name(),
-                ": load_state_dict: unexpected scalar key '", key, "'");
+    const std::string entry = param.empty() ? "" : key.substr(key.rfind('.') + 1);
+    const bool is_number = std::find(numbers.begin(), numbers.end(), entry) != numbers.end();
+    BRISK_CHECK(!param.empty() && (entry == "step" || is_number), name(), ": load_state_dict: unexpected scalar key '",
+                key, "'");
     BRISK_CHECK(params.count(param), name(), ": load_state_dict: state for unknown parameter '", param, "'");
-    scalar_count(value, key, name());
+    if (is_number) {
+      BRISK_CHECK(std::isfinite(value), name(), ": load_state_dict: '", key, "' is ", value, ", not a finite number");
+    } else {
+      scalar_count(value, key, name());
+    }
   }
 }
 
@@ -266,7 +275,13 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
     loaded[param].buffers[key.substr(key.rfind('.') + 1)] = copy;
   }
   for (const auto& [key, value] : state.scalars) {
-    if (key.rfind("state.", 0) == 0) loaded[state_param(key)].step = int64_t(value);
+    if (key.rfind("state.", 0) != 0) continue;
+    const std::string entry = key.substr(key.rfind('.') + 1);
+    if (entry == "step") {
+      loaded[state_param(key)].step = int64_t(value);
+    } else {
+      loaded[state_param(key)].numbers[entry] = value;
+    }
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::string prefix = "group." + std::to_string(g) + ".";

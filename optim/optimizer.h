@@ -34,7 +34,8 @@ int64_t scalar_count(double value, const std::string& key, const char* who);
 
 // An optimizer's saved state. Keys:
 //   tensors: "state.<param name>.<buffer>" (exp_avg, exp_avg_sq, momentum_buffer, ...)
-//   scalars: "state.<param name>.step", "group.<i>.<option>" (lr, weight_decay, beta1, ...),
+//   scalars: "state.<param name>.step", "state.<param name>.<number>" for the per-parameter
+//            numbers an optimizer declares (NAdam's mu_product), "group.<i>.<option>" (lr, weight_decay, beta1, ...),
 //            "group.<i>.<key>" for keys schedulers keep in a group (initial_lr),
 //            "group.<i>.num_params", "num_groups".
 struct OptimizerState {
@@ -42,10 +43,12 @@ struct OptimizerState {
   Scalars scalars{};
 };
 
-// One parameter's state: how many updates it has had and its named buffers.
+// One parameter's state: how many updates it has had, its named buffers and the named numbers
+// some optimizers keep per parameter (NAdam's running momentum product "mu_product").
 struct ParamState {
   int64_t step = 0;
   std::map<std::string, Tensor> buffers{};
+  Scalars numbers{};
 };
 
 // The parameters of one group and the extra keys schedulers store in it ("initial_lr").
@@ -122,6 +125,9 @@ class Optimizer {
   using OptionVisitor = std::function<void(const char* key, double* number, bool* flag)>;
   virtual void visit_options(size_t g, const OptionVisitor& f) = 0;
   virtual void check_options(size_t g) const {}
+  // The names of the per-parameter numbers (ParamState::numbers) this optimizer keeps; a
+  // state_dict may hold only these besides "step".
+  virtual std::vector<std::string> param_number_keys() const { return {}; }
   // The update rule: one step of group g's active parameters.
   virtual void step_group(size_t g, std::vector<Slot>& slots) = 0;
   void add_group(NamedTensors params);

@@ -1,9 +1,11 @@
 // engine/ops/pool.cpp: the OpDefs of the pooling ops (NCHW, PyTorch's semantics and output
-// sizes): max_pool2d, avg_pool2d, adaptive_avg_pool2d and their *_backward ops, one block per
-// op: inference with errors that name the op and the shapes, backward formula, OpDef row. Each
-// forward op's gradient is its *_backward op, whose own gradient is the forward op (or, for
-// max pooling, a gather). Parameters: PoolParams (engine/op_params.h); adaptive pooling reads
-// only its output size, attrs.shape.
+// sizes): max_pool2d, avg_pool2d, adaptive_avg_pool2d and their *_backward ops, and
+// adaptive_max_pool2d, one block per op: inference with errors that name the op and the shapes,
+// backward formula, OpDef row. Each forward op's gradient is its *_backward op, whose own
+// gradient is the forward op (or, for max pooling, a gather); adaptive_max_pool2d's gradient is
+// a scatter_add. Also resample2d and its backward (a separable 2-tap map of the last two dims,
+// which pad and interpolate use). Parameters: PoolParams (engine/op_params.h); adaptive pooling
+// reads only its output size, attrs.shape.
 // Not here: the kernels (kernels/cpu/pool.cpp, kernels/cuda/pool.cu), the public forms with
 // stride defaults (nn/functional_conv.cpp).
 #include "engine/op_params.h"
@@ -168,6 +170,91 @@ void adaptive_avg_pool2d_backward_bw(const BackwardCtx& c, std::span<Tensor> gi)
 const OpDef kAdaptiveAvgPool2dBackward{.infer = adaptive_avg_pool2d_backward_infer,
                                        .backward = adaptive_avg_pool2d_backward_bw};
 
+// ---- adaptive_max_pool2d: x (B, C, H, W) -> y (B, C, out_h, out_w), indices I64 of the same
+// sizes into each H * W plane; windows as adaptive_avg_pool2d's (kernels/pool_window.h)
+void adaptive_max_pool2d_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  check_floating(in[0], "adaptive_max_pool2d");
+  const Shape y = adaptive_output(in[0].sizes(), attrs.shape, "adaptive_max_pool2d");
+  out[0] = {y, in[0].dtype()};
+  out[1] = {y, DType::I64};
+}
+
+// Only the values carry a gradient, to the element each index names: gx = 0, then
+// gx[plane, idx] += g, a scatter_add over the flattened planes (no backward op of its own: the
+// windows do not matter once the indices are known, and scatter_add runs on every backend and
+// has its own gradient, a gather).
+void adaptive_max_pool2d_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& idx = c.outputs[1];
+  const Shape& xs = c.in_specs[0].sizes;
+  const Tensor g = c.grads[0].defined() ? c.grads[0] : zeros(idx.sizes(), c.in_specs[0].dtype, c.device);
+  const Tensor flat_zero = zeros({xs[0], xs[1], xs[2] * xs[3]}, c.in_specs[0].dtype, c.device);
+  const Shape planes{xs[0], xs[1], -1};
+  gi[0] = reshape(scatter_add(flat_zero, 2, reshape(idx, planes), reshape(g, planes)), xs);
+}
+
+const OpDef kAdaptiveMaxPool2d{
+    .infer = adaptive_max_pool2d_infer, .backward = adaptive_max_pool2d_bw, .save_outputs = mask(1)};  // indices
+
+// ---- resample2d: (x (*, H, W), ih (Ho, 2), wh (Ho, 2), iw (Wo, 2), ww (Wo, 2)) -> y (*, Ho, Wo)
+// y[.., i, j] = sum over taps a, b in {0, 1} of wh[i, a] * ww[j, b] * x[.., ih[i, a], iw[j, b]].
+// One pass for a separable map of the last two dims, given as tables made on the host by
+// nn/functional_resize.cpp (see Note [Resizing through resample2d] there). Linear in x, so its
+// gradient is the adjoint, resample2d_backward, whose gradient is resample2d again. The tables
+// take no gradient. attrs.shape (backward only) holds x's sizes.
+
+// The tables' checks, shared by both ops; `plane` is (H, W) of x.
+void check_tables(std::span<const Tensor> in, DType t, const char* op) {
+  check_floating(in[0], op);
+  const DType wt = t == DType::F64 ? DType::F64 : DType::F32;
+  for (int k = 1; k < 5; k += 2) {
+    const Tensor &idx = in[size_t(k)], &w = in[size_t(k) + 1];
+    BRISK_CHECK(idx.dtype() == DType::I64 && idx.dim() == 2 && idx.size(1) == 2, op, ": index table ", k / 2,
+                " must be I64 (n, 2), got ", idx.str());
+    BRISK_CHECK(w.dtype() == wt && w.sizes() == idx.sizes(), op, ": weight table ", k / 2, " must be ", dtype_name(wt),
+                " of its index table's sizes ", idx.sizes(), ", got ", w.str());
+  }
+}
+
+Shape resampled(const Shape& x, std::span<const Tensor> in, const char* op) {
+  BRISK_CHECK(x.size() >= 2, op, ": input must have at least 2 dims (*, H, W), got ", x);
+  Shape y = x;
+  y[y.size() - 2] = in[1].size(0);
+  y[y.size() - 1] = in[3].size(0);
+  return y;
+}
+
+void resample2d_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  check_tables(in, in[0].dtype(), "resample2d");
+  out[0] = {resampled(in[0].sizes(), in, "resample2d"), in[0].dtype()};
+}
+
+void resample2d_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = call1(OpId::Resample2dBackward, {c.grads[0], c.inputs[1], c.inputs[2], c.inputs[3], c.inputs[4]},
+                with_shape(c.attrs, c.in_specs[0].sizes));
+}
+
+const OpDef kResample2d{.infer = resample2d_infer,
+                        .backward = resample2d_bw,
+                        .save_inputs = mask(1, 2, 3, 4),  // the tables
+                        .diff_inputs = mask(0)};
+
+void resample2d_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const char* op = "resample2d_backward";
+  check_tables(in, in[0].dtype(), op);
+  BRISK_CHECK(in[0].sizes() == resampled(attrs.shape, in, op), op, ": grad ", in[0].sizes(),
+              " does not match the resampled size of input ", attrs.shape);
+  out[0] = {attrs.shape, in[0].dtype()};
+}
+
+void resample2d_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = call1(OpId::Resample2d, {c.grads[0], c.inputs[1], c.inputs[2], c.inputs[3], c.inputs[4]}, c.attrs);
+}
+
+const OpDef kResample2dBackward{.infer = resample2d_backward_infer,
+                                .backward = resample2d_backward_bw,
+                                .save_inputs = mask(1, 2, 3, 4),
+                                .diff_inputs = mask(0)};
+
 }  // namespace
 
 namespace detail {
@@ -179,6 +266,9 @@ void define_pool_ops() {
   define(OpId::AvgPool2dBackward, kAvgPool2dBackward);
   define(OpId::AdaptiveAvgPool2d, kAdaptiveAvgPool2d);
   define(OpId::AdaptiveAvgPool2dBackward, kAdaptiveAvgPool2dBackward);
+  define(OpId::AdaptiveMaxPool2d, kAdaptiveMaxPool2d);
+  define(OpId::Resample2d, kResample2d);
+  define(OpId::Resample2dBackward, kResample2dBackward);
 }
 
 }  // namespace detail

@@ -1,139 +1,293 @@
-// examples/bench/bench_matmul.cpp: brisk::matmul (F32, square, 256..2048) against Eigen's own
-// product (Map<RowMajor> * Map<RowMajor>, same OpenMP threads, same compile flags) and, when
-// the build found it, OpenBLAS's cblas_sgemm (linked into this benchmark only, never into
-// brisk), on 1 and 2 threads: GFLOP/s and ratios, each the median of several timed calls after
-// a warmup, all measured in this run. A benchmark, never a test. Not here: F64/BF16, batched
-// or transposed products (the specs in tests/specs_linalg.cpp check those are right).
-// For a fair OpenBLAS number run it as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE bench_matmul
+// examples/bench/bench_matmul.cpp: brisk's F32 GEMM (kernels/cpu/gemm.h) against the machine's
+// measured F32 FMA peak (an AVX-512 FMA loop: ground truth that needs no other library), against
+// brisk's Eigen path (BRISK_GEMM=eigen, switched in this run) and, given a Python with PyTorch,
+// against torch.mm measured in the same run (a child process, OPENBLAS_CORETYPE and
+// OPENBLAS_L2_SIZE unset, torch.set_num_threads as here). Square n = 128..2048 and the
+// Fashion-MNIST MLP's products (forward and both backward products, with their transposed
+// operands), on 1 and 2 threads. Each figure is the best of several timed batches: the machine is
+// shared, and other load only ever slows a run down. A benchmark, never a test.
+// Usage: bench_matmul [--torch PYTHON] [--quick] [--rounds N] [--only n512,fc1.fwd,...]
+// [--cpu-time]
+// (also BRISK_BENCH_TORCH=PYTHON)
+// Not here: F64/BF16 (bench_amp), batched products, correctness (tests/test_gemm_f32.cpp).
+#include <immintrin.h>
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
 #include <random>
-#include <thread>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "brisk.h"
 #include "examples/bench/bench_common.h"
-
-#ifdef BRISK_BENCH_OPENBLAS
-// The OpenBLAS entry points used, declared here so that no cblas.h variant is needed.
-extern "C" {
-void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                 const float* b, int ldb, float beta, float* c, int ldc);
-void openblas_set_num_threads(int threads);
-char* openblas_get_corename(void);
-}
-constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111;
-#endif
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_f32.h"
 
 namespace {
 
-using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+namespace cpu = brisk::kernels::cpu;
 
-const char* env_or_unset(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "(unset)";
+// One product: c (m, n) = a (m, k) @ b (k, n); a_t / b_t: the operand is a transposed view of a
+// row-major buffer (as linear's weight is in x @ W^T).
+struct Shape {
+  const char* name;
+  int64_t m, n, k;
+  bool a_t, b_t;
+};
+
+// With --cpu-time, the clock is the process's CPU time divided by the threads: it ignores time
+// the machine gave to other processes (for tuning on a loaded machine; it also ignores time
+// spent waiting at barriers, so it flatters multi-threaded runs).
+bool g_cpu_time = false;
+int g_threads = 1;
+
+// This thread's CPU time (--cpu-time) or the wall clock.
+double thread_clock_s() {
+  if (!g_cpu_time) return bench::now_s();
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Lets the previous library's spinning threads go to sleep before the next one is timed.
-void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
+double clock_s() {
+  if (!g_cpu_time) return bench::now_s();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)) / g_threads;
+}
 
-// Median seconds per call of f and of g, called in turn (one warmup each) so that a change in
-// the machine's load during the run affects both alike.
-template <class F, class G>
-std::pair<double, double> interleaved_medians(int repeats, F&& f, G&& g) {
-  f();
-  g();
-  std::vector<double> tf, tg;
-  for (int r = 0; r < repeats; ++r) {
-    double t0 = bench::now_s();
-    f();
-    double t1 = bench::now_s();
-    g();
-    double t2 = bench::now_s();
-    tf.push_back(t1 - t0);
-    tg.push_back(t2 - t1);
+// GFLOP/s of one thread's FMA loop: 16 independent zmm accumulators (more than FMA latency x
+// ports needs), 2 flops x 16 lanes per FMA. Written in assembly so that no compiler keeps the
+// accumulators in memory.
+__attribute__((target("avx512f"), noinline)) double fma_loop(int64_t iters) {
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  const double t0 = thread_clock_s();
+  for (int64_t it = 0; it < iters; ++it) {
+    asm volatile(
+        "vfmadd231ps %[x], %[y], %%zmm0\n\tvfmadd231ps %[x], %[y], %%zmm1\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm2\n\tvfmadd231ps %[x], %[y], %%zmm3\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm4\n\tvfmadd231ps %[x], %[y], %%zmm5\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm6\n\tvfmadd231ps %[x], %[y], %%zmm7\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm8\n\tvfmadd231ps %[x], %[y], %%zmm9\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm10\n\tvfmadd231ps %[x], %[y], %%zmm11\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm12\n\tvfmadd231ps %[x], %[y], %%zmm13\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm14\n\tvfmadd231ps %[x], %[y], %%zmm15\n\t"
+        :
+        : [x] "v"(x), [y] "v"(y)
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+          "xmm13", "xmm14", "xmm15");
   }
-  std::sort(tf.begin(), tf.end());
-  std::sort(tg.begin(), tg.end());
-  return {tf[tf.size() / 2], tg[tg.size() / 2]};
+  const double t = thread_clock_s() - t0;
+  return double(iters) * 16 * 16 * 2 / t * 1e-9;
+}
+
+// The FMA peak of `threads` threads together: best of several runs of ~0.1 s.
+double fma_peak(int threads) {
+  double best = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += fma_loop(int64_t(4) << 20);
+    best = std::max(best, total);
+  }
+  return best;
+}
+
+// Best GFLOP/s over `repeats` timed batches of calls, each batch >= ~20 ms.
+template <class F>
+double best_gflops(double flops, int repeats, F&& f) {
+  f();
+  const double t0 = clock_s();
+  f();
+  const double once = std::max(clock_s() - t0, 1e-7);
+  const int iters = std::max(1, int(0.02 / once));
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const double t1 = clock_s();
+    for (int i = 0; i < iters; ++i) f();
+    best = std::max(best, flops * iters / (clock_s() - t1) * 1e-9);
+  }
+  return best;
+}
+
+// torch.mm on the same shapes, in a child Python: one "name threads gflops" line per shape.
+const char* kTorchScript = R"PY(
+import sys, time, torch
+threads = int(sys.argv[1]); repeats = int(sys.argv[2])
+torch.set_num_threads(threads)
+for spec in sys.argv[3:]:
+    name, m, n, k, at, bt = spec.split(":")
+    m, n, k = int(m), int(n), int(k)
+    a = torch.rand(k, m).t() if at == "1" else torch.rand(m, k)
+    b = torch.rand(n, k).t() if bt == "1" else torch.rand(k, n)
+    c = torch.empty(m, n)
+    torch.mm(a, b, out=c)
+    t0 = time.perf_counter(); torch.mm(a, b, out=c); once = max(time.perf_counter() - t0, 1e-7)
+    iters = max(1, int(0.02 / once)); best = 0.0
+    for r in range(repeats):
+        t1 = time.perf_counter()
+        for i in range(iters): torch.mm(a, b, out=c)
+        best = max(best, 2.0 * m * n * k * iters / (time.perf_counter() - t1) * 1e-9)
+    print(name, threads, best, flush=True)
+)PY";
+
+std::string spec_of(const Shape& s) {
+  return std::string(s.name) + ":" + std::to_string(s.m) + ":" + std::to_string(s.n) + ":" + std::to_string(s.k) + ":" +
+         (s.a_t ? "1" : "0") + ":" + (s.b_t ? "1" : "0");
+}
+
+// (name, threads) -> GFLOP/s of torch.mm; empty when no Python was given or it failed.
+std::map<std::pair<std::string, int>, double> torch_gflops(const char* python, const std::vector<Shape>& shapes,
+                                                           int repeats) {
+  std::map<std::pair<std::string, int>, double> out;
+  if (!python) return out;
+  std::string script_path = "/tmp/brisk_bench_matmul_torch.py";
+  if (FILE* f = std::fopen(script_path.c_str(), "w")) {
+    std::fputs(kTorchScript, f);
+    std::fclose(f);
+  } else {
+    return out;
+  }
+  for (int threads : {1, 2}) {
+    std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=" + std::to_string(threads) + " " +
+                      python + " " + script_path + " " + std::to_string(threads) + " " + std::to_string(repeats);
+    for (const Shape& s : shapes) cmd += " " + spec_of(s);
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) continue;
+    char name[64];
+    int t = 0;
+    double g = 0;
+    while (std::fscanf(p, "%63s %d %lf", name, &t, &g) == 3) out[{name, t}] = g;
+    pclose(p);
+  }
+  return out;
+}
+
+std::string torch_version(const char* python) {
+  if (!python) return "";
+  std::string cmd = std::string(python) + " -c 'import torch; print(torch.__version__)' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  char buf[64] = {};
+  if (!std::fgets(buf, sizeof buf, p)) buf[0] = 0;
+  pclose(p);
+  std::string v(buf);
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+  return v;
 }
 
 }  // namespace
 
-int main() {
-  std::printf("bench_matmul: C = A @ B, F32, square (n, n), row-major; GFLOP/s = 2 n^3 / median seconds\n");
-  std::printf("cores: %d; OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s%s\n", omp_get_num_procs(),
-              env_or_unset("OPENBLAS_CORETYPE"), env_or_unset("OPENBLAS_L2_SIZE"),
-              std::getenv("OPENBLAS_CORETYPE") || std::getenv("OPENBLAS_L2_SIZE")
-                  ? "  <- these slow OpenBLAS down; unset them (see ENVIRONMENT.md)"
-                  : "  (both unset, as ENVIRONMENT.md asks for a reference run)");
-#ifdef BRISK_BENCH_OPENBLAS
-  std::printf("OpenBLAS core: %s\n", openblas_get_corename());
-  const bool have_openblas = true;
-#else
-  std::printf("OpenBLAS: not found at build time (column left empty)\n");
-  const bool have_openblas = false;
-#endif
-  std::printf("\n%6s %7s %10s %10s %10s %12s %15s\n", "size", "threads", "brisk", "Eigen", "OpenBLAS", "brisk/Eigen",
-              "brisk/OpenBLAS");
+int main(int argc, char** argv) {
+  const char* python = std::getenv("BRISK_BENCH_TORCH");
+  bool quick = false;
+  int rounds = 0;    // 0: the default (1 with --quick, else 2)
+  std::string only;  // comma-separated shape names; empty: all
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--torch") && i + 1 < argc) python = argv[++i];
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--cpu-time")) g_cpu_time = true;
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+  }
+  const int repeats = quick ? 3 : 7;
+  if (rounds == 0) rounds = quick ? 1 : 2;
 
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  for (int64_t n : {256, 512, 1024, 2048}) {
-    std::vector<float> a(size_t(n * n)), b(size_t(n * n)), c(size_t(n * n));
-    for (float& x : a) x = dist(rng);
-    for (float& x : b) x = dist(rng);
-    brisk::Tensor ta = brisk::from_blob(a.data(), {n, n}, brisk::DType::F32);
-    brisk::Tensor tb = brisk::from_blob(b.data(), {n, n}, brisk::DType::F32);
-    Eigen::Map<const RowMatrix> ea(a.data(), n, n), eb(b.data(), n, n);
-    Eigen::Map<RowMatrix> ec(c.data(), n, n);
-    const int repeats = n >= 2048 ? 5 : n >= 1024 ? 9 : 21;
-    const double flops = 2.0 * double(n) * double(n) * double(n);
+  std::vector<Shape> shapes = {
+      {"n128", 128, 128, 128, false, false},
+      {"n256", 256, 256, 256, false, false},
+      {"n512", 512, 512, 512, false, false},
+      {"n1024", 1024, 1024, 1024, false, false},
+      {"n2048", 2048, 2048, 2048, false, false},
+      // The MLP 784-256-128-10 at batch 128: y = x @ W^T, dx = dy @ W, dW = dy^T @ x.
+      {"fc1.fwd", 128, 256, 784, false, true},
+      {"fc1.dx", 128, 784, 256, false, false},
+      {"fc1.dW", 256, 784, 128, true, false},
+      {"fc2.fwd", 128, 128, 256, false, true},
+      {"fc2.dx", 128, 256, 128, false, false},
+      {"fc2.dW", 128, 256, 128, true, false},
+  };
 
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
-      Eigen::setNbThreads(threads);
-      // brisk and Eigen share the OpenMP pool, so they alternate; OpenBLAS (its own threads) runs
-      // apart. Dropping the last result first lets the allocator hand its block back, so brisk,
-      // like Eigen and OpenBLAS writing into c, reuses one warm output buffer (as a training
-      // step does with the previous step's activations).
-      brisk::Tensor result;
-      auto brisk_call = [&] {
-        result = brisk::Tensor();
-        result = brisk::matmul(ta, tb);
-      };
-      const auto [t_brisk, t_eigen] = interleaved_medians(repeats, brisk_call, [&] { ec.noalias() = ea * eb; });
-      settle();
-      // The two results must agree (summation order differs: allow float rounding).
-      std::vector<float> got = result.to_vector<float>();
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - c[i])));
-      double t_blas = 0;
-#ifdef BRISK_BENCH_OPENBLAS
-      openblas_set_num_threads(threads);
-      t_blas = bench::seconds_per_call(
-          [&] {
-            cblas_sgemm(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(), int(n),
-                        b.data(), int(n), 0.0f, c.data(), int(n));
-          },
-          1, repeats);
-      settle();
-#endif
-      const double g_brisk = flops / t_brisk * 1e-9, g_eigen = flops / t_eigen * 1e-9;
-      const double g_blas = have_openblas ? flops / t_blas * 1e-9 : 0;
-      std::printf("%6lld %7d %10.1f %10.1f ", (long long)n, threads, g_brisk, g_eigen);
-      if (have_openblas) {
-        std::printf("%10.1f %12.2f %15.2f", g_blas, g_brisk / g_eigen, g_brisk / g_blas);
-      } else {
-        std::printf("%10s %12.2f %15s", "-", g_brisk / g_eigen, "-");
+  if (!only.empty()) {
+    std::erase_if(shapes, [&](const Shape& s) {
+      return ("," + only + ",").find("," + std::string(s.name) + ",") == std::string::npos;
+    });
+  }
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  std::printf(
+      "bench_matmul: C = A @ B, F32, row-major C; GFLOP/s = 2 M N K / seconds, best of %d batches x %d rounds\n",
+      repeats, rounds);
+  std::printf("cores: %d; OMP_WAIT_POLICY=%s; brisk F32 path: %s (the Eigen column forces BRISK_GEMM=eigen)\n",
+              omp_get_num_procs(), wait ? wait : "(unset)", cpu::f32_gemm_path_name(cpu::f32_gemm_path()));
+  double peak[3] = {0, 0, 0};  // by threads, the best of each round's measurement
+
+  // Rounds: the whole table (torch pass, then brisk and Eigen) is measured `rounds` times and
+  // each figure keeps its best, so that a busy spell of the machine does not decide a column.
+  std::map<std::pair<std::string, int>, double> torch, g_brisk, g_eigen;
+  const cpu::F32GemmPath native = cpu::f32_gemm_path();
+  for (int round = 0; round < rounds; ++round) {
+    for (int t : {1, 2}) peak[t] = std::max(peak[t], fma_peak(t));
+    for (const auto& [key, g] : torch_gflops(python, shapes, repeats)) torch[key] = std::max(torch[key], g);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (const Shape& s : shapes) {
+      std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n));
+      for (float& x : a) x = dist(rng);
+      for (float& x : b) x = dist(rng);
+      // A transposed view reads a (k, m) (or (n, k)) row-major buffer with strides (1, m).
+      const cpu::MatrixRef<const float> ma = s.a_t ? cpu::MatrixRef<const float>{a.data(), s.m, s.k, 1, s.m}
+                                                   : cpu::MatrixRef<const float>{a.data(), s.m, s.k, s.k, 1};
+      const cpu::MatrixRef<const float> mb = s.b_t ? cpu::MatrixRef<const float>{b.data(), s.k, s.n, 1, s.k}
+                                                   : cpu::MatrixRef<const float>{b.data(), s.k, s.n, s.n, 1};
+      const cpu::MatrixRef<float> mc{c.data(), s.m, s.n, s.n, 1};
+      const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+      const int reps = s.m * s.n * s.k >= (int64_t(1) << 30) ? std::max(3, repeats / 2) : repeats;
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        g_threads = threads;
+        const std::pair<std::string, int> key{s.name, threads};
+        // threads = 0: gemm picks, as the matmul kernel does (small products stay on one thread).
+        cpu::set_f32_gemm_path(native);
+        g_brisk[key] = std::max(g_brisk[key], best_gflops(flops, reps, [&] { cpu::gemm<float>(ma, mb, mc); }));
+        cpu::set_f32_gemm_path(cpu::F32GemmPath::Eigen);
+        g_eigen[key] = std::max(g_eigen[key], best_gflops(flops, reps, [&] { cpu::gemm<float>(ma, mb, mc); }));
+        cpu::set_f32_gemm_path(native);
       }
-      if (worst > 1e-3 * double(n)) std::printf("   MISMATCH: max |brisk - Eigen| = %g", worst);
-      std::printf("\n");
     }
   }
+  std::printf("F32 FMA peak (AVX-512 FMA loop): %.1f GFLOP/s on 1 thread, %.1f on 2\n", peak[1], peak[2]);
+  if (!python) {
+    std::printf("PyTorch: not asked for (--torch PYTHON or BRISK_BENCH_TORCH); its columns are empty\n");
+  } else {
+    std::printf("PyTorch %s (%s), OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, torch.mm(out=)%s\n",
+                torch_version(python).c_str(), python, torch.empty() ? ": FAILED to run" : "");
+  }
+
+  std::printf("\n%-8s %5s %5s %5s %3s %7s %8s %6s %8s %8s %7s %8s\n", "shape", "M", "N", "K", "thr", "op", "brisk",
+              "%peak", "Eigen", "torch", "%peak", "b/torch");
+  for (const Shape& s : shapes) {
+    const std::string op = std::string(s.a_t ? "A^T" : "A") + (s.b_t ? "B^T" : "B");
+    for (int threads : {1, 2}) {
+      const std::pair<std::string, int> key{s.name, threads};
+      const double gb = g_brisk[key];
+      std::printf("%-8s %5lld %5lld %5lld %3d %7s %8.1f %5.0f%% %8.1f ", s.name, (long long)s.m, (long long)s.n,
+                  (long long)s.k, threads, op.c_str(), gb, 100 * gb / peak[threads], g_eigen[key]);
+      const auto it = torch.find(key);
+      if (it != torch.end()) {
+        std::printf("%8.1f %6.0f%% %8.2f\n", it->second, 100 * it->second / peak[threads], gb / it->second);
+      } else {
+        std::printf("%8s %7s %8s\n", "-", "-", "-");
+      }
+    }
+  }
+  std::printf(
+      "(%%peak: of the FMA peak on as many threads; b/torch: brisk / torch.mm GFLOP/s, > 1 is brisk faster;"
+      "\n the machine is shared, so figures are the best of repeated batches)\n");
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "engine/backend.h"
 #include "engine/env.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_i8.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/scratch.h"
@@ -35,6 +36,7 @@ class CpuBackend final : public Backend {
 namespace {
 EnvSection cpu_kernels_section(const EnvOptions& options) {
   EnvSection s{"cpu kernels"};
+  s.entries.push_back({"f32 matmul", f32_gemm_path_name(f32_gemm_path())});
   s.entries.push_back({"bf16 matmul", bf16_gemm_path_name(bf16_gemm_path())});
   s.entries.push_back({"int8 matmul", i8_gemm_path_name(i8_gemm_path())});
   if (options.check_dtype) {

@@ -1,6 +1,8 @@
 // kernels/cpu/gemm.cpp: the CPU matmul kernel and the GEMM driver behind it (gemm.h).
-// F32/F64 run Eigen's packed GEMM kernel directly, with a cached per-thread workspace and
-// brisk's own OpenMP split (Note [CPU GEMM]); BF16 runs the BF16 GEMM of
+// F32 runs brisk's own AVX-512 GEMM where the CPU has it (kernels/cpu/gemm_f32.cpp, Note
+// [F32 GEMM]); F64, vector products and F32 without AVX-512 (or with BRISK_GEMM=eigen) run
+// Eigen's packed GEMM kernel directly, with a cached per-thread workspace and brisk's own
+// OpenMP split (Note [CPU GEMM]); BF16 runs the BF16 GEMM of
 // kernels/cpu/gemm_bf16.h into F32 and rounds once; F16 is converted to F32, multiplied and
 // rounded once; integer dtypes run a plain wrapping loop (exact, slow, rarely used).
 // Not here: the shape rules of matmul (1-D operands, broadcasting) and its backward
@@ -10,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 
 // Eigen 3.4's AVX-512 code trips GCC 12's -Wmaybe-uninitialized (a false positive).
 #pragma GCC diagnostic push
@@ -22,6 +25,7 @@
 #include "engine/allocator.h"
 #include "engine/op.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/scratch.h"
@@ -52,6 +56,10 @@ constexpr int kColMajor = Eigen::ColMajor;
 // Multiply-adds below which a product runs on one thread: waking the team costs a few
 // microseconds, about what 2 * 64^3 multiply-adds take on one core.
 constexpr double kParallelMacs = 2.0 * 64 * 64 * 64;
+
+// The same for brisk's F32 kernel (Note [F32 GEMM]): 2 * 128 * 128 * 128 multiply-adds, about
+// 20 us on one core here (the MLP's 128 x 128 x 256 products stay on one thread).
+constexpr double kF32ParallelMacs = 2.0 * 128 * 128 * 128 + 1;
 
 Index ceil_div(Index a, Index b) { return (a + b - 1) / b; }
 size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
@@ -162,6 +170,24 @@ MatrixRef<T> transposed(const MatrixRef<T>& m) {
   return {m.data, m.cols, m.rows, m.col_stride, m.row_stride};
 }
 
+// Whether Eigen's kernels can read m in place (see operand()).
+template <class T>
+bool readable_in_place(const MatrixRef<const T>& m) {
+  return m.col_stride == 1 || m.cols == 1 || m.row_stride == 1 || m.rows == 1;
+}
+
+thread_local Workspace t_dense_a, t_dense_b;  // dense copies of operands Eigen cannot read
+
+// m copied into ws as a dense row-major matrix.
+template <class T>
+MatrixRef<const T> dense_copy(const MatrixRef<const T>& m, Workspace& ws) {
+  T* out = ws.get<T>(m.rows * m.cols);
+  for (Index i = 0; i < m.rows; ++i) {
+    for (Index j = 0; j < m.cols; ++j) out[i * m.cols + j] = m.data[i * m.row_stride + j * m.col_stride];
+  }
+  return {out, m.rows, m.cols, m.cols, 1};
+}
+
 // Threads for `macs` multiply-adds of work.
 int threads_for_macs(double macs) {
   if (omp_in_parallel() || macs < kParallelMacs) return 1;
@@ -189,8 +215,24 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, bool accum
   }
   const Index m = c.rows, n = c.cols, k = a.cols;
   const Index ldc = m == 1 ? n : c.row_stride;
-  const Operand<T> oa = operand(a, "a"), ob = operand(b, "b");
   const int nt = threads > 0 ? threads : gemm_threads(m, n, k);
+  // F32 products (not GEMVs, which Eigen does without packing) run brisk's own kernel where the
+  // CPU has it; see Note [F32 GEMM] in kernels/cpu/gemm_f32.cpp.
+  if constexpr (std::is_same_v<T, float>) {
+    if (m > 1 && n > 1 && f32_gemm_path() == F32GemmPath::Avx512) {
+      // This kernel finishes a product below kF32ParallelMacs in about the time two threads take
+      // to meet (with OMP_WAIT_POLICY=passive a wake-up is a futex and a reschedule), so it
+      // keeps those on one thread unless told otherwise.
+      const bool small = double(m) * double(n) * double(k) < kF32ParallelMacs;
+      gemm_f32_avx512(m, n, k, a.data, a.row_stride, a.col_stride, b.data, b.row_stride, b.col_stride, c.data, ldc,
+                      accumulate, threads == 0 && small ? 1 : nt);
+      return;
+    }
+  }
+  // Eigen reads operands with a unit stride in one dim; others are copied densely first.
+  if (!readable_in_place(a)) a = dense_copy(a, t_dense_a);
+  if (!readable_in_place(b)) b = dense_copy(b, t_dense_b);
+  const Operand<T> oa = operand(a, "a"), ob = operand(b, "b");
   if (nt <= 1) {
     if (!accumulate) zero(c.data, m, n, ldc);
     gemm_serial(m, n, k, oa, ob, c.data, ldc);

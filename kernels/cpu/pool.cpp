@@ -1,10 +1,13 @@
 // kernels/cpu/pool.cpp: CPU kernels of the pooling ops and their backward ops: max_pool2d
 // (values and flat argmax per plane, with a tight path for the common 2x2 / stride 2 pool),
-// avg_pool2d, adaptive_avg_pool2d. Direct loops over dense planes, OpenMP over planes; 16-bit
-// floats compute in float and round once. Windows come from kernels/pool_window.h, shared with
-// the CUDA kernels, which these are the reference for.
+// avg_pool2d, adaptive_avg_pool2d, adaptive_max_pool2d (values and flat argmax), and
+// resample2d (pad / interpolate's separable 2-tap map) with its backward. Direct loops over
+// dense planes, OpenMP over planes; 16-bit floats compute in float and round once. Windows
+// come from kernels/pool_window.h, shared with the CUDA kernels, which these are the
+// reference for.
 // Not here: output sizes, checks and backward formulas (engine/ops/pool.cpp); reference loops
-// for the tests (tests/specs_nn.cpp); the CUDA kernels (kernels/cuda/pool.cu).
+// for the tests (tests/specs_nn.cpp, tests/specs_resize.cpp); the CUDA kernels
+// (kernels/cuda/pool.cu).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "engine/half.h"
 #include "engine/op.h"
@@ -261,6 +265,34 @@ void mean_pool_backward(const T* g, T* gx, const PoolProblem& p, int64_t work, W
 
 int64_t adaptive_work(const PoolProblem& p) { return p.planes * std::max(p.H * p.W, p.Ho * p.Wo); }
 
+// y, indices (planes, Ho, Wo) = max over each adaptive window of x (planes, H, W), with max
+// pooling's rules (NaN wins, the first of equal maxima in row-major window order), as
+// PyTorch's CPU kernel.
+template <class T>
+void adaptive_max_pool_forward(const T* x, T* y, int64_t* idx, const PoolProblem& p) {
+  using A = compute_t<T>;
+  for_each_plane(p.planes, adaptive_work(p), [&](int64_t plane) {
+    const T* xp = x + plane * p.H * p.W;
+    T* yp = y + plane * p.Ho * p.Wo;
+    int64_t* ip = idx + plane * p.Ho * p.Wo;
+    for (int64_t oh = 0; oh < p.Ho; ++oh) {
+      for (int64_t ow = 0; ow < p.Wo; ++ow) {
+        const PoolWindow win = adaptive_window(p, oh, ow);  // never empty: H, W >= 1
+        A best = A(xp[win.hs * p.W + win.ws]);
+        int64_t bi = win.hs * p.W + win.ws;
+        for (int64_t ih = win.hs; ih < win.he; ++ih) {
+          for (int64_t iw = win.ws; iw < win.we; ++iw) {
+            const A v = A(xp[ih * p.W + iw]);
+            if (v > best || std::isnan(v)) best = v, bi = ih * p.W + iw;
+          }
+        }
+        yp[oh * p.Wo + ow] = T(best);
+        ip[oh * p.Wo + ow] = bi;
+      }
+    }
+  });
+}
+
 // The two window rules as function objects, so that the loops above inline them.
 constexpr auto kAvgWindow = [](const PoolProblem& p, int64_t oh, int64_t ow) { return avg_window(p, oh, ow); };
 constexpr auto kAdaptiveWindow = [](const PoolProblem& p, int64_t oh, int64_t ow) {
@@ -340,6 +372,149 @@ void adaptive_avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<T
   gx.finish();
 }
 
+// x -> (y, indices)
+void adaptive_max_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor x = dense(in[0]);
+  const DenseOut y(out[0]), idx(out[1], DType::I64);
+  const PoolProblem p = adaptive_problem(x.sizes(), y.dense.sizes());
+  dispatch_float(x.dtype(), "adaptive_max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    adaptive_max_pool_forward<T>(cdata<T>(x), mdata<T>(y.dense), mdata<int64_t>(idx.dense), p);
+  });
+  y.finish();
+  idx.finish();
+}
+
+// ---- resample2d: y[p, i, j] = sum over a, b of wh[i, a] ww[j, b] x[p, ih[i, a], iw[j, b]]
+// (engine/ops/pool.cpp). Planes p over the OpenMP threads. one_tap: every second weight is 0
+// (pads, nearest): one read per output. The backward scatters each plane's gradient in output
+// order (each thread owns whole planes: no races, and the sum order is fixed).
+
+struct Tables {
+  const int64_t *ih, *iw;
+  int64_t Ho, Wo;
+  bool one_tap;
+};
+
+// Throws before any write when an index is outside [0, n).
+void check_table(const Tensor& idx, int64_t n, const char* op, const char* axis) {
+  const int64_t* p = cdata<int64_t>(idx);
+  for (int64_t k = 0; k < idx.numel(); ++k)
+    BRISK_CHECK(p[k] >= 0 && p[k] < n, op, ": ", axis, " index ", p[k], " is outside [0, ", n, ")");
+}
+
+template <class A>
+bool all_one_tap(const A* wh, const A* ww, int64_t Ho, int64_t Wo) {
+  for (int64_t i = 0; i < Ho; ++i)
+    if (wh[2 * i + 1] != A(0) || wh[2 * i] != A(1)) return false;
+  for (int64_t j = 0; j < Wo; ++j)
+    if (ww[2 * j + 1] != A(0) || ww[2 * j] != A(1)) return false;
+  return true;
+}
+
+template <class T>
+void resample_forward(const T* x, T* y, int64_t planes, int64_t H, int64_t W, const Tables& t, const compute_t<T>* wh,
+                      const compute_t<T>* ww) {
+  using A = compute_t<T>;
+  for_each_plane(planes, planes * t.Ho * t.Wo * (t.one_tap ? 1 : 4), [&](int64_t plane) {
+    const T* xp = x + plane * H * W;
+    T* yp = y + plane * t.Ho * t.Wo;
+    for (int64_t i = 0; i < t.Ho; ++i) {
+      const T* r0 = xp + t.ih[2 * i] * W;
+      T* yr = yp + i * t.Wo;
+      if (t.one_tap) {
+        for (int64_t j = 0; j < t.Wo; ++j) yr[j] = r0[t.iw[2 * j]];
+        continue;
+      }
+      const T* r1 = xp + t.ih[2 * i + 1] * W;
+      const A h0 = wh[2 * i], h1 = wh[2 * i + 1];
+      for (int64_t j = 0; j < t.Wo; ++j) {
+        const int64_t j0 = t.iw[2 * j], j1 = t.iw[2 * j + 1];
+        const A w0 = ww[2 * j], w1 = ww[2 * j + 1];
+        // PyTorch's order: h0 * (w0 * x00 + w1 * x01) + h1 * (w0 * x10 + w1 * x11)
+        yr[j] = T(h0 * (w0 * A(r0[j0]) + w1 * A(r0[j1])) + h1 * (w0 * A(r1[j0]) + w1 * A(r1[j1])));
+      }
+    }
+  });
+}
+
+// gx (planes, H, W) = 0, then every output's gradient added to the taps it read.
+template <class T>
+void resample_backward(const T* g, T* gx, int64_t planes, int64_t H, int64_t W, const Tables& t, const compute_t<T>* wh,
+                       const compute_t<T>* ww) {
+  using A = compute_t<T>;
+  for_each_plane(planes, planes * (H * W + t.Ho * t.Wo * 4), [&](int64_t plane) {
+    const T* gp = g + plane * t.Ho * t.Wo;
+    T* xp = gx + plane * H * W;
+    if constexpr (std::is_same_v<T, A>) {
+      std::fill(xp, xp + H * W, T(0));
+      for (int64_t i = 0; i < t.Ho; ++i) {
+        const T* gr = gp + i * t.Wo;
+        for (int a = 0; a < (t.one_tap ? 1 : 2); ++a) {
+          T* r = xp + t.ih[2 * i + a] * W;
+          const A h = wh[2 * i + a];
+          for (int64_t j = 0; j < t.Wo; ++j) {
+            for (int b = 0; b < (t.one_tap ? 1 : 2); ++b) r[t.iw[2 * j + b]] += h * ww[2 * j + b] * gr[j];
+          }
+        }
+      }
+    } else {  // 16-bit: sum the plane in float, round once
+      std::vector<A> acc(size_t(H * W), A(0));
+      for (int64_t i = 0; i < t.Ho; ++i) {
+        const T* gr = gp + i * t.Wo;
+        for (int a = 0; a < (t.one_tap ? 1 : 2); ++a) {
+          A* r = acc.data() + t.ih[2 * i + a] * W;
+          const A h = wh[2 * i + a];
+          for (int64_t j = 0; j < t.Wo; ++j) {
+            for (int b = 0; b < (t.one_tap ? 1 : 2); ++b) r[t.iw[2 * j + b]] += h * ww[2 * j + b] * A(gr[j]);
+          }
+        }
+      }
+      for (int64_t k = 0; k < H * W; ++k) xp[k] = T(acc[size_t(k)]);
+    }
+  });
+}
+
+// Runs the forward (backward = false: in[0] is x, out is y) or the backward (in[0] is grad,
+// out is gx) over dense planes.
+void resample_kernel(std::span<const Tensor> in, std::span<Tensor> out, bool backward, const char* op) {
+  const Tensor src = dense(in[0]);
+  const DenseOut dst(out[0]);
+  const Shape& xs = backward ? dst.dense.sizes() : src.sizes();
+  const int64_t H = xs[xs.size() - 2], W = xs[xs.size() - 1];
+  const int64_t planes = H * W == 0 ? 0 : xs.numel() / (H * W);
+  const Tensor ih = dense(in[1]), iw = dense(in[3]);
+  check_table(ih, H, op, "row");
+  check_table(iw, W, op, "column");
+  Tables t{cdata<int64_t>(ih), cdata<int64_t>(iw), ih.size(0), iw.size(0), false};
+  dispatch_float(src.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const Tensor wh = dense(in[2]), ww = dense(in[4]);  // A: F32, or F64 for F64
+    const A* pwh = cdata<A>(wh);
+    const A* pww = cdata<A>(ww);
+    t.one_tap = all_one_tap(pwh, pww, t.Ho, t.Wo);
+    if (planes == 0 || dst.dense.numel() == 0) {
+      if (backward) std::fill_n(mdata<T>(dst.dense), dst.dense.numel(), T(0));
+      return;
+    }
+    if (backward) {
+      resample_backward<T>(cdata<T>(src), mdata<T>(dst.dense), planes, H, W, t, pwh, pww);
+    } else {
+      resample_forward<T>(cdata<T>(src), mdata<T>(dst.dense), planes, H, W, t, pwh, pww);
+    }
+  });
+  dst.finish();
+}
+
+void resample2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  resample_kernel(in, out, false, "resample2d");
+}
+
+void resample2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  resample_kernel(in, out, true, "resample2d_backward");
+}
+
 }  // namespace
 
 void register_pool() {
@@ -350,6 +525,9 @@ void register_pool() {
   register_kernel(OpId::AvgPool2dBackward, cpu, avg_pool2d_backward_kernel);
   register_kernel(OpId::AdaptiveAvgPool2d, cpu, adaptive_avg_pool2d_kernel);
   register_kernel(OpId::AdaptiveAvgPool2dBackward, cpu, adaptive_avg_pool2d_backward_kernel);
+  register_kernel(OpId::AdaptiveMaxPool2d, cpu, adaptive_max_pool2d_kernel);
+  register_kernel(OpId::Resample2d, cpu, resample2d_kernel);
+  register_kernel(OpId::Resample2dBackward, cpu, resample2d_backward_kernel);
 }
 
 }  // namespace brisk::kernels::cpu

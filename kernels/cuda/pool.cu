@@ -1,12 +1,15 @@
 // kernels/cuda/pool.cu: CUDA kernels of the pooling ops and their backward ops: max_pool2d
 // (values and flat argmax per plane), max_pool2d_backward, avg_pool2d (ceil_mode,
-// count_include_pad) and its backward, adaptive_avg_pool2d and its backward. All hand-written
+// count_include_pad) and its backward, adaptive_avg_pool2d and its backward, adaptive_max_pool2d
+// (values and flat argmax; its gradient is a scatter_add), resample2d and its backward (pad /
+// interpolate's separable 2-tap map). All hand-written
 // (Note [CUDA pooling]): one thread per output element forward, one thread per input element
 // backward (a gather, so no atomics and the same summation order on every run). 16-bit floats
 // compute in float and round once; F64 in double. The windows are kernels/pool_window.h's, as
 // on the CPU (kernels/cpu/pool.cpp, the reference), and so are the tie/NaN rules.
 // Not here: shapes, checks and backward formulas (engine/ops/pool.cpp); convolution (conv.cu).
 #include <limits>
+#include <type_traits>
 
 #include "engine/op.h"
 #include "engine/op_params.h"
@@ -208,6 +211,112 @@ __global__ void adaptive_avg_pool_backward_kernel(const T* g, T* gx, PoolProblem
   }
 }
 
+// ---- adaptive max pooling: x (planes, H, W) -> y, idx (planes, Ho, Wo), the CPU's rules
+// (NaN wins, later NaNs too; the first of equal maxima in row-major window order). Its gradient
+// is a scatter_add (engine/ops/pool.cpp), so there is no backward kernel here.
+template <class T>
+__global__ void adaptive_max_pool_kernel(const T* x, T* y, int64_t* idx, PoolProblem p) {
+  using A = compute_t<T>;
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ow = o % p.Wo;
+    const int64_t oh = (o / p.Wo) % p.Ho;
+    const T* xp = x + (o / (p.Ho * p.Wo)) * p.H * p.W;
+    const PoolWindow win = adaptive_window(p, oh, ow);
+    int64_t arg = win.hs * p.W + win.ws;
+    A best = A(load_value(xp + arg));
+    for (int64_t ih = win.hs; ih < win.he; ++ih) {
+      for (int64_t iw = win.ws; iw < win.we; ++iw) {
+        const A v = A(load_value(xp + ih * p.W + iw));
+        if (v > best || v != v) {
+          best = v;
+          arg = ih * p.W + iw;
+        }
+      }
+    }
+    y[o] = Store<T>::to(best);
+    idx[o] = arg;
+  }
+}
+
+// ---- resample2d (engine/ops/pool.cpp): y[p, i, j] = sum over a, b of wh[i, a] ww[j, b]
+// x[p, ih[i, a], iw[j, b]]. Forward: one thread per output, PyTorch's (and the CPU's) order of
+// the four products. Backward, the adjoint, in two gathers-by-ownership without atomics: rows
+// (one thread per (plane, output row) scatters along its own row of t (planes, Ho, W), the
+// gradient pulled back through the column table), then columns (one thread per (plane, input
+// column) scatters t's column into its own column of gx through the row table). Taps whose
+// index is outside the plane are skipped (the CPU kernel reports them; the tables come from
+// nn/functional_resize.cpp, which keeps them in range).
+template <class T>
+__global__ void resample_kernel(const T* x, T* y, const int64_t* ih, const compute_t<T>* wh, const int64_t* iw,
+                                const compute_t<T>* ww, int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
+  using A = compute_t<T>;
+  const int64_t n = planes * Ho * Wo;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = o % Wo;
+    const int64_t i = (o / Wo) % Ho;
+    const T* xp = x + (o / (Ho * Wo)) * H * W;
+    A rows[2];
+    for (int a = 0; a < 2; ++a) {
+      const int64_t r = ih[2 * i + a];
+      A acc = 0;
+      for (int b = 0; b < 2; ++b) {
+        const int64_t c = iw[2 * j + b];
+        if (r >= 0 && r < H && c >= 0 && c < W) acc += ww[2 * j + b] * A(load_value(xp + r * W + c));
+      }
+      rows[a] = acc;
+    }
+    y[o] = Store<T>::to(wh[2 * i] * rows[0] + wh[2 * i + 1] * rows[1]);
+  }
+}
+
+// t[p, i, :] (W) = the gradient row g[p, i, :] (Wo) scattered through the column table.
+template <class T>
+__global__ void resample_backward_rows(const T* g, compute_t<T>* t, const int64_t* iw, const compute_t<T>* ww,
+                                       int64_t planes, int64_t W, int64_t Ho, int64_t Wo) {
+  using A = compute_t<T>;
+  const int64_t n = planes * Ho;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < n; r += int64_t(gridDim.x) * blockDim.x) {
+    A* tr = t + r * W;
+    const T* gr = g + r * Wo;
+    for (int64_t c = 0; c < W; ++c) tr[c] = 0;
+    for (int64_t j = 0; j < Wo; ++j) {
+      const A v = A(load_value(gr + j));
+      for (int b = 0; b < 2; ++b) {
+        const int64_t c = iw[2 * j + b];
+        if (c >= 0 && c < W) tr[c] += ww[2 * j + b] * v;
+      }
+    }
+  }
+}
+
+// gx[p, :, c] (H) = t[p, :, c] (Ho) scattered through the row table, in Out (T, or the compute
+// type for 16-bit T, rounded afterwards).
+template <class A, class Out>
+__global__ void resample_backward_columns(const A* t, Out* gx, const int64_t* ih, const A* wh, int64_t planes,
+                                          int64_t H, int64_t W, int64_t Ho) {
+  const int64_t n = planes * W;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = e % W, p = e / W;
+    Out* col = gx + p * H * W + c;
+    const A* tc = t + p * Ho * W + c;
+    for (int64_t r = 0; r < H; ++r) col[r * W] = Out(0);
+    for (int64_t i = 0; i < Ho; ++i) {
+      const A v = tc[i * W];
+      for (int a = 0; a < 2; ++a) {
+        const int64_t r = ih[2 * i + a];
+        if (r >= 0 && r < H) col[r * W] = Out(A(col[r * W]) + wh[2 * i + a] * v);
+      }
+    }
+  }
+}
+
+template <class T>
+__global__ void round_kernel(const compute_t<T>* src, T* dst, int64_t n) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x)
+    dst[k] = Store<T>::to(src[k]);
+}
+
 // ---- host side
 template <class T>
 const T* cdata(const Tensor& t) {
@@ -331,6 +440,70 @@ void adaptive_avg_pool2d_backward_kernel(std::span<const Tensor> in, std::span<T
   gx.finish();
 }
 
+// x -> (y, indices)
+void adaptive_max_pool2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor x = dense(in[0]);
+  DenseOut y(out[0]), idx(out[1]);
+  const PoolProblem p = adaptive_problem(x.sizes(), y.dense.sizes());
+  const int64_t n = p.planes * p.Ho * p.Wo;
+  run_pool(x, n, "adaptive_max_pool2d", [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    adaptive_max_pool_kernel<T>
+        <<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(x), mdata<T>(y.dense), mdata<int64_t>(idx.dense), p);
+  });
+  y.finish();
+  idx.finish();
+}
+
+// (x, ih, wh, iw, ww) -> y; backward: (grad, ih, wh, iw, ww) -> gx
+void resample_launch(std::span<const Tensor> in, std::span<Tensor> out, bool backward, const char* op) {
+  const Tensor src = dense(in[0]);
+  DenseOut dst(out[0]);
+  const Shape& xs = backward ? dst.dense.sizes() : src.sizes();
+  const int64_t H = xs[xs.size() - 2], W = xs[xs.size() - 1];
+  const int64_t planes = H * W == 0 ? 0 : xs.numel() / (H * W);
+  const Tensor ih = dense(in[1]), wh = dense(in[2]), iw = dense(in[3]), ww = dense(in[4]);
+  const int64_t Ho = ih.size(0), Wo = iw.size(0);
+  const int64_t n = backward ? planes * H * W : planes * Ho * Wo;
+  run_pool(src, n, op, [&](auto tag, cudaStream_t stream) {
+    using T = decltype(tag);
+    using A = compute_t<T>;
+    const int64_t* pih = cdata<int64_t>(ih);
+    const int64_t* piw = cdata<int64_t>(iw);
+    if (!backward) {
+      resample_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<T>(src), mdata<T>(dst.dense), pih, cdata<A>(wh), piw,
+                                                             cdata<A>(ww), planes, H, W, Ho, Wo);
+      return;
+    }
+    const DType adt = std::is_same_v<A, double> ? DType::F64 : DType::F32;
+    const Tensor t = make_empty({planes, Ho, W}, adt, src.device());
+    if (planes * Ho > 0) {  // else the column pass only zeroes gx
+      resample_backward_rows<T><<<grid_for(planes * Ho), kBlock, 0, stream>>>(cdata<T>(src), mdata<A>(t), piw,
+                                                                              cdata<A>(ww), planes, W, Ho, Wo);
+      BRISK_CUDA_CHECK_LAUNCH();
+    }
+    if constexpr (std::is_same_v<T, A>) {
+      resample_backward_columns<A, T><<<grid_for(planes * W), kBlock, 0, stream>>>(cdata<A>(t), mdata<T>(dst.dense),
+                                                                                   pih, cdata<A>(wh), planes, H, W, Ho);
+    } else {
+      const Tensor acc = make_empty({planes, H, W}, adt, src.device());
+      resample_backward_columns<A, A><<<grid_for(planes * W), kBlock, 0, stream>>>(cdata<A>(t), mdata<A>(acc), pih,
+                                                                                   cdata<A>(wh), planes, H, W, Ho);
+      BRISK_CUDA_CHECK_LAUNCH();
+      round_kernel<T><<<grid_for(n), kBlock, 0, stream>>>(cdata<A>(acc), mdata<T>(dst.dense), n);
+    }
+  });
+  dst.finish();
+}
+
+void resample2d_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  resample_launch(in, out, false, "resample2d");
+}
+
+void resample2d_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  resample_launch(in, out, true, "resample2d_backward");
+}
+
 }  // namespace
 
 void register_pool() {
@@ -341,6 +514,9 @@ void register_pool() {
   register_kernel(OpId::AvgPool2dBackward, gpu, avg_pool2d_backward_kernel);
   register_kernel(OpId::AdaptiveAvgPool2d, gpu, adaptive_avg_pool2d_kernel);
   register_kernel(OpId::AdaptiveAvgPool2dBackward, gpu, adaptive_avg_pool2d_backward_kernel);
+  register_kernel(OpId::AdaptiveMaxPool2d, gpu, adaptive_max_pool2d_kernel);
+  register_kernel(OpId::Resample2d, gpu, resample2d_kernel);
+  register_kernel(OpId::Resample2dBackward, gpu, resample2d_backward_kernel);
 }
 
 }  // namespace brisk::kernels::cuda
