@@ -27,7 +27,8 @@ TEST_CASE("loss modules: equal to their functions, with PyTorch's buffer names")
   CHECK(huber(a, b).item<double>() == F::huber_loss(a, b, Reduction::Mean, 0.5).item<double>());
   Tensor y = from_vector({1, -1, 1, -1, 1}, {5});
   nn::CosineEmbeddingLoss cos(0.2, Reduction::None);
-  CHECK(cos(a, b, y).to_vector<double>() == F::cosine_embedding_loss(a, b, y, 0.2, Reduction::None).to_vector<double>());
+  CHECK(cos(a, b, y).to_vector<double>() ==
+        F::cosine_embedding_loss(a, b, y, 0.2, Reduction::None).to_vector<double>());
   nn::TripletMarginLoss trip(0.7, 1.0, 1e-6, true);
   CHECK(trip(a, b, c).item<double>() == F::triplet_margin_loss(a, b, c, 0.7, 1.0, 1e-6, true).item<double>());
 
