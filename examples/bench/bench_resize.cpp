@@ -102,27 +102,7 @@ std::string shape_str(const Shape& s) {
 
 // Times PyTorch on the same cases; prints "index what ms" lines.
 std::map<std::string, double> torch_times(int threads, std::string& which) {
-  std::map<std::string, double> out;
-  which = "/work/venv-torch/bin/python";
-  if (std::system((which + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) which = "/usr/bin/python3";
-  if (std::system((which + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
-    which = "none";
-    return out;
-  }
   std::string script = R"PY(
-import sys, time, torch
-import torch.nn.functional as F
-torch.set_num_threads(int(sys.argv[1]))
-def per_call_ms(fn, iters, repeats=7):
-    for _ in range(iters // 10 + 1):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        times.append((time.perf_counter() - t0) / iters)
-    return sorted(times)[len(times) // 2] * 1e3
 w = torch.randn(64, 32, 4, 4)
 )PY";
   const std::vector<Case> cs = cases();
@@ -136,16 +116,7 @@ w = torch.randn(64, 32, 4, 4)
     script += "print(" + std::to_string(i) + ", 'forward', per_call_ms(fwd, 10), flush=True)\n";
     script += "print(" + std::to_string(i) + ", 'forward+backward', per_call_ms(fb, 5), flush=True)\n";
   }
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " + which + " - " + std::to_string(threads) +
-                          " 2>/dev/null <<'BRISK_PY'\n" + script + "\nBRISK_PY\n";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  int index = 0;
-  char what[64];
-  double ms = 0;
-  while (std::fscanf(p, "%d %63s %lf", &index, what, &ms) == 3) out[std::to_string(index) + " " + what] = ms;
-  pclose(p);
-  return out;
+  return bench::torch_times(script, threads, which);
 }
 
 }  // namespace
