@@ -7,8 +7,9 @@
 // Integers select (the dim goes), slices keep a dim (negative and out-of-range bounds clip as in
 // Python), None inserts a dim of size 1, one Ellipsis stands for the dims not named, a Bool mask
 // covers as many dims as it has (those dims become one, of the mask's count), an integer tensor
-// indexes one dim (which becomes the index's shape). One tensor index per call: PyTorch's
-// pairing of several tensor indices is not supported (an error says so). Views where PyTorch
+// indexes one dim; several tensor indices broadcast together and pick elements pairwise, their
+// result dims in place when the indexed dims are adjacent, else first (x.index({i, Slice(), j})),
+// with PyTorch's rules (Note [Advanced indexing] in engine/indexing.cpp). Views where PyTorch
 // gives views (integers, slices, None, Ellipsis); copies for tensor indices. Everything is
 // differentiable in x (and in the values of index_put). A composite over slice, select,
 // unsqueeze, index_select and index_add: no op of its own.

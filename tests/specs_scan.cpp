@@ -92,7 +92,6 @@ void add_scan_specs(std::vector<OpSpec>& specs) {
         },
         line_cases(-1, 1));
     s.dtypes = {DType::F32, DType::F64, DType::BF16};
-    s.cuda = false;  // CPU only: no kernel for device cuda yet
     specs.push_back(s);
     s = spec(
         "cumprod dim " + d, {OpId::Cumprod}, [dim](const std::vector<Tensor>& in) { return cumprod(in[0], dim); },
@@ -104,7 +103,6 @@ void add_scan_specs(std::vector<OpSpec>& specs) {
           });
         },
         line_cases(0.5, 1.5));
-    s.cuda = false;
     specs.push_back(s);
   }
   for (bool desc : {false, true}) {
@@ -120,7 +118,6 @@ void add_scan_specs(std::vector<OpSpec>& specs) {
         },
         line_cases(-1, 1));
     s.grad = false;
-    s.cuda = false;
     specs.push_back(s);
     OpSpec t = spec(
         desc ? "sort values descending (composite)" : "sort values (composite)", {},
@@ -133,7 +130,6 @@ void add_scan_specs(std::vector<OpSpec>& specs) {
           });
         },
         line_cases(-1, 1));
-    t.cuda = false;
     specs.push_back(t);
   }
   {
@@ -151,7 +147,6 @@ void add_scan_specs(std::vector<OpSpec>& specs) {
           return std::vector<OpCase>{{"(5, 3)", {uniform_values({5, 3}, -1, 1, 4)}},
                                      {"(2, 4)", {uniform_values({2, 4}, -1, 1, 5)}}};
         });
-    s.cuda = false;
     specs.push_back(s);
     OpSpec p = spec(
         "prod over a dim (composite)", {}, [](const std::vector<Tensor>& in) { return prod(in[0], -1, true); },
@@ -161,7 +156,6 @@ void add_scan_specs(std::vector<OpSpec>& specs) {
           });
         },
         line_cases(0.5, 1.5));
-    p.cuda = false;
     specs.push_back(p);
   }
   for (bool is_max : {true, false}) {

@@ -234,10 +234,6 @@ TEST_CASE("cuda: every op in ops.def has a CUDA kernel, except the listed ones")
        {"linalg_solve", "linalg_cholesky", "linalg_slogdet", "linalg_qr", "linalg_eigh", "bernoulli", "multinomial"}) {
     allowed[op] = "CPU only (Eigen / host sampling): the CUDA error is \"no kernel for device cuda\"";
   }
-  // The scan family (engine/ops/scan.cpp) has CPU kernels only so far.
-  for (const char* op : {"cumsum", "cumprod", "argsort"}) {
-    allowed[op] = "CPU only for now (kernels/cpu/scan.cpp): the CUDA error is \"no kernel for device cuda\"";
-  }
   std::vector<std::string> missing;
   for (int i = 0; i < kNumOps; ++i) {
     const OpDef& d = op_def(OpId(i));

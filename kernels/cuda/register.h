@@ -17,6 +17,7 @@ void register_pool();         // kernels/cuda/pool.cu (max/avg/adaptive pooling,
 void register_norm();         // kernels/cuda/norm.cu (layer norm; batch norm through cuDNN)
 void register_optim();        // kernels/cuda/optim.cu (fused multi-tensor optimizer steps)
 void register_amp();          // kernels/cuda/amp.cu (the gradient scaler's fused unscale)
+void register_scan();         // kernels/cuda/scan.cu (cumsum, cumprod; argsort through the host)
 
 inline void register_all() {
   register_backend();
@@ -31,6 +32,7 @@ inline void register_all() {
   register_norm();
   register_optim();
   register_amp();
+  register_scan();
 }
 
 }  // namespace brisk::kernels::cuda
