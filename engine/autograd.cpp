@@ -126,16 +126,23 @@ AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf_impl) : l
   device = leaf_impl->storage->device;
 }
 
+// A leaf's gradient hooks in order (removed ones are empty), each may replace the gradient.
+static Tensor run_leaf_hooks(AutogradMeta& m, Tensor g) {
+  for (GradHook& hook : m.hooks) {
+    if (!hook) continue;
+    Tensor r = hook(g);
+    if (r.defined()) g = r;
+  }
+  return g;
+}
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   std::shared_ptr<TensorImpl> impl = leaf.lock();
   if (!impl || !grads[0].defined()) return {};
   Tensor t(impl);
   AutogradMeta& m = *impl->autograd;
   Tensor g = std::move(grads[0]);
-  for (GradHook& hook : m.hooks) {
-    Tensor r = hook(g);
-    if (r.defined()) g = r;
-  }
+  g = run_leaf_hooks(m, std::move(g));
   if (!m.grad.defined()) {
     // Keep the incoming gradient only when nothing else can see or alias it.
     bool owned =
@@ -146,7 +153,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   } else {
     m.grad.add_(g);
   }
-  for (PostAccumulateHook& hook : m.post_hooks) hook(t);
+  for (PostAccumulateHook& hook : m.post_hooks) {
+    if (hook) hook(t);
+  }
   return {};
 }
 
@@ -305,7 +314,7 @@ std::vector<Tensor> take_gradients(GraphTask& task, Node* n) {
   }
   grads.resize(size_t(n->num_slots()));
   for (auto& [slot, hook] : n->pre_hooks) {
-    if (!grads[size_t(slot)].defined()) continue;
+    if (!hook || !grads[size_t(slot)].defined()) continue;
     Tensor r = hook(grads[size_t(slot)]);
     if (r.defined()) grads[size_t(slot)] = r;
   }
@@ -317,7 +326,12 @@ std::vector<Tensor> take_gradients(GraphTask& task, Node* n) {
 bool capture_and_continue(GraphTask& task, Node* n, const std::vector<Tensor>& grads) {
   auto it = task.capture_at.find(n);
   if (it != task.capture_at.end()) {
-    for (auto [slot, idx] : it->second) (*task.captured)[idx] = grads[size_t(slot)];
+    Tensor leaf_grad;  // a leaf's hooks run on what grad() returns for it, as in PyTorch
+    if (n->is_accumulator() && grads[0].defined()) {
+      if (auto impl = static_cast<AccumulateGrad*>(n)->leaf.lock())
+        leaf_grad = run_leaf_hooks(*impl->autograd, grads[0]);
+    }
+    for (auto [slot, idx] : it->second) (*task.captured)[idx] = leaf_grad.defined() ? leaf_grad : grads[size_t(slot)];
   }
   return !n->is_accumulator() && task.needed.count(n) > 0;
 }

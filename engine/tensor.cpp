@@ -271,19 +271,35 @@ Tensor& Tensor::detach_() {
   return *this;
 }
 
-void Tensor::register_hook(GradHook hook) const {
+// A removed hook is left as an empty function (skipped where hooks run), so that the indices
+// other handles hold stay valid.
+HookHandle Tensor::register_hook(GradHook hook) const {
   BRISK_CHECK(requires_grad(), "register_hook: tensor does not require grad");
+  BRISK_CHECK(hook, "register_hook: empty hook");
   AutogradMeta& m = meta(*this);
   if (m.grad_fn) {
+    const size_t i = m.grad_fn->pre_hooks.size();
     m.grad_fn->pre_hooks.emplace_back(m.output_nr, std::move(hook));
-  } else {
-    m.hooks.push_back(std::move(hook));
+    return HookHandle([node = std::weak_ptr<Node>(m.grad_fn), i] {
+      if (auto n = node.lock()) n->pre_hooks[i].second = nullptr;
+    });
   }
+  const size_t i = m.hooks.size();
+  m.hooks.push_back(std::move(hook));
+  return HookHandle([impl = std::weak_ptr<TensorImpl>(impl_), i] {
+    if (auto t = impl.lock()) t->autograd->hooks[i] = nullptr;
+  });
 }
 
-void Tensor::register_post_accumulate_grad_hook(PostAccumulateHook hook) const {
+HookHandle Tensor::register_post_accumulate_grad_hook(PostAccumulateHook hook) const {
   BRISK_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: needs a leaf that requires grad");
-  meta(*this).post_hooks.push_back(std::move(hook));
+  BRISK_CHECK(hook, "register_post_accumulate_grad_hook: empty hook");
+  AutogradMeta& m = meta(*this);
+  const size_t i = m.post_hooks.size();
+  m.post_hooks.push_back(std::move(hook));
+  return HookHandle([impl = std::weak_ptr<TensorImpl>(impl_), i] {
+    if (auto t = impl.lock()) t->autograd->post_hooks[i] = nullptr;
+  });
 }
 
 // ---- conveniences

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/device.h"
@@ -42,6 +43,22 @@ struct TensorImpl {
 // A gradient hook: sees the gradient flowing into a tensor; returns a replacement or an
 // undefined tensor to keep it.
 using GradHook = std::function<Tensor(const Tensor& grad)>;
+
+// What register_hook and register_post_accumulate_grad_hook return (PyTorch's
+// RemovableHandle): remove() takes the hook out (later calls do nothing); dropping the handle
+// keeps the hook.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  explicit HookHandle(std::function<void()> remover) : remover_(std::move(remover)) {}
+  void remove() {
+    if (remover_) std::exchange(remover_, nullptr)();
+  }
+  bool active() const { return bool(remover_); }
+
+ private:
+  std::function<void()> remover_{};
+};
 // Runs after a leaf's .grad has been updated (data-parallel training starts its allreduce here).
 using PostAccumulateHook = std::function<void(Tensor& leaf)>;
 
@@ -102,8 +119,9 @@ class Tensor {
   // identity and autograd state: how a module moves its parameters to another device or
   // dtype without invalidating references held by optimizers.
   void set_data(const Tensor& src) const;
-  void register_hook(GradHook hook) const;
-  void register_post_accumulate_grad_hook(PostAccumulateHook hook) const;
+  // Hooks on the gradient (a leaf's also run under functional grad(), as in PyTorch).
+  HookHandle register_hook(GradHook hook) const;
+  HookHandle register_post_accumulate_grad_hook(PostAccumulateHook hook) const;
 
   // ---- conveniences over engine/functions.h
   Tensor to(Device device, bool non_blocking = false) const;
