@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/serialize.h"
+
 namespace fashion_mnist {
 
 struct EpochRecord {
@@ -24,16 +26,8 @@ struct EpochRecord {
   int64_t skipped_steps = 0;  // optimizer steps the scaler skipped in this epoch (Inf/NaN gradients)
 };
 
-// Writes `text` to `path` through a temp file and a rename (readers never see half a file).
-inline void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f.flush()) throw std::runtime_error("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
-}
+// The engine's atomic write (engine/serialize.h: temp file, fsync, rename, fsync of the folder).
+using brisk::write_file_atomic;
 
 inline std::string log_jsonl(const std::vector<EpochRecord>& history) {
   std::string out;
