@@ -1,7 +1,9 @@
 // engine/dispatch.cpp: the op table and the one call path (Note [Dispatch]).
 #include "engine/dispatch.h"
 
+#include <atomic>
 #include <cmath>
+#include <mutex>
 #include <vector>
 
 #include "engine/autocast.h"
@@ -9,6 +11,7 @@
 #include "engine/backend.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/kernel_override.h"
 #include "engine/nonfinite.h"
 #include "engine/profiler.h"
 
@@ -26,11 +29,181 @@ OpDef g_ops[kNumOps] = {
 
 OpDef& op_def(OpId id) { return g_ops[static_cast<int>(id)]; }
 
-void register_kernel(OpId id, DeviceType device, KernelFn fn) { op_def(id).kernels[int(device)] = fn; }
+namespace {
+thread_local bool t_in_init = false;  // this thread is running init()
+}  // namespace
+
+// A kernel registered before the first op would be overwritten by init(): run init first
+// (except from inside init, whose own registrations these are).
+void register_kernel(OpId id, DeviceType device, KernelFn fn) {
+  if (!t_in_init) ensure_init();
+  op_def(id).kernels[int(device)] = fn;
+}
 
 void ensure_init() {
-  static const bool done = (init(), true);
+  static const bool done = [] {
+    t_in_init = true;
+    try {
+      init();
+    } catch (...) {
+      t_in_init = false;
+      throw;
+    }
+    t_in_init = false;
+    return true;
+  }();
   (void)done;
+}
+
+// Note [Kernel overrides]
+// replace_kernel (engine/kernel_override.h) leaves the OpDef's KernelFn alone: the built-in
+// kernel stays where init() put it, and an override is a separate immutable record per
+// (op, device) holding the new callable, the dtypes it takes and the kernel it fell back to.
+// Installing swaps the record under a mutex and sets a flag that call() tests (one relaxed
+// load per op: the cost when nothing is replaced); calls running on other threads keep the
+// record they loaded alive through its shared_ptr. A guard saves the record it replaced and
+// puts it back, so nested guards unwind exactly.
+namespace {
+
+struct Override {
+  Kernel fn;
+  uint32_t dtype_mask = ~0u;  // bit t: calls of DType t run fn
+  Kernel fallback;            // what ran before (empty: no kernel)
+};
+using OverridePtr = std::shared_ptr<const Override>;
+
+struct OverrideTable {
+  std::mutex mu;
+  OverridePtr slot[kNumOps][kNumDeviceTypes];
+  std::atomic<bool> replaced[kNumOps][kNumDeviceTypes] = {};
+};
+OverrideTable& overrides() {
+  static OverrideTable t;
+  return t;
+}
+
+DType call_dtype(std::span<const Tensor> in, std::span<Tensor> out) {
+  return in.empty() ? out[0].dtype() : in[0].dtype();
+}
+
+Kernel builtin_callable(OpId id, DeviceType device) {
+  KernelFn fn = op_def(id).kernels[int(device)];
+  if (!fn) return {};
+  return [fn](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) { fn(in, out, attrs); };
+}
+
+void run_override(const Override& ov, OpId id, std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const DType t = call_dtype(in, out);
+  if ((ov.dtype_mask >> int(t)) & 1u) {
+    ov.fn(in, out, attrs);
+  } else {
+    BRISK_CHECK(ov.fallback, op_name(id), ": the replaced kernel takes no ", t,
+                " and there was no kernel to fall back to");
+    ov.fallback(in, out, attrs);
+  }
+}
+
+Kernel override_callable(const OverridePtr& ov, OpId id) {
+  return [ov, id](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+    run_override(*ov, id, in, out, attrs);
+  };
+}
+
+// The kernel (op, device) runs now, as a callable; the caller holds the table's mutex.
+Kernel current_callable_locked(OpId id, DeviceType device) {
+  const OverridePtr& ov = overrides().slot[int(id)][int(device)];
+  return ov ? override_callable(ov, id) : builtin_callable(id, device);
+}
+
+void install_locked(OpId id, DeviceType device, OverridePtr ov) {
+  OverrideTable& t = overrides();
+  const bool any = bool(ov);
+  t.slot[int(id)][int(device)] = std::move(ov);
+  t.replaced[int(id)][int(device)].store(any, std::memory_order_release);
+}
+
+void check_op_device(OpId id, DeviceType device, const char* fn) {
+  BRISK_CHECK(int(id) < kNumOps, fn, ": op id ", int(id), " is out of range");
+  BRISK_CHECK(int(device) < kNumDeviceTypes, fn, ": device type ", int(device), " is out of range");
+}
+
+}  // namespace
+
+OpId op_id(std::string_view name) {
+  ensure_init();
+  for (int i = 0; i < kNumOps; ++i) {
+    if (name == g_ops[i].name) return OpId(i);
+  }
+  std::string near;
+  for (int i = 0; i < kNumOps; ++i) {
+    const std::string_view n = g_ops[i].name;
+    if (!name.empty() && (n.find(name) != std::string_view::npos || name.find(n) != std::string_view::npos)) {
+      near += near.empty() ? "" : ", ";
+      near += n;
+    }
+  }
+  BRISK_CHECK(false, "op_id: no op named '", name, "' in engine/ops.def",
+              near.empty() ? std::string() : "; similar: " + near);
+  return OpId::kCount;
+}
+
+Kernel replace_kernel(OpId id, DeviceType device, Kernel fn, std::vector<DType> dtypes) {
+  check_op_device(id, device, "replace_kernel");
+  BRISK_CHECK(fn, "replace_kernel: ", op_name(id), ": the new kernel is empty");
+  ensure_init();
+  auto ov = std::make_shared<Override>();
+  ov->fn = std::move(fn);
+  if (!dtypes.empty()) {
+    ov->dtype_mask = 0;
+    for (DType t : dtypes) ov->dtype_mask |= 1u << int(t);
+  }
+  std::lock_guard<std::mutex> lock(overrides().mu);
+  Kernel previous = current_callable_locked(id, device);
+  ov->fallback = previous;
+  install_locked(id, device, std::move(ov));
+  return previous;
+}
+
+Kernel builtin_kernel(OpId id, DeviceType device) {
+  check_op_device(id, device, "builtin_kernel");
+  ensure_init();
+  return builtin_callable(id, device);
+}
+
+Kernel current_kernel(OpId id, DeviceType device, DType dtype) {
+  check_op_device(id, device, "current_kernel");
+  ensure_init();
+  std::lock_guard<std::mutex> lock(overrides().mu);
+  const OverridePtr& ov = overrides().slot[int(id)][int(device)];
+  if (!ov) return builtin_callable(id, device);
+  return ((ov->dtype_mask >> int(dtype)) & 1u) ? ov->fn : ov->fallback;  // a fallback dispatches on dtype itself
+}
+
+void restore_builtin_kernel(OpId id, DeviceType device) {
+  check_op_device(id, device, "restore_builtin_kernel");
+  std::lock_guard<std::mutex> lock(overrides().mu);
+  install_locked(id, device, nullptr);
+}
+
+bool is_kernel_replaced(OpId id, DeviceType device) {
+  check_op_device(id, device, "is_kernel_replaced");
+  return overrides().replaced[int(id)][int(device)].load(std::memory_order_acquire);
+}
+
+KernelOverride::KernelOverride(OpId op, DeviceType device, Kernel fn, std::vector<DType> dtypes)
+    : op_(op), device_(device) {
+  check_op_device(op, device, "KernelOverride");
+  ensure_init();
+  {
+    std::lock_guard<std::mutex> lock(overrides().mu);
+    saved_ = overrides().slot[int(op)][int(device)];
+  }
+  previous_ = replace_kernel(op, device, std::move(fn), std::move(dtypes));
+}
+
+KernelOverride::~KernelOverride() {
+  std::lock_guard<std::mutex> lock(overrides().mu);
+  install_locked(op_, device_, std::static_pointer_cast<const Override>(saved_));
 }
 
 namespace {
@@ -125,6 +298,25 @@ const Node* record(OpId id, const OpDef& op, std::span<const Tensor> in, const A
 // path (Note [Profiler] in engine/profiler.h); otherwise that costs one relaxed load.
 namespace {
 
+inline void run_kernel(OpId id, DeviceType device, KernelFn kernel, bool replaced, std::span<const Tensor> in,
+                       std::span<Tensor> out, const Attrs& attrs) {
+  if (BRISK_LIKELY(!replaced)) {
+    kernel(in, out, attrs);
+    return;
+  }
+  OverridePtr ov;
+  {
+    std::lock_guard<std::mutex> lock(overrides().mu);
+    ov = overrides().slot[int(id)][int(device)];
+  }
+  if (ov) {
+    run_override(*ov, id, in, out, attrs);
+  } else {
+    BRISK_CHECK(kernel, op_name(id), ": no kernel");
+    kernel(in, out, attrs);
+  }
+}
+
 const Node* call_impl(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
   const OpDef& op = op_def(id);
   BRISK_CHECK(op.infer || op.view, op.name, ": op is declared but not defined");
@@ -149,7 +341,9 @@ const Node* call_impl(OpId id, std::span<const Tensor> in, const Attrs& attrs, s
     op.infer(in, attrs, std::span<TensorSpec>(specs, out.size()));
     const Device out_device = op.to_attrs_device ? attrs.device : device;
     KernelFn kernel = op.kernels[int(device.type)];
-    BRISK_CHECK(kernel, op.name, ": no kernel for device ", device, " (inputs: ", describe_inputs(in), ")");
+    const bool replaced =
+        BRISK_UNLIKELY(overrides().replaced[int(id)][int(device.type)].load(std::memory_order_acquire));
+    BRISK_CHECK(kernel || replaced, op.name, ": no kernel for device ", device, " (inputs: ", describe_inputs(in), ")");
     bool provided[4] = {};
     for (size_t i = 0; i < out.size(); ++i) {
       provided[i] = out[i].defined();
@@ -162,7 +356,13 @@ const Node* call_impl(OpId id, std::span<const Tensor> in, const Attrs& attrs, s
         out[i] = make_empty(specs[i].sizes, specs[i].dtype, out_device);
       }
     }
-    kernel(in, out, attrs);
+    // Kernels run with recording off: an op a kernel calls is part of this op, not of the tape.
+    if (GradMode::enabled()) {
+      NoGradGuard no_grad;
+      run_kernel(id, device.type, kernel, replaced, in, out, attrs);
+    } else {
+      run_kernel(id, device.type, kernel, replaced, in, out, attrs);
+    }
     for (size_t i = 0; i < out.size(); ++i) {
       if (provided[i]) out[i].bump_version();  // written in place
     }
