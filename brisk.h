@@ -18,6 +18,7 @@
 #include "engine/grad_mode.h"
 #include "engine/gradcheck.h"
 #include "engine/indexing.h"
+#include "engine/kernel_override.h"
 #include "engine/nonfinite.h"
 #include "engine/random.h"
 #include "engine/serialize.h"

@@ -76,6 +76,10 @@ enum class CastPolicy : uint8_t {
 };
 
 using InferFn = void (*)(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out);
+// A kernel computes one op on one device into outputs the dispatcher allocated (or the caller
+// passed). What it must accept and produce (any input strides, offsets and stride 0; every
+// output element written; dtypes; NaN; threads) is docs/KERNELS.md. Users replace kernels with
+// replace_kernel (engine/kernel_override.h), not register_kernel.
 using KernelFn = void (*)(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs);
 using BackwardFn = void (*)(const BackwardCtx& ctx, std::span<Tensor> grad_inputs);
 using ViewFn = Tensor (*)(const Tensor& in, const Attrs& attrs);
