@@ -147,21 +147,29 @@ OpId op_id(std::string_view name) {
   return OpId::kCount;
 }
 
-Kernel replace_kernel(OpId id, DeviceType device, Kernel fn, std::vector<DType> dtypes) {
-  check_op_device(id, device, "replace_kernel");
-  BRISK_CHECK(fn, "replace_kernel: ", op_name(id), ": the new kernel is empty");
-  ensure_init();
+namespace {
+// Installs a new override record on top of what (op, device) runs now; the caller holds the
+// table's mutex. Returns the kernel it replaced.
+Kernel replace_locked(OpId id, DeviceType device, Kernel fn, const std::vector<DType>& dtypes) {
   auto ov = std::make_shared<Override>();
   ov->fn = std::move(fn);
   if (!dtypes.empty()) {
     ov->dtype_mask = 0;
     for (DType t : dtypes) ov->dtype_mask |= 1u << int(t);
   }
-  std::lock_guard<std::mutex> lock(overrides().mu);
   Kernel previous = current_callable_locked(id, device);
   ov->fallback = previous;
   install_locked(id, device, std::move(ov));
   return previous;
+}
+}  // namespace
+
+Kernel replace_kernel(OpId id, DeviceType device, Kernel fn, std::vector<DType> dtypes) {
+  check_op_device(id, device, "replace_kernel");
+  BRISK_CHECK(fn, "replace_kernel: ", op_name(id), ": the new kernel is empty");
+  ensure_init();
+  std::lock_guard<std::mutex> lock(overrides().mu);
+  return replace_locked(id, device, std::move(fn), dtypes);
 }
 
 Kernel builtin_kernel(OpId id, DeviceType device) {
@@ -193,12 +201,13 @@ bool is_kernel_replaced(OpId id, DeviceType device) {
 KernelOverride::KernelOverride(OpId op, DeviceType device, Kernel fn, std::vector<DType> dtypes)
     : op_(op), device_(device) {
   check_op_device(op, device, "KernelOverride");
+  BRISK_CHECK(fn, "KernelOverride: ", op_name(op), ": the new kernel is empty");
   ensure_init();
-  {
-    std::lock_guard<std::mutex> lock(overrides().mu);
-    saved_ = overrides().slot[int(op)][int(device)];
-  }
-  previous_ = replace_kernel(op, device, std::move(fn), std::move(dtypes));
+  // Saving the record and installing the new one under one lock: no other replacement can
+  // slip in between, so the destructor restores exactly what this guard covered.
+  std::lock_guard<std::mutex> lock(overrides().mu);
+  saved_ = overrides().slot[int(op)][int(device)];
+  previous_ = replace_locked(op, device, std::move(fn), dtypes);
 }
 
 KernelOverride::~KernelOverride() {
