@@ -36,6 +36,7 @@
 #include "nn/models/simple.h"
 #include "nn/models/vision.h"
 #include "nn/module.h"
+#include "nn/multitask.h"
 #include "nn/prune.h"
 #include "nn/prune_channels.h"
 #include "nn/quantize.h"
