@@ -126,7 +126,7 @@ Result run(int mode, const Args& a, const Split& train, const Split& test) {
   if (mode == 3)
     for (auto& [name, p] : uw.named_parameters()) params.emplace_back("uncertainty." + name, p);
   optim::Adam opt(params, {.lr = a.lr});
-  const std::vector<double> fixed = mode == 0 ? std::vector<double>{1, 0}
+  const std::vector<double> fixed = mode == 0   ? std::vector<double>{1, 0}
                                     : mode == 1 ? std::vector<double>{0, 1}
                                                 : std::vector<double>{1, 1};
   std::mt19937_64 rng(a.seed);  // the same batch order in every run
@@ -184,21 +184,31 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc) return std::fprintf(stderr, "multitask: %s needs a value (--help)\n", key.c_str()), 2;
     const std::string v = argv[++i];
     try {
-      if (key == "--epochs") a.epochs = std::stoll(v);
-      else if (key == "--batch-size") a.batch_size = std::stoll(v);
-      else if (key == "--train-size") a.train_size = std::stoll(v);
-      else if (key == "--test-size") a.test_size = std::stoll(v);
-      else if (key == "--lr") a.lr = std::stod(v);
-      else if (key == "--seed") a.seed = std::stoull(v);
-      else if (key == "--threads") a.threads = std::stoi(v);
-      else if (key == "--data") a.data = v;
-      else return std::fprintf(stderr, "multitask: unknown option %s (--help)\n", key.c_str()), 2;
+      if (key == "--epochs")
+        a.epochs = std::stoll(v);
+      else if (key == "--batch-size")
+        a.batch_size = std::stoll(v);
+      else if (key == "--train-size")
+        a.train_size = std::stoll(v);
+      else if (key == "--test-size")
+        a.test_size = std::stoll(v);
+      else if (key == "--lr")
+        a.lr = std::stod(v);
+      else if (key == "--seed")
+        a.seed = std::stoull(v);
+      else if (key == "--threads")
+        a.threads = std::stoi(v);
+      else if (key == "--data")
+        a.data = v;
+      else
+        return std::fprintf(stderr, "multitask: unknown option %s (--help)\n", key.c_str()), 2;
     } catch (const std::exception&) {
       return std::fprintf(stderr, "multitask: bad value '%s' for %s\n", v.c_str(), key.c_str()), 2;
     }
   }
   if (a.epochs < 1 || a.batch_size < 1 || a.train_size < a.batch_size || a.test_size < 1 || !(a.lr > 0))
-    return std::fprintf(stderr, "multitask: need epochs >= 1, train-size >= batch-size >= 1, test-size >= 1, lr > 0\n"), 2;
+    return std::fprintf(stderr, "multitask: need epochs >= 1, train-size >= batch-size >= 1, test-size >= 1, lr > 0\n"),
+           2;
   if (!std::filesystem::exists(a.data + "/train-images-idx3-ubyte.gz") &&
       !std::filesystem::exists(a.data + "/train-images-idx3-ubyte"))
     return std::fprintf(stderr, "multitask: no Fashion-MNIST under %s (apt install dataset-fashion-mnist)\n",
@@ -218,13 +228,17 @@ int main(int argc, char** argv) {
   for (int mode = 0; mode < 4; ++mode) {
     const Result r = run(mode, a, train, test);
     char w[64];
-    if (mode == 3) std::snprintf(w, sizeof w, "learned: %.3f, %.3f", r.weights[0], r.weights[1]);
-    else std::snprintf(w, sizeof w, "%s", mode == 0 ? "1, 0" : mode == 1 ? "0, 1" : "1, 1");
+    if (mode == 3)
+      std::snprintf(w, sizeof w, "learned: %.3f, %.3f", r.weights[0], r.weights[1]);
+    else
+      std::snprintf(w, sizeof w, "%s", mode == 0 ? "1, 0" : mode == 1 ? "0, 1" : "1, 1");
     char c[32];
-    if (mode == 1) std::snprintf(c, sizeof c, "-");
-    else std::snprintf(c, sizeof c, "%.4f", r.acc_classes);
-    std::printf("| %-12s | %-30s | %11s | %9.4f%s | %6.1f |\n", names[mode], w, c, r.acc_groups,
-                mode == 0 ? "*" : " ", r.seconds);
+    if (mode == 1)
+      std::snprintf(c, sizeof c, "-");
+    else
+      std::snprintf(c, sizeof c, "%.4f", r.acc_classes);
+    std::printf("| %-12s | %-30s | %11s | %9.4f%s | %6.1f |\n", names[mode], w, c, r.acc_groups, mode == 0 ? "*" : " ",
+                r.seconds);
     std::fflush(stdout);
     if (!std::isfinite(r.final_loss)) {
       std::fprintf(stderr, "multitask: %s ended with a non-finite loss\n", names[mode]);
