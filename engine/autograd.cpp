@@ -87,7 +87,73 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const char* op) c
 }
 
 // ---- OpNode
-std::string OpNode::name() const { return op_name(op); }
+namespace {
+// Note [Backward node names]
+// PyTorch names the node of op foo_bar "FooBarBackward<k>", k telling overloads apart; brisk
+// derives the same from the op name and overrides the ops PyTorch names after another function
+// (conv2d runs as convolution, layer_norm as native_layer_norm) or overloads (pow with a
+// scalar exponent is PowBackward0, with a tensor PowBackward1). Fused ops with no PyTorch
+// counterpart keep their own name (cross_entropy: CrossEntropyBackward0, where PyTorch shows
+// NllLossBackward0 over LogSoftmaxBackward0).
+std::string camel_backward_name(std::string_view op) {
+  std::string out;
+  bool up = true;
+  for (size_t i = 0; i < op.size(); ++i) {
+    const char c = op[i];
+    if (c == '_') {
+      up = true;
+      continue;
+    }
+    // "2d" -> "2D" as in AvgPool2DBackward0
+    const bool dim_suffix = c == 'd' && i > 0 && op[i - 1] >= '0' && op[i - 1] <= '9';
+    out += (up || dim_suffix) && c >= 'a' && c <= 'z' ? char(c - 'a' + 'A') : c;
+    up = false;
+  }
+  return out + "Backward0";
+}
+
+std::string backward_node_name(const OpNode& n) {
+  const std::string op = op_name(n.op);
+  static const std::unordered_map<std::string, std::string> renamed = {
+      {"pow_scalar", "PowBackward0"},
+      {"pow", "PowBackward1"},
+      {"cast", "ToCopyBackward0"},
+      {"to_device", "ToCopyBackward0"},
+      {"dropout", "NativeDropoutBackward0"},
+      {"clamp", "ClampBackward1"},
+      {"conv2d", "ConvolutionBackward0"},
+      {"max_pool2d", "MaxPool2DWithIndicesBackward0"},
+      {"layer_norm", "NativeLayerNormBackward0"},
+      {"batch_norm", "NativeBatchNormBackward0"},
+      {"linalg_solve", "LinalgSolveExBackward0"},
+      {"linalg_cholesky", "LinalgCholeskyExBackward0"},
+  };
+  if (auto it = renamed.find(op); it != renamed.end()) return it->second;
+  if (op == "sum" && !n.slot_specs.empty() && !n.input_specs.empty())  // SumBackward1: over dims
+    return n.slot_specs[0].sizes.size() == 0 ? "SumBackward0" : "SumBackward1";
+  if (op == "matmul" && n.input_specs.size() == 2) {
+    const size_t a = n.input_specs[0].sizes.size(), b = n.input_specs[1].sizes.size();
+    if (a == 2 && b == 2) return "MmBackward0";
+    if (a == 3 && b == 3) return "BmmBackward0";
+  }
+  return camel_backward_name(op);
+}
+}  // namespace
+
+std::string OpNode::name() const { return backward_node_name(*this); }
+std::string OpNode::op_label() const { return op_name(op); }
+
+std::vector<Tensor> OpNode::saved_tensors() {
+  BRISK_CHECK(!released, op_name(op),
+              ": saved_tensors after a backward freed them; pass retain_graph=true to that backward");
+  std::shared_ptr<Node> self = std::static_pointer_cast<Node>(shared_from_this());
+  std::vector<Tensor> out;
+  for (const SavedTensor& s : saved_inputs)
+    if (s.defined()) out.push_back(s.unpack(self, op_name(op)));
+  for (const SavedTensor& s : saved_outputs)
+    if (s.defined()) out.push_back(s.unpack(self, op_name(op)));
+  return out;
+}
 
 std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
   const OpDef& def = op_def(op);
@@ -196,7 +262,7 @@ struct ByPriority {
 // backward formula and is reported with the op's name.
 Tensor validate(const Node& producer, const Node& consumer, int slot, Tensor g) {
   const TensorSpec& spec = consumer.slot_specs[size_t(slot)];
-  BRISK_CHECK(g.sizes() == spec.sizes, "backward of ", producer.name(), ": gradient of shape ", g.sizes(),
+  BRISK_CHECK(g.sizes() == spec.sizes, "backward of ", producer.op_label(), ": gradient of shape ", g.sizes(),
               " for an input of shape ", spec.sizes);
   if (g.dtype() != spec.dtype) g = cast(g, spec.dtype);
   return g;
@@ -362,13 +428,13 @@ void run_ready_loop(GraphTask& task) {
     std::optional<profiler::RecordFunction> prof;
     if (BRISK_UNLIKELY(profiler::is_active())) {
       const bool op_node = !n->is_accumulator();
-      prof.emplace(op_node ? n->name() + " backward" : n->name(), profiler::EventKind::Backward);
+      prof.emplace(op_node ? n->op_label() + " backward" : n->name(), profiler::EventKind::Backward);
       if (op_node) prof->set_sequence_nr(int64_t(n->sequence_nr));
     }
     std::vector<Tensor> observed_in;
     if (BRISK_UNLIKELY(t_observer != nullptr)) observed_in = grads;  // shallow: apply consumes grads
     if (BRISK_UNLIKELY(scopes_tracked())) {
-      const std::string op = n->name();
+      const std::string op = n->op_label();
       detail::BackwardScope scope(op, n->scope);  // ops inside the formula report as this node
       out = n->apply(std::move(grads));
       detail::check_outputs(op.c_str(), n->scope, true, out);

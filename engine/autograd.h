@@ -44,7 +44,16 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
+  // The node's name as PyTorch names it: "MulBackward0", "MmBackward0", "AccumulateGrad"
+  // (what grad_fn shows when a tensor prints, and explain's graphs).
   virtual std::string name() const = 0;
+  // The forward op the node differentiates ("mul", "matmul"); name() for nodes of no op. The
+  // profiler's backward ranges and error messages use it.
+  virtual std::string op_label() const { return name(); }
+  // The tensors the node saved for backward (PyTorch's _saved_* attributes): an OpNode's saved
+  // inputs in input order, then its saved outputs. An error after a backward without
+  // retain_graph freed them; empty for nodes that save nothing.
+  virtual std::vector<Tensor> saved_tensors() { return {}; }
   // grads: one per gradient slot (forward output). Returns one gradient per next edge.
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
   // Frees saved tensors after a backward without retain_graph.
@@ -99,6 +108,8 @@ class OpNode : public Node, public std::enable_shared_from_this<OpNode> {
 
   ~OpNode() override;
   std::string name() const override;
+  std::string op_label() const override;
+  std::vector<Tensor> saved_tensors() override;
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   void release() override;
 };

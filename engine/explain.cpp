@@ -81,7 +81,8 @@ Graph graph_of(const Tensor& root, const Names& names) {
     const Node* n = order[i];
     NodeInfo& info = g.nodes[i];
     info.id = int(i);
-    info.name = n->name();
+    info.name = n->op_label();
+    info.node_name = n->name();
     info.sequence_nr = n->sequence_nr;
     info.outputs = n->slot_specs;
     info.leaf = n->is_accumulator();
@@ -118,7 +119,7 @@ std::string Graph::to_dot() const {
               (n.outputs.empty() ? "" : shape_str(n.outputs[0].sizes) + " " + dtype_name(n.outputs[0].dtype));
     } else {
       std::ostringstream l;
-      l << n.name << "  #" << n.sequence_nr;
+      l << n.node_name << " (" << n.name << ")  #" << n.sequence_nr;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         l << "\\nin " << k << ": " << shape_str(n.inputs[k].sizes) << " " << dtype_name(n.inputs[k].dtype);
       }
@@ -137,6 +138,52 @@ std::string Graph::to_dot() const {
   return os.str();
 }
 
+std::string Graph::to_text() const {
+  std::ostringstream os;
+  std::vector<bool> shown(nodes.size(), false);
+  auto spec = [](const std::vector<TensorSpec>& v) {
+    std::string out;
+    if (!v.empty()) out.append(" ").append(shape_str(v[0].sizes)).append(" ").append(dtype_name(v[0].dtype));
+    return out;
+  };
+  // Depth first from the root, inputs in order; a node reached a second time (a tensor used
+  // twice) is printed as a reference to its first appearance.
+  auto visit = [&](auto&& self, int id, const std::string& prefix, const std::string& branch) -> void {
+    const NodeInfo& n = nodes[size_t(id)];
+    os << prefix << branch;
+    if (n.leaf) {
+      os << "AccumulateGrad";
+      if (!n.leaf_name.empty()) os << " -> " << n.leaf_name;
+      os << spec(n.outputs);
+    } else {
+      os << n.node_name << " (" << n.name << ")" << spec(n.outputs);
+    }
+    if (shown[size_t(id)] && !n.leaf) {
+      os << "  (node " << id << ", above)\n";
+      return;
+    }
+    shown[size_t(id)] = true;
+    os << "  [node " << id << "]\n";
+    std::vector<int> kids;
+    for (const auto& [next, slot] : n.next)
+      if (next >= 0) kids.push_back(next);
+    const std::string child_prefix = prefix + (branch.empty() ? "" : branch == "`- " ? "   " : "|  ");
+    for (size_t k = 0; k < kids.size(); ++k) self(self, kids[k], child_prefix, k + 1 == kids.size() ? "`- " : "|- ");
+  };
+  if (!nodes.empty()) visit(visit, 0, "", "");
+  return os.str();
+}
+
+void print_graph(const Tensor& root, std::ostream& out, const Names& names) {
+  BRISK_CHECK(root.defined(), "print_graph: the tensor is undefined");
+  if (!root.grad_fn()) {
+    out << (root.requires_grad() ? "a leaf (its gradient lands in .grad)\n"
+                                 : "no graph: the tensor does not require grad\n");
+    return;
+  }
+  out << graph_of(root, names).to_text();
+}
+
 std::string Graph::to_json() const {
   using Json = nlohmann::json;
   auto spec_json = [](const TensorSpec& s) {
@@ -144,7 +191,8 @@ std::string Graph::to_json() const {
   };
   Json arr = Json::array();
   for (const NodeInfo& n : nodes) {
-    Json j = {{"id", n.id}, {"name", n.name}, {"leaf", n.leaf}, {"sequence_nr", n.sequence_nr}};
+    Json j = {
+        {"id", n.id}, {"name", n.name}, {"node_name", n.node_name}, {"leaf", n.leaf}, {"sequence_nr", n.sequence_nr}};
     if (n.leaf) j["leaf_name"] = n.leaf_name;
     j["inputs"] = Json::array();
     for (const auto& s : n.inputs) j["inputs"].push_back(spec_json(s));
@@ -178,7 +226,7 @@ struct Printer final : detail::BackwardObserver {
       out << "AccumulateGrad" << (name.empty() ? "" : " -> " + name) << "  grad "
           << (in.empty() ? "none" : norm_str(in[0]));
     } else {
-      out << node.name() << " backward  grad in";
+      out << node.op_label() << " backward  grad in";
       for (const Tensor& t : in) out << " " << norm_str(t);
       out << "  -> grads out";
       for (size_t k = 0; k < grads_out.size(); ++k) out << (k ? ", " : " ") << norm_str(grads_out[k]);

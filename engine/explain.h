@@ -29,7 +29,8 @@ struct SavedInfo {
 
 struct NodeInfo {
   int id = 0;                         // index in Graph::nodes; the root's node is 0
-  std::string name{};                 // "mul", "matmul", "AccumulateGrad", "checkpoint"
+  std::string name{};                 // the op: "mul", "matmul", "AccumulateGrad", "checkpoint"
+  std::string node_name{};            // as PyTorch names the node: "MulBackward0", "MmBackward0"
   bool leaf = false;                  // a leaf's AccumulateGrad: where a gradient lands
   std::string leaf_name{};            // from `names` ("fc1.weight"), else ""
   uint64_t sequence_nr = 0;           // recording order (backward runs the largest first)
@@ -44,10 +45,17 @@ struct Graph {
   int64_t saved_bytes = 0;  // sum over nodes (a tensor saved by two nodes counts twice)
   std::string to_dot() const;
   std::string to_json() const;
+  // An indented tree from the root, one node per line: "MulBackward0 (mul) [2, 3] F32  [node 1]"
+  // (a node reached twice is printed once, then referred to).
+  std::string to_text() const;
 };
 
 // The graph that root.backward() would walk; empty when root has no grad_fn.
 Graph graph_of(const Tensor& root, const Names& names = {});
+
+// graph_of(root, names).to_text() printed to `out`; a line saying so for a leaf or a tensor
+// without a graph.
+void print_graph(const Tensor& root, std::ostream& out, const Names& names = {});
 
 // root.backward() (a scalar root) with each node printed as it runs to `out`:
 //   "[4] matmul backward  grad in |0.1234|  -> grads out |0.5|, |1.2|"

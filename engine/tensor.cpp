@@ -167,7 +167,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   }
   s << ", dtype=" << t.dtype();
   if (!t.device().is_cpu()) s << ", device=" << t.device();
-  if (t.requires_grad()) s << ", requires_grad";
+  if (t.grad_fn())
+    s << ", grad_fn=<" << t.grad_fn()->name() << ">";  // as PyTorch prints it
+  else if (t.requires_grad())
+    s << ", requires_grad";
   s << ")";
   return os << s.str();
 }

@@ -23,7 +23,8 @@ TEST_CASE("autograd: backward of a scalar fills .grad of the leaves") {
   CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 2, 3});
   CHECK(x.is_leaf());
   CHECK_FALSE(y.is_leaf());
-  CHECK(y.grad_fn()->name() == "sum");
+  CHECK(y.grad_fn()->name() == "SumBackward0");  // as PyTorch names the node
+  CHECK(y.grad_fn()->op_label() == "sum");       // the forward op it came from
 }
 
 TEST_CASE("autograd: explicit gradient for a non-scalar output") {

@@ -29,12 +29,7 @@ int main(int argc, char** argv) {
 
   std::printf("the tape behind the loss: %zu nodes, %lld bytes saved for backward\n", g.nodes.size(),
               (long long)g.saved_bytes);
-  for (const explain::NodeInfo& n : g.nodes) {
-    std::printf("  node %d: %s%s%s, saves %zu tensor(s), feeds from", n.id, n.name.c_str(),
-                n.leaf_name.empty() ? "" : " of ", n.leaf_name.c_str(), n.saved.size());
-    for (const auto& [id, slot] : n.next) std::printf(" %d", id);
-    std::printf("\n");
-  }
+  std::cout << g.to_text();  // one line per node, PyTorch's node names, a shared node once
   std::ofstream(dir + "/tape.dot") << g.to_dot();
   std::ofstream(dir + "/tape.json") << g.to_json();
   std::printf("wrote %s/tape.dot (render: dot -Tsvg) and %s/tape.json\n\n", dir.c_str(), dir.c_str());
