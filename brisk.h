@@ -13,6 +13,7 @@
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/backend.h"
+#include "engine/custom_function.h"
 #include "engine/dispatch.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
