@@ -1,14 +1,17 @@
 // kernels/cpu/loops.h: the CPU elementwise engine: out[i] = f(in0[i], in1[i], ...) over any
 // strides and NumPy broadcasting, with dims coalesced, a tight loop for the dense case (which
-// the compiler vectorizes) and OpenMP over chunks of the output when the work is large.
-// 16-bit floats are read as float, computed in float, rounded once on store.
+// the compiler vectorizes), a tiled walk when an operand runs across memory (a transposed
+// input, Note [Tiled elementwise walk]) and OpenMP over chunks of the output when the work is
+// large. 16-bit floats are read as float, computed in float, rounded once on store.
 // Not here: reductions (kernels/cpu/reduce.cpp) and GEMM (kernels/cpu/gemm.cpp).
 #pragma once
 
 #include <omp.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -17,13 +20,22 @@
 
 namespace brisk::kernels::cpu {
 
-inline constexpr int64_t kParallelGrain = 32768;  // elements below which one thread runs
+// Elements per thread below which one thread runs: a memory-bound op on 64K floats took as long on
+// two threads as on one here (fork and join cost ~10 us; examples/bench/bench_strided.cpp).
+inline constexpr int64_t kParallelGrain = 65536;
 
 // Threads to use for `n` units of work of `grain` each.
 inline int threads_for(int64_t n, int64_t grain = kParallelGrain) {
   if (n < 2 * grain) return 1;
   int max = omp_get_max_threads();
   return int(std::min<int64_t>(max, n / grain));
+}
+
+// The tiled walk can be switched off to measure it against the output-order walk
+// (examples/bench/bench_strided.cpp); results are the same either way.
+inline std::atomic<bool>& elementwise_tiling() {
+  static std::atomic<bool> on{true};
+  return on;
 }
 
 // Shape and strides (in elements) of N operands walking one output index space.
@@ -150,9 +162,8 @@ void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, [[maybe_unuse
       auto ptrs = std::make_tuple((std::get<I>(ins) + off[1 + I])...);
       run_inner_dispatch<0>(o, n, f, ptrs, in_strides);
     } else {
-      for (int64_t i = 0; i < n; ++i) {
-        o[i * so] = Out(f(load(std::get<I>(ins) + off[1 + I] + i * it.strides[1 + I][nd - 1])...));
-      }
+      [[maybe_unused]] const auto ptrs = std::make_tuple((std::get<I>(ins) + off[1 + I])...);
+      for (int64_t i = 0; i < n; ++i) o[i * so] = Out(f(load(std::get<I>(ptrs) + i * in_strides[I])...));
     }
     pos += n;
     // Advance the multi-index by n along the innermost dim, carrying outward.
@@ -162,6 +173,73 @@ void run_range(const StridedIter<1 + sizeof...(In)>& it, Out* out, [[maybe_unuse
       for (int k = 0; k < N; ++k) off[k] += it.strides[k][d - 1] - it.sizes[d] * it.strides[k][d];
       idx[d] = 0;
       ++idx[d - 1];
+    }
+  }
+}
+
+// Note [Tiled elementwise walk]
+// Walking in output order, an input whose innermost stride is large (a transposed matrix)
+// touches a new cache line for every element and uses one value of it. When some operand has
+// a dim d of smaller stride than the innermost dim L, the walk goes tile by tile over (d, L):
+// kTileRows indices of d times kTileCols of L, the other dims outside. Inside a tile each of
+// the kTileCols lines such an operand touches is reused by the next rows, so it is read from
+// L1 instead of memory; the dense operands still move in runs of kTileCols.
+inline constexpr int64_t kTileRows = 16, kTileCols = 64;
+
+// The dim to tile with the innermost one, or -1 when every operand already runs along it.
+template <int N>
+int tile_dim(const StridedIter<N>& it) {
+  const int L = it.ndim - 1;
+  if (L < 1) return -1;
+  for (int k = 0; k < N; ++k) {
+    const int64_t sl = std::llabs(it.strides[k][L]);
+    if (sl <= 1) continue;
+    int best = -1;
+    for (int d = 0; d < L; ++d) {
+      const int64_t sd = std::llabs(it.strides[k][d]);
+      if (sd > 0 && sd < sl && it.sizes[d] > 1 && (best < 0 || sd < std::llabs(it.strides[k][best]))) best = d;
+    }
+    if (best >= 0) return best;
+  }
+  return -1;
+}
+
+template <int N>
+int64_t tile_count(const StridedIter<N>& it, int dt) {
+  const int L = it.ndim - 1;
+  int64_t outer = 1;
+  for (int d = 0; d < L; ++d)
+    if (d != dt) outer *= it.sizes[d];
+  return outer * ((it.sizes[dt] + kTileRows - 1) / kTileRows) * ((it.sizes[L] + kTileCols - 1) / kTileCols);
+}
+
+// Runs f over tiles [tb, te) of the (dt, innermost) tiling of `it`.
+template <class Out, class... In, class F, size_t... I>
+void run_tiles(const StridedIter<1 + sizeof...(In)>& it, int dt, Out* out,
+               [[maybe_unused]] std::tuple<const In*...> ins, F& f, int64_t tb, int64_t te, std::index_sequence<I...>) {
+  constexpr int N = 1 + sizeof...(In);
+  const int L = it.ndim - 1;
+  const int64_t rows = it.sizes[dt], cols = it.sizes[L];
+  const int64_t tiles_r = (rows + kTileRows - 1) / kTileRows, tiles_c = (cols + kTileCols - 1) / kTileCols;
+  const int64_t so = it.strides[0][L];
+  [[maybe_unused]] const int64_t sl[sizeof...(In) + 1] = {it.strides[1 + I][L]..., 0};
+  for (int64_t id = tb; id < te; ++id) {
+    const int64_t bc = id % tiles_c, br = (id / tiles_c) % tiles_r;
+    int64_t outer = id / (tiles_c * tiles_r);
+    int64_t off[N] = {};
+    for (int d = L - 1; d >= 0; --d) {
+      if (d == dt) continue;
+      const int64_t i = outer % it.sizes[d];
+      outer /= it.sizes[d];
+      for (int k = 0; k < N; ++k) off[k] += i * it.strides[k][d];
+    }
+    const int64_t r0 = br * kTileRows, r1 = std::min(rows, r0 + kTileRows);
+    const int64_t c0 = bc * kTileCols, n = std::min(cols, c0 + kTileCols) - c0;
+    for (int64_t r = r0; r < r1; ++r) {
+      Out* o = out + off[0] + r * it.strides[0][dt] + c0 * so;
+      [[maybe_unused]] const auto ptrs =
+          std::make_tuple((std::get<I>(ins) + off[1 + I] + r * it.strides[1 + I][dt] + c0 * sl[I])...);
+      for (int64_t j = 0; j < n; ++j) o[j * so] = Out(f(load(std::get<I>(ptrs) + j * sl[I])...));
     }
   }
 }
@@ -185,6 +263,23 @@ void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins
   }
   (std::index_sequence_for<In...>{});
   int nt = threads_for(numel);
+  if (const int dt = elementwise_tiling().load(std::memory_order_relaxed) ? detail::tile_dim(it) : -1; dt >= 0) {
+    const int64_t tiles = detail::tile_count(it, dt);
+    nt = std::min<int64_t>(nt, tiles);
+    if (nt <= 1) {
+      detail::run_tiles<Out, In...>(it, dt, o, ptrs, f, 0, tiles, std::index_sequence_for<In...>{});
+      return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num();
+      const int64_t chunk = (tiles + nt - 1) / nt;
+      const int64_t b = std::min<int64_t>(tiles, t * chunk), e = std::min<int64_t>(tiles, b + chunk);
+      F local = f;
+      if (b < e) detail::run_tiles<Out, In...>(it, dt, o, ptrs, local, b, e, std::index_sequence_for<In...>{});
+    }
+    return;
+  }
   if (nt <= 1) {
     detail::run_range<Out, In...>(it, o, ptrs, f, 0, numel, std::index_sequence_for<In...>{});
     return;
