@@ -262,35 +262,28 @@ void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins
     return std::make_tuple(static_cast<const In*>(ins[I]->data_ptr())...);
   }
   (std::index_sequence_for<In...>{});
-  int nt = threads_for(numel);
-  if (const int dt = elementwise_tiling().load(std::memory_order_relaxed) ? detail::tile_dim(it) : -1; dt >= 0) {
-    const int64_t tiles = detail::tile_count(it, dt);
-    nt = std::min<int64_t>(nt, tiles);
-    if (nt <= 1) {
-      detail::run_tiles<Out, In...>(it, dt, o, ptrs, f, 0, tiles, std::index_sequence_for<In...>{});
-      return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-      const int t = omp_get_thread_num();
-      const int64_t chunk = (tiles + nt - 1) / nt;
-      const int64_t b = std::min<int64_t>(tiles, t * chunk), e = std::min<int64_t>(tiles, b + chunk);
-      F local = f;
-      if (b < e) detail::run_tiles<Out, In...>(it, dt, o, ptrs, local, b, e, std::index_sequence_for<In...>{});
-    }
-    return;
-  }
+  const int dt = elementwise_tiling().load(std::memory_order_relaxed) ? detail::tile_dim(it) : -1;
+  // Work units: tiles for the tiled walk, output elements otherwise; threads split them in
+  // contiguous chunks, each with its own copy of f.
+  const int64_t units = dt >= 0 ? detail::tile_count(it, dt) : numel;
+  auto run = [&](F& fn, int64_t b, int64_t e) {
+    if (dt >= 0)
+      detail::run_tiles<Out, In...>(it, dt, o, ptrs, fn, b, e, std::index_sequence_for<In...>{});
+    else
+      detail::run_range<Out, In...>(it, o, ptrs, fn, b, e, std::index_sequence_for<In...>{});
+  };
+  const int nt = int(std::min<int64_t>(threads_for(numel), units));
   if (nt <= 1) {
-    detail::run_range<Out, In...>(it, o, ptrs, f, 0, numel, std::index_sequence_for<In...>{});
+    run(f, 0, units);
     return;
   }
 #pragma omp parallel num_threads(nt)
   {
-    int t = omp_get_thread_num();
-    int64_t chunk = (numel + nt - 1) / nt;
-    int64_t b = std::min<int64_t>(numel, t * chunk), e = std::min<int64_t>(numel, b + chunk);
+    const int t = omp_get_thread_num();
+    const int64_t chunk = (units + nt - 1) / nt;
+    const int64_t b = std::min<int64_t>(units, t * chunk), e = std::min<int64_t>(units, b + chunk);
     F local = f;
-    if (b < e) detail::run_range<Out, In...>(it, o, ptrs, local, b, e, std::index_sequence_for<In...>{});
+    if (b < e) run(local, b, e);
   }
 }
 
