@@ -29,6 +29,10 @@ Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::F32, Device device = 
 Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor empty_like(const Tensor& t);
 Tensor scalar_tensor(double value, DType dtype = DType::F32, Device device = Device::cpu());
+// A number as the other operand of `t` in a binary op (Note [Scalar operands] in
+// engine/ops/elementwise.cpp): 0-dim in t's dtype, or F32 when the number is fractional or not
+// finite and t is an integer or Bool tensor (so int_tensor * 0.5 is floating, as in PyTorch).
+Tensor scalar_operand(double value, const Tensor& t);
 Tensor arange(double start, double end, double step = 1, DType dtype = DType::I64, Device device = Device::cpu());
 Tensor arange(int64_t end, DType dtype = DType::I64, Device device = Device::cpu());
 Tensor rand(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu(), Generator* gen = nullptr);

@@ -385,8 +385,15 @@ Tensor& inplace(Tensor& self, const char* name, const Tensor* other, Compute&& c
   return self;
 }
 
-// Runs a binary op with `out` as output when out is defined, else out of place.
-Tensor run_binary(OpId id, const Tensor& a, const Tensor& b, const Attrs& attrs, const Tensor& out) {
+// Runs the binary op of an in-place method (`name`) with `out` as output when out is defined,
+// else out of place. `a` is the target: its dtype is the result's, so an operand whose values
+// it cannot hold is an error (PyTorch's rule), not a silent truncation: a floating operand of an
+// integer or Bool target, a non-Bool operand of a Bool target.
+Tensor run_binary(const char* name, OpId id, const Tensor& a, const Tensor& b, const Attrs& attrs, const Tensor& out) {
+  BRISK_CHECK(
+      !(is_floating(b.dtype()) && !is_floating(a.dtype())) && !(a.dtype() == DType::Bool && b.dtype() != DType::Bool),
+      name, ": the result type ", b.dtype(), " cannot be written in place into a tensor of dtype ", a.dtype(),
+      " (shape ", a.sizes(), "); cast first or use the out-of-place op");
   Tensor bb = b.dtype() == a.dtype() ? b : cast(b, a.dtype());
   Tensor ins[2] = {a, bb};
   Tensor outs[1] = {out};
@@ -398,25 +405,27 @@ Tensor run_binary(OpId id, const Tensor& a, const Tensor& b, const Attrs& attrs,
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   Attrs attrs;
   attrs.a = alpha;
-  return inplace(*this, "add_", &other,
-                 [&](const Tensor& s, const Tensor& out) { return run_binary(OpId::Add, s, other, attrs, out); });
+  return inplace(*this, "add_", &other, [&](const Tensor& s, const Tensor& out) {
+    return run_binary("add_", OpId::Add, s, other, attrs, out);
+  });
 }
 Tensor& Tensor::sub_(const Tensor& other, double alpha) {
   Attrs attrs;
   attrs.a = alpha;
-  return inplace(*this, "sub_", &other,
-                 [&](const Tensor& s, const Tensor& out) { return run_binary(OpId::Sub, s, other, attrs, out); });
+  return inplace(*this, "sub_", &other, [&](const Tensor& s, const Tensor& out) {
+    return run_binary("sub_", OpId::Sub, s, other, attrs, out);
+  });
 }
 Tensor& Tensor::mul_(const Tensor& other) {
   return inplace(*this, "mul_", &other,
-                 [&](const Tensor& s, const Tensor& out) { return run_binary(OpId::Mul, s, other, {}, out); });
+                 [&](const Tensor& s, const Tensor& out) { return run_binary("mul_", OpId::Mul, s, other, {}, out); });
 }
 Tensor& Tensor::div_(const Tensor& other) {
   return inplace(*this, "div_", &other,
-                 [&](const Tensor& s, const Tensor& out) { return run_binary(OpId::Div, s, other, {}, out); });
+                 [&](const Tensor& s, const Tensor& out) { return run_binary("div_", OpId::Div, s, other, {}, out); });
 }
-Tensor& Tensor::add_(double value) { return add_(scalar_tensor(value, dtype(), device())); }
-Tensor& Tensor::mul_(double value) { return mul_(scalar_tensor(value, dtype(), device())); }
+Tensor& Tensor::add_(double value) { return add_(scalar_operand(value, *this)); }
+Tensor& Tensor::mul_(double value) { return mul_(scalar_operand(value, *this)); }
 Tensor& Tensor::zero_() { return fill_(0.0); }
 Tensor& Tensor::fill_(double value) {
   return inplace(*this, "fill_", nullptr, [&](const Tensor& s, const Tensor& out) {
@@ -449,13 +458,13 @@ Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
-Tensor operator+(const Tensor& a, double b) { return add(a, scalar_tensor(b, a.dtype(), a.device())); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_tensor(b, a.dtype(), a.device())); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_tensor(b, a.dtype(), a.device())); }
-Tensor operator/(const Tensor& a, double b) { return div(a, scalar_tensor(b, a.dtype(), a.device())); }
-Tensor operator+(double a, const Tensor& b) { return add(scalar_tensor(a, b.dtype(), b.device()), b); }
-Tensor operator-(double a, const Tensor& b) { return sub(scalar_tensor(a, b.dtype(), b.device()), b); }
-Tensor operator*(double a, const Tensor& b) { return mul(scalar_tensor(a, b.dtype(), b.device()), b); }
-Tensor operator/(double a, const Tensor& b) { return div(scalar_tensor(a, b.dtype(), b.device()), b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, scalar_operand(b, a)); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_operand(b, a)); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_operand(b, a)); }
+Tensor operator/(const Tensor& a, double b) { return div(a, scalar_operand(b, a)); }
+Tensor operator+(double a, const Tensor& b) { return add(scalar_operand(a, b), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(scalar_operand(a, b), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(scalar_operand(a, b), b); }
+Tensor operator/(double a, const Tensor& b) { return div(scalar_operand(a, b), b); }
 
 }  // namespace brisk

@@ -9,10 +9,10 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOP = r"(?:engine|kernels|nn|optim|data|train|dist|tests|examples|docs|cmake|\.ci)"
+TOP = r"(?:engine|kernels|opcheck|nn|optim|data|train|dist|tests|examples|docs|cmake|\.ci)"
 EXT = r"(?:h|cpp|cu|cuh|def|md|sh|py|json|txt|cmake)"
 PATH = re.compile(r"(?<![\w./-])(" + TOP + r"/[\w./*-]*\." + EXT + r")(?![\w])")
-# A bare file name ("conv.cu", "op_spec.h") must name some file of the repository.
+# A bare file name ("conv.cu", "check.h") must name some file of the repository.
 BARE = re.compile(r"(?<![\w./*-])([A-Za-z_][\w-]*\.(?:h|cpp|cu|cuh|def|py|sh))(?![\w/]|\.\S)")
 SOURCES = (".h", ".cpp", ".cu", ".cuh", ".def", ".sh", ".py", ".cmake", "CMakeLists.txt", ".md")
 SKIP_DIRS = {".git", "third_party", "__pycache__"}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # tests/make_linalg_reference.py: the PyTorch side of the linear algebra parity test
-# (tests/specs_linalg_decomp.cpp). For each of brisk::linalg's ops it runs small fixed F64
+# (tests/test_linalg.cpp). For each of brisk::linalg's ops it runs small fixed F64
 # cases through torch.linalg and writes the inputs, the outputs, a fixed upstream gradient per
 # output and the gradients of the inputs to tests/data/linalg/linalg.json.
 # Run by hand (Debian's torch 1.13 is importable only from /usr/bin/python3):

@@ -1,6 +1,6 @@
 // tests/test_cuda.cpp: the CUDA backend's tests. Always run: the caching allocator's host
 // logic (through a fake RawMemory), and, in a CUDA build, device discovery and the clean errors
-// of a machine without a GPU. With a GPU: the whole op conformance table (tests/op_spec.h) on
+// of a machine without a GPU. With a GPU: the whole op conformance table (opcheck/spec.h) on
 // CUDA against the CPU, forward and backward, on contiguous, strided and transposed inputs;
 // large inputs that take the multi-block paths; pinned memory; random streams; device errors;
 // allocator statistics; streams and events; the nn kernels (cuDNN conv in F64/F32/F16/BF16 and
@@ -23,7 +23,7 @@
 #include "engine/allocator.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 #ifdef BRISK_WITH_CUDA
 #include "kernels/cuda/cuda.h"
 #include "tests/cuda_test.h"
@@ -174,7 +174,7 @@ std::vector<Tensor> with_dtype(const std::vector<Tensor>& in, DType t) {
   return out;
 }
 
-double device_tolerance(const test::OpSpec& spec, DType t) {
+double device_tolerance(const opcheck::OpSpec& spec, DType t) {
   switch (t) {
     case DType::F64: return spec.name.find("normal") != std::string::npos ? 1e-6 : 1e-9;
     case DType::F32: return std::max(spec.tol_f32, 1e-5);
@@ -190,7 +190,7 @@ bool close(const Tensor& got, const Tensor& want, double tol) {
 }
 
 // Ops every op spec needs on CUDA; a spec covering an op without a CUDA kernel is reported.
-bool has_cuda_kernels(const test::OpSpec& spec, std::string& missing) {
+bool has_cuda_kernels(const opcheck::OpSpec& spec, std::string& missing) {
   for (OpId id : spec.covers) {
     if (!op_def(id).kernels[int(DeviceType::CUDA)] && !op_def(id).view) {
       missing = op_name(id);
@@ -255,7 +255,7 @@ TEST_CASE("cuda: op specs match the CPU forward and backward, on dense, strided 
   BRISK_REQUIRE_GPU();
   int checked = 0;
   std::set<std::string> skipped, cpu_only;
-  for (const test::OpSpec& spec : test::op_specs()) {
+  for (const opcheck::OpSpec& spec : opcheck::op_specs()) {
     if (!spec.cuda) continue;
     std::string missing;
     if (!has_cuda_kernels(spec, missing)) {
@@ -264,7 +264,7 @@ TEST_CASE("cuda: op specs match the CPU forward and backward, on dense, strided 
     }
     std::vector<DType> dtypes = {DType::F64};
     for (DType t : spec.dtypes) dtypes.push_back(t);
-    for (const test::OpCase& c : spec.cases()) {
+    for (const opcheck::OpCase& c : spec.cases()) {
       for (DType t : dtypes) {
         for (int layout = 0; layout < 3; ++layout) {
           const std::string where =
@@ -291,7 +291,7 @@ TEST_CASE("cuda: op specs match the CPU forward and backward, on dense, strided 
             CHECK_MESSAGE(close(got, want, tol), "cuda ", got.to(Device::cpu()), "\ncpu ", want);
             ++checked;
             if (!any_grad || !want.requires_grad() || !is_floating(want.dtype())) continue;
-            Tensor v = cast(test::uniform_values(want.sizes(), -1, 1, 99), want.dtype());
+            Tensor v = cast(opcheck::uniform_values(want.sizes(), -1, 1, 99), want.dtype());
             want.backward(v);
             got.backward(v.to(kGpu));
             for (size_t i = 0; i < cpu_in.size(); ++i) {
@@ -342,11 +342,11 @@ void check_large(const char* what, const std::vector<Tensor>& in,
 }
 
 Tensor u(const Shape& s, double lo = -1, double hi = 1, uint64_t seed = 1, DType t = DType::F32) {
-  return test::uniform_values(s, lo, hi, seed, t);
+  return opcheck::uniform_values(s, lo, hi, seed, t);
 }
 
 Tensor idx(int64_t n, int64_t bound, uint64_t seed) {
-  return cast(test::uniform_values({n}, 0, double(bound), seed), DType::I64);
+  return cast(opcheck::uniform_values({n}, 0, double(bound), seed), DType::I64);
 }
 
 }  // namespace
@@ -451,7 +451,7 @@ TEST_CASE("cuda: reductions, softmax and cross-entropy on large inputs") {
   Tensor target = idx(4096, 1000, 21);
   {
     NoGradGuard ng;
-    Tensor mask = lt(test::uniform_values({4096}, 0, 1, 22), full({}, 0.1, DType::F64));
+    Tensor mask = lt(opcheck::uniform_values({4096}, 0, 1, 22), full({}, 0.1, DType::F64));
     target = masked_fill(target, mask, -100.0);  // about 10% ignored rows
   }
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
@@ -539,15 +539,15 @@ TEST_CASE("cuda: index ops and cat on large inputs") {
       "index_add in F16", {x, idx(300, 100, 5), u({300, 64}, -1, 1, 6)},
       [](const V& v) { return index_add(cast(slice(v[0], 0, 0, 100), DType::F16), 0, v[1], cast(v[2], DType::F16)); },
       1e-2);
-  const Tensor gi = cast(test::uniform_values({500, 64}, 0, 10000, 7), DType::I64);
+  const Tensor gi = cast(opcheck::uniform_values({500, 64}, 0, 10000, 7), DType::I64);
   check_large(
       "gather dim 0", {x, gi}, [](const V& v) { return gather(v[0], 0, v[1]); }, 0);
   check_large(
       "scatter_add with collisions",
-      {zeros({100, 64}), cast(test::uniform_values({5000, 64}, 0, 100, 8), DType::I64), u({5000, 64}, -1, 1, 9)},
+      {zeros({100, 64}), cast(opcheck::uniform_values({5000, 64}, 0, 100, 8), DType::I64), u({5000, 64}, -1, 1, 9)},
       [](const V& v) { return scatter_add(v[0], 0, v[1], v[2]); }, 1e-5);
   check_large(
-      "embedding backward", {u({1000, 32}), cast(test::uniform_values({64, 20}, 0, 1000, 10), DType::I64)},
+      "embedding backward", {u({1000, 32}), cast(opcheck::uniform_values({64, 20}, 0, 1000, 10), DType::I64)},
       [](const V& v) {
         Tensor w = v[0].detach().clone().requires_grad_();
         (embedding(w, v[1]) * 3.0).sum().backward();
@@ -813,7 +813,7 @@ TEST_CASE("cuda: a ResNet basic block trains the same on CUDA and on the CPU") {
                                         param({16}, 0.5, 1.5, 505),           param({16}, -0.2, 0.2, 506),
                                         param({16, 8, 1, 1}, -0.5, 0.5, 507), param({10, 16}, -0.5, 0.5, 508)};
     const Tensor x = u({6, 8, 12, 12}, -1, 2, 509, t);
-    const Tensor target = cast(test::uniform_values({6}, 0, 10, 510), DType::I64);
+    const Tensor target = cast(opcheck::uniform_values({6}, 0, 10, 510), DType::I64);
     struct Result {
       Tensor loss;
       std::vector<Tensor> grads, stats;
@@ -959,11 +959,11 @@ TEST_CASE("cuda: max_pool2d picks the CPU's index among ties and routes the same
     for (const PoolCase& c : cases) {
       INFO(c.name, " ", dtype_name(t));
       // Values in {0, 1, 2}: most windows hold ties. Small integers are exact in every dtype.
-      Tensor x = cast(cast(test::uniform_values({3, 4, 13, 11}, 0, 3, 800), DType::I64), t);
+      Tensor x = cast(cast(opcheck::uniform_values({3, 4, 13, 11}, 0, 3, 800), DType::I64), t);
       auto run = [&](const Tensor& in) {
         Tensor xl = in.detach().clone().requires_grad_();
         Tensor y = F::max_pool2d(xl, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode);
-        Tensor v = cast(test::uniform_values(y.sizes(), -1, 1, 801), t).to(in.device());
+        Tensor v = cast(opcheck::uniform_values(y.sizes(), -1, 1, 801), t).to(in.device());
         y.backward(v);
         return std::pair{y.detach(), xl.grad()};
       };
@@ -984,10 +984,10 @@ TEST_CASE("cuda: max_pool2d picks the CPU's index among ties and routes the same
     }
   }
   // NaN wins its window, as on the CPU.
-  Tensor x = test::uniform_values({2, 3, 8, 8}, -1, 1, 802, DType::F32);
+  Tensor x = opcheck::uniform_values({2, 3, 8, 8}, -1, 1, 802, DType::F32);
   {
     NoGradGuard ng;
-    Tensor mask = lt(test::uniform_values({2, 3, 8, 8}, 0, 1, 803, DType::F32), full({}, 0.05, DType::F32));
+    Tensor mask = lt(opcheck::uniform_values({2, 3, 8, 8}, 0, 1, 803, DType::F32), full({}, 0.05, DType::F32));
     x = where(mask, full({}, std::nan(""), DType::F32), x);
   }
   Attrs attrs;
@@ -1007,7 +1007,7 @@ TEST_CASE("cuda: average and adaptive pooling on large inputs match the CPU") {
     return [f](const V& v) {
       Tensor x = v[0].detach().clone().requires_grad_();
       Tensor y = f(x);
-      y.backward(cast(test::uniform_values(y.sizes(), -1, 1, 901), y.dtype()).to(y.device()));
+      y.backward(cast(opcheck::uniform_values(y.sizes(), -1, 1, 901), y.dtype()).to(y.device()));
       return cat({y.detach().flatten(), x.grad().flatten()});
     };
   };
@@ -1086,7 +1086,7 @@ TEST_CASE("cuda: max_pool2d windows that hold no input send their gradient to el
     auto run = [&](const Tensor& in) {
       Tensor xl = in.detach().clone().requires_grad_();
       Tensor y = F::max_pool2d(xl, {2, 2}, F::Pair{1, 1}, {1, 1}, {2, 2}, false);
-      y.backward(cast(test::uniform_values(y.sizes(), -1, 1, 811), t).to(in.device()));
+      y.backward(cast(opcheck::uniform_values(y.sizes(), -1, 1, 811), t).to(in.device()));
       return xl.grad();
     };
     check_scaled(run(x.to(kGpu)), run(x), 0.0, "gradient");

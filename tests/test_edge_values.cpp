@@ -3,7 +3,7 @@
 // gradients at non-differentiable points, following PyTorch's conventions (relu at 0, clamp at
 // its bounds, ties of max/min, pow at 0, sign, the binary cross-entropy head at a logit of 0).
 // Each expected value is PyTorch 1.13's. Not here: the broad sweep against PyTorch's own
-// numbers (tests/test_pytorch_edge.cpp) and the per-op conformance table (tests/specs_*.cpp).
+// numbers (tests/test_pytorch_edge.cpp) and the per-op conformance table (opcheck/specs_*.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>

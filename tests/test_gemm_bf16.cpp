@@ -3,7 +3,7 @@
 // reference on BF16-valued inputs (edges, odd K, K = 0, transposed and strided operands,
 // accumulate, 1 and 2 threads, large K), and BF16 matmul / conv2d through the public API
 // against the F32 results. Not here: speed (examples/bench/bench_amp.cpp), the F32 GEMM
-// (tests/specs_linalg.cpp).
+// (opcheck/specs_linalg.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>

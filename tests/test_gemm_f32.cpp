@@ -5,7 +5,7 @@
 // offsets, misaligned pointers and general strides, accumulation, a column-major c, and 1 vs 2
 // threads (brisk's kernel bitwise equal: the summation order of an entry does not depend on the
 // split).
-// Not here: speed (examples/bench/bench_matmul.cpp), matmul's shape rules (tests/specs_linalg.cpp).
+// Not here: speed (examples/bench/bench_matmul.cpp), matmul's shape rules (opcheck/specs_linalg.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -1,7 +1,7 @@
 // tests/test_index.cpp: the index ops beyond the spec table: error messages (bad indices,
 // mismatched cat shapes), I32 indices, cat of many tensors, embedding's accumulated gradient,
 // and scatter-adds that give the same bits on one and two OpenMP threads.
-// Not here: forward references and gradchecks (tests/specs_index.cpp).
+// Not here: forward references and gradchecks (opcheck/specs_index.cpp).
 #include <doctest/doctest.h>
 #include <omp.h>
 

@@ -1,7 +1,7 @@
 // tests/test_norm.cpp: what the op specs cannot say about normalization: batch norm's running
 // statistics against a hand computation, eval mode using them, double backward, dtypes under
 // autocast, accuracy with a large mean, the threaded paths, and the errors users meet.
-// Not here: forward values and first-order gradients per shape (tests/specs_norm.cpp).
+// Not here: forward values and first-order gradients per shape (opcheck/specs_norm.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "brisk.h"
 #include "nn/functional.h"
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
 using namespace brisk;
 namespace F = brisk::nn::functional;
@@ -47,7 +47,7 @@ TEST_CASE("batch_norm: running statistics after two training steps equal a hand 
     Tensor rm = zeros({3}, t), rv = ones({3}, t);
     V want_m(3, 0.0), want_v(3, 1.0);
     for (uint64_t step = 0; step < 2; ++step) {
-      Tensor x = cast(test::uniform_values({4, 3, 2}, -1, 3, 100 + step), t);
+      Tensor x = cast(opcheck::uniform_values({4, 3, 2}, -1, 3, 100 + step), t);
       const uint32_t version = rm.version();
       F::batch_norm(x, rm, rv, {}, {}, /*training=*/true, m);
       CHECK(rm.version() > version);
@@ -65,10 +65,10 @@ TEST_CASE("batch_norm: running statistics after two training steps equal a hand 
 
 TEST_CASE("batch_norm: eval mode normalizes with the running statistics and leaves them alone") {
   Tensor rm = zeros({2}, DType::F64), rv = ones({2}, DType::F64);
-  F::batch_norm(test::uniform_values({5, 2, 3}, 0, 4, 1), rm, rv, {}, {}, true, 0.5);
+  F::batch_norm(opcheck::uniform_values({5, 2, 3}, 0, 4, 1), rm, rv, {}, {}, true, 0.5);
   const V m = rm.to_vector<double>(), v = rv.to_vector<double>();
   Tensor w = from_vector({2.0, -1.0}, {2}, DType::F64), b = from_vector({0.5, 0.25}, {2}, DType::F64);
-  Tensor x = test::uniform_values({3, 2, 4}, -1, 1, 2);
+  Tensor x = opcheck::uniform_values({3, 2, 4}, -1, 1, 2);
   Tensor y = F::batch_norm(x, rm, rv, w, b, /*training=*/false);
   const V xv = x.to_vector<double>(), yv = y.to_vector<double>();
   const V wv = {2.0, -1.0}, bv = {0.5, 0.25};
@@ -81,12 +81,12 @@ TEST_CASE("batch_norm: eval mode normalizes with the running statistics and leav
 }
 
 TEST_CASE("batch_norm: without running statistics eval mode uses batch statistics") {
-  Tensor x = test::uniform_values({4, 3, 2}, -1, 1, 3);
+  Tensor x = opcheck::uniform_values({4, 3, 2}, -1, 1, 3);
   CHECK(allclose(F::batch_norm(x, {}, {}, {}, {}, false), F::batch_norm(x, {}, {}, {}, {}, true), 1e-12, 1e-12));
 }
 
 TEST_CASE("batch_norm: the running-statistics update is not recorded by autograd") {
-  Tensor x = test::uniform_values({4, 3}, -1, 1, 4).requires_grad_();
+  Tensor x = opcheck::uniform_values({4, 3}, -1, 1, 4).requires_grad_();
   Tensor rm = zeros({3}, DType::F64), rv = ones({3}, DType::F64);
   Tensor y = F::batch_norm(x, rm, rv, {}, {}, true);
   CHECK(y.requires_grad());
@@ -97,7 +97,7 @@ TEST_CASE("batch_norm: the running-statistics update is not recorded by autograd
 }
 
 TEST_CASE("layer_norm: statistics outputs have the normalized dims kept as 1") {
-  Tensor x = test::uniform_values({2, 3, 4}, -1, 1, 5);
+  Tensor x = opcheck::uniform_values({2, 3, 4}, -1, 1, 5);
   Tensor in[3] = {x, ones({3, 4}, DType::F64), zeros({3, 4}, DType::F64)};
   Attrs attrs;
   attrs.dim = 2;
@@ -113,7 +113,7 @@ TEST_CASE("layer_norm: statistics outputs have the normalized dims kept as 1") {
 }
 
 TEST_CASE("layer_norm and batch_norm: 16-bit inputs keep their dtype, statistics are F32") {
-  Tensor x = cast(test::uniform_values({4, 6}, -1, 1, 6), DType::BF16);
+  Tensor x = cast(opcheck::uniform_values({4, 6}, -1, 1, 6), DType::BF16);
   Tensor in[3] = {x, ones({6}, DType::BF16), zeros({6}, DType::BF16)};
   Attrs attrs;
   attrs.dim = 1;
@@ -133,8 +133,8 @@ TEST_CASE("layer_norm and batch_norm: 16-bit inputs keep their dtype, statistics
 }
 
 TEST_CASE("layer_norm: under autocast a BF16 input is normalized in F32 with F32 parameters") {
-  Tensor x = cast(test::uniform_values({4, 6}, -1, 1, 7), DType::BF16);
-  Tensor w = cast(test::uniform_values({6}, 0.5, 1.5, 8), DType::F32);
+  Tensor x = cast(opcheck::uniform_values({4, 6}, -1, 1, 7), DType::BF16);
+  Tensor w = cast(opcheck::uniform_values({6}, 0.5, 1.5, 8), DType::F32);
   AutocastGuard guard(Device::cpu(), DType::BF16);
   Tensor y = F::layer_norm(x, {6}, w, {});
   CHECK(y.dtype() == DType::F32);
@@ -143,7 +143,7 @@ TEST_CASE("layer_norm: under autocast a BF16 input is normalized in F32 with F32
 }
 
 TEST_CASE("layer_norm and batch_norm: F32 stays accurate when the mean is large against the spread") {
-  Tensor noise = test::uniform_values({8, 64}, -1, 1, 9);
+  Tensor noise = opcheck::uniform_values({8, 64}, -1, 1, 9);
   Tensor x64 = noise * 0.01 + 1e4;  // spread 1e-2 around 1e4
   Tensor x = cast(x64, DType::F32);
   // Compare with F64 on the same (F32-rounded) values.
@@ -156,13 +156,13 @@ TEST_CASE("layer_norm and batch_norm: F32 stays accurate when the mean is large 
 
 TEST_CASE("layer_norm and batch_norm: the threaded paths match F64") {
   // Big enough that the kernels split the work over threads.
-  Tensor x = test::uniform_values({256, 512}, -1, 2, 10);
+  Tensor x = opcheck::uniform_values({256, 512}, -1, 2, 10);
   Tensor xf = cast(x, DType::F32);
   CHECK(allclose(cast(F::layer_norm(xf, {512}), DType::F64), F::layer_norm(x, {512}), 1e-5, 1e-5));
-  Tensor x4 = test::uniform_values({8, 16, 32, 32}, -1, 2, 11);
+  Tensor x4 = opcheck::uniform_values({8, 16, 32, 32}, -1, 2, 11);
   CHECK(allclose(cast(F::batch_norm(cast(x4, DType::F32), {}, {}, {}, {}, true), DType::F64),
                  F::batch_norm(x4, {}, {}, {}, {}, true), 1e-5, 1e-5));
-  Tensor x2 = test::uniform_values({512, 256}, -1, 2, 12);
+  Tensor x2 = opcheck::uniform_values({512, 256}, -1, 2, 12);
   CHECK(allclose(cast(F::batch_norm(cast(x2, DType::F32), {}, {}, {}, {}, true), DType::F64),
                  F::batch_norm(x2, {}, {}, {}, {}, true), 1e-5, 1e-5));
 }
@@ -174,7 +174,7 @@ TEST_CASE("layer_norm and batch_norm: second derivatives match finite difference
     return [norm](const std::vector<Tensor>& in) {
       GradModeGuard on(true);  // gradcheck's finite differences run under NoGradGuard
       Tensor y = norm(in[0], in[1]);
-      Tensor v = test::uniform_values(y.sizes(), -1, 1, 77);
+      Tensor v = opcheck::uniform_values(y.sizes(), -1, 1, 77);
       Tensor s = (y * v).sum();
       std::vector<Tensor> g = grad(std::vector<Tensor>{s}, in, {}, false, /*create_graph=*/true);
       return g[0] + g[1].sum() * 0.5;  // both first derivatives, one tensor
@@ -182,11 +182,11 @@ TEST_CASE("layer_norm and batch_norm: second derivatives match finite difference
   };
   auto ln = [](const Tensor& x, const Tensor& w) { return F::layer_norm(x, {4}, w, {}); };
   auto bn = [](const Tensor& x, const Tensor& w) { return F::batch_norm(x, {}, {}, w, {}, true); };
-  std::vector<Tensor> ln_in = {test::leaf(test::uniform_values({3, 4}, -1, 2, 13)),
-                               test::leaf(test::uniform_values({4}, 0.5, 1.5, 14))};
+  std::vector<Tensor> ln_in = {opcheck::leaf(opcheck::uniform_values({3, 4}, -1, 2, 13)),
+                               opcheck::leaf(opcheck::uniform_values({4}, 0.5, 1.5, 14))};
   CHECK(gradcheck(first_derivative(ln), ln_in));
-  std::vector<Tensor> bn_in = {test::leaf(test::uniform_values({3, 2, 2}, -1, 2, 15)),
-                               test::leaf(test::uniform_values({2}, 0.5, 1.5, 16))};
+  std::vector<Tensor> bn_in = {opcheck::leaf(opcheck::uniform_values({3, 2, 2}, -1, 2, 15)),
+                               opcheck::leaf(opcheck::uniform_values({2}, 0.5, 1.5, 16))};
   CHECK(gradcheck(first_derivative(bn), bn_in));
 }
 

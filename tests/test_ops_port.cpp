@@ -1,8 +1,8 @@
 // tests/test_ops_port.cpp: the ops a PyTorch port reaches for first, beyond what the op-spec
-// table checks (tests/specs_scan.cpp, tests/specs_elementwise.cpp): exact values that PyTorch
+// table checks (opcheck/specs_scan.cpp, opcheck/specs_elementwise.cpp): exact values that PyTorch
 // documents (ties, NaN order, half-to-even rounding, Python slice clipping), results that are
 // not one tensor (split, sort, topk, max over a dim, nonzero, where), and the errors.
-// Not here: the spec rows of these ops (tests/specs_scan.cpp, tests/specs_elementwise.cpp).
+// Not here: the spec rows of these ops (opcheck/specs_scan.cpp, opcheck/specs_elementwise.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -1,7 +1,7 @@
 // tests/test_random.cpp: the random ops beyond the spec table: seeding and streams, the
 // statistics of 1e5 samples, randint's range, dropout's mask rate and gradient, arange's
 // PyTorch rules, and values that do not change with the number of OpenMP threads.
-// Not here: the element-by-element references (tests/specs_random.cpp).
+// Not here: the element-by-element references (opcheck/specs_random.cpp).
 #include <doctest/doctest.h>
 #include <omp.h>
 

@@ -5,7 +5,7 @@
 // most 1e-5 for outputs, 1e-4 for gradients) and F64; gradcheck in F64 of each family;
 // ConvTranspose2d loading PyTorch's state_dict; and the errors bad arguments give.
 // Not here: the spec rows (strided, dtype and CUDA checks) of these functions
-// (tests/specs_resize.cpp).
+// (opcheck/specs_resize.cpp).
 #include <doctest/doctest.h>
 
 #include <cstdio>

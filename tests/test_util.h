@@ -1,6 +1,6 @@
 // tests/test_util.h: small helpers the test files share: the message of the brisk::Error a
 // call throws, and whole-file reads and writes for tests that build hostile files byte by
-// byte. Not here: the op conformance table (tests/op_spec.h) or CUDA helpers
+// byte. Not here: the op conformance table (opcheck/spec.h) or CUDA helpers
 // (tests/cuda_test.h).
 #pragma once
 

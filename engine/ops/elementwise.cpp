@@ -57,10 +57,15 @@ static std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, cons
 // Float-only math on an integer tensor computes in F32, as in PyTorch.
 static Tensor as_float(const Tensor& x) { return is_floating(x.dtype()) ? x : cast(x, DType::F32); }
 
+// A finite whole number (Note [Scalar operands]).
+static bool integral(double v) { return std::isfinite(v) && v == std::trunc(v); }
+
 static Tensor unary(OpId id, const Tensor& x, const Attrs& attrs = {}) { return call1(id, {x}, attrs); }
 
 static Tensor binary(OpId id, const Tensor& a, const Tensor& b, double alpha = 1.0) {
   auto [x, y] = promoted(a, b, op_name(id));
+  BRISK_CHECK(is_floating(x.dtype()) || alpha == std::trunc(alpha), op_name(id), ": alpha ", alpha,
+              " is not an integer, for ", x.dtype(), " tensors (cast them to a floating dtype first)");
   Tensor ins[2] = {x, y};
   Tensor out[1];
   call(id, ins, {.a = alpha}, out);
@@ -321,6 +326,10 @@ template <>
 constexpr OpDef kDef<OpId::Clamp>{.infer = same_as_input, .backward = clamp_bw, .save_inputs = mask(0)};
 Tensor clamp(const Tensor& x, double min, double max) {
   BRISK_CHECK(!(min > max), "clamp: min ", min, " is greater than max ", max);
+  auto bound = [](double v) { return std::isinf(v) || integral(v); };  // clamp_min's max is +inf
+  if (x.defined() && !is_floating(x.dtype()) && !(bound(min) && bound(max))) {
+    return unary(OpId::Clamp, cast(x, DType::F32), {.a = min, .b = max});  // Note [Scalar operands]
+  }
   return unary(OpId::Clamp, x, {.a = min, .b = max});
 }
 Tensor clamp_min(const Tensor& x, double min) { return clamp(x, min, std::numeric_limits<double>::infinity()); }
@@ -372,6 +381,24 @@ Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.dtype(), t.device()
 Tensor full_like(const Tensor& t, double value) { return full(t.sizes(), value, t.dtype(), t.device()); }
 Tensor empty_like(const Tensor& t) { return make_empty(t.sizes(), t.dtype(), t.device()); }
 Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+
+// Note [Scalar operands]
+// A number meets a tensor (x * 0.5, x + 1, x.add_(2)) as a 0-dim tensor of the tensor's dtype,
+// so F16 * 0.5 stays F16 and I32 + 1 stays I32. A fractional or non-finite number with an
+// integer or Bool tensor is made F32 instead, and promotion makes the result F32: I32 * 0.5
+// is [-0.5, 1, 1.5] as in PyTorch, not the zeros a cast of 0.5 to I32 would give (the op
+// checker's integer runs found that). PyTorch also makes I32 * 2.0 floating, because 2.0 is a
+// Python float; brisk's numbers are doubles and cannot tell 2 from 2.0, so an integral number
+// keeps the integer dtype. In place (x.mul_(0.5) on I32) the F32 result cannot be written into
+// x: an error, as in PyTorch. Scalar attributes follow the same rule: a fractional alpha of
+// add/sub on integer tensors is an error (PyTorch's too), and clamp with a fractional bound
+// computes in F32 (as PyTorch promotes).
+
+Tensor scalar_operand(double value, const Tensor& t) {
+  BRISK_CHECK(t.defined(), "scalar operand: undefined tensor");
+  const bool promote = !is_floating(t.dtype()) && !integral(value);
+  return scalar_tensor(value, promote ? DType::F32 : t.dtype(), t.device());
+}
 
 // ---- add(a, b, alpha) = a + alpha * b (attrs.a)
 static void add_bw(const BackwardCtx& c, std::span<Tensor> gi) {

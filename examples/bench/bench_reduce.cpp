@@ -3,7 +3,7 @@
 // cross-entropy forward and backward) on realistic F32 sizes, each against a plain
 // single-threaded loop over the same data measured in the same run. Prints microseconds per
 // call and the ratio brisk / loop, one line per case. Threads: OMP_NUM_THREADS.
-// Not a test: correctness is tests/specs_reduce.cpp's job; the loops here only set the pace.
+// Not a test: correctness is opcheck/specs_reduce.cpp's job; the loops here only set the pace.
 #include <cmath>
 #include <cstdio>
 #include <vector>

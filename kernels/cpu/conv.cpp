@@ -4,7 +4,7 @@
 // F32/F64 run natively; BF16 runs im2col in BF16 and the BF16 GEMM of kernels/cpu/gemm_bf16.h
 // into F32 where that GEMM is native, else (and F16 always) through F32; results rounded once.
 // Not here: shapes, checks and backward formulas (engine/ops/conv.cpp); pooling
-// (kernels/cpu/pool.cpp); reference loops for the tests (tests/specs_nn.cpp); the CUDA kernels
+// (kernels/cpu/pool.cpp); reference loops for the tests (opcheck/specs_nn.cpp); the CUDA kernels
 // (cuDNN, kernels/cuda/conv.cu).
 #include "kernels/cpu/conv.h"
 

@@ -338,10 +338,13 @@ Tensor converted(const Tensor& t, DType dtype) {
 }
 
 // `t` when its matrices can be read in place (a unit stride in one of the last two dims), else
-// a dense copy.
+// a dense copy. An expanded matrix dim (stride 0 over several rows or columns, a broadcast
+// vector) is copied too: folding a batch into rows would otherwise build a matrix with no unit
+// stride at all, which the BF16 packer refuses (the op checker's expanded layout found it).
 Tensor readable(const Tensor& t) {
   const int64_t rows = t.size(-2), cols = t.size(-1);
-  if (t.stride(-1) == 1 || t.stride(-2) == 1 || rows == 1 || cols == 1) return t;
+  const bool expanded = (t.stride(-1) == 0 && cols > 1) || (t.stride(-2) == 0 && rows > 1);
+  if (!expanded && (t.stride(-1) == 1 || t.stride(-2) == 1 || rows == 1 || cols == 1)) return t;
   return converted(t, t.dtype());
 }
 

@@ -3,7 +3,7 @@
 // normalizes and applies the affine; OpenMP over rows / channels. F16/BF16 are read as float
 // and rounded once on store; the statistics are F32 (F64 for F64 inputs).
 // Not here: inference, checks and backward (engine/ops/norm.cpp); the plain-loop references
-// the specs compare against (tests/specs_norm.cpp).
+// the specs compare against (opcheck/specs_norm.cpp).
 #include <omp.h>
 
 #include <algorithm>

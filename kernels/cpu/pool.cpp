@@ -6,7 +6,7 @@
 // come from kernels/pool_window.h, shared with the CUDA kernels, which these are the
 // reference for.
 // Not here: output sizes, checks and backward formulas (engine/ops/pool.cpp); reference loops
-// for the tests (tests/specs_nn.cpp, tests/specs_resize.cpp); the CUDA kernels
+// for the tests (opcheck/specs_nn.cpp, opcheck/specs_resize.cpp); the CUDA kernels
 // (kernels/cuda/pool.cu).
 #include <immintrin.h>
 #include <omp.h>

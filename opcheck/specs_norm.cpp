@@ -1,4 +1,4 @@
-// tests/specs_norm.cpp: specs of the normalization ops (engine/ops/norm.cpp) through their
+// opcheck/specs_norm.cpp: specs of the normalization ops (engine/ops/norm.cpp) through their
 // public forms layer_norm, batch_norm and group_norm (nn/functional.h): 1-D to 4-D inputs,
 // with and without affine, batch norm in training and eval, against plain F64 loops;
 // F32/F16/BF16 against F64, gradcheck in F64.
@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "nn/functional.h"
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 namespace {
 
 namespace F = ::brisk::nn::functional;
@@ -222,7 +222,9 @@ void add_specs(std::vector<OpSpec>& specs) {
   }
 }
 
-REGISTER_SPECS(add_specs);
-
 }  // namespace
-}  // namespace brisk::test
+
+// Called once by op_specs() (opcheck/spec.cpp).
+void add_norm_specs(std::vector<OpSpec>& specs) { add_specs(specs); }
+
+}  // namespace brisk::opcheck

@@ -1,8 +1,8 @@
-// tests/specs_shape.cpp: specs of the view ops and device copies (engine/ops/shape.cpp).
+// opcheck/specs_shape.cpp: specs of the view ops and device copies (engine/ops/shape.cpp).
 // References rebuild the expected values by index arithmetic on the host.
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 namespace {
 
 // Row-major multi-index of flat k in `sizes`.
@@ -56,6 +56,7 @@ void add_specs(std::vector<OpSpec>& specs) {
     };
     s.cases = cases_3d();
     s.dtypes = {DType::F32, DType::BF16};
+    s.rejects_layouts = true;  // view of a transposed tensor is an error, as in PyTorch
     specs.push_back(s);
   }
   {
@@ -135,7 +136,9 @@ void add_specs(std::vector<OpSpec>& specs) {
   }
 }
 
-REGISTER_SPECS(add_specs);
-
 }  // namespace
-}  // namespace brisk::test
+
+// Called once by op_specs() (opcheck/spec.cpp).
+void add_shape_specs(std::vector<OpSpec>& specs) { add_specs(specs); }
+
+}  // namespace brisk::opcheck

@@ -1,11 +1,11 @@
-// tests/specs_index.cpp: specs of cat, stack, index_select, index_add, gather, scatter_add and
+// opcheck/specs_index.cpp: specs of cat, stack, index_select, index_add, gather, scatter_add and
 // embedding (engine/ops/index.cpp). References are plain loops over row-major positions.
 // Cases cover negative dims, repeated indices, size-0 and 0-dim tensors; gradcheck covers
 // every backward (cat -> slices, gather <-> scatter_add, index_select <-> index_add).
 // Not here: error messages and threading (tests/test_index.cpp).
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 namespace {
 
 using Cases = std::function<std::vector<OpCase>()>;
@@ -337,7 +337,9 @@ void add_specs(std::vector<OpSpec>& specs) {
   }
 }
 
-REGISTER_SPECS(add_specs);
-
 }  // namespace
-}  // namespace brisk::test
+
+// Called once by op_specs() (opcheck/spec.cpp).
+void add_index_specs(std::vector<OpSpec>& specs) { add_specs(specs); }
+
+}  // namespace brisk::opcheck

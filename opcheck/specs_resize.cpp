@@ -1,4 +1,4 @@
-// tests/specs_resize.cpp: specs of adaptive_max_pool2d and resample2d / resample2d_backward
+// opcheck/specs_resize.cpp: specs of adaptive_max_pool2d and resample2d / resample2d_backward
 // (engine/ops/pool.cpp; references: plain loops over PyTorch's adaptive windows and over the
 // resampling tables) and of the composites of nn/functional_conv.cpp and
 // nn/functional_resize.cpp built on other ops: conv_transpose2d, the 1-d pools, pad,
@@ -6,16 +6,14 @@
 // (tests/test_resize.cpp, no plain reference here); their rows bring the table's other checks:
 // strided inputs, F32 / BF16 against F64, gradcheck in F64, and CUDA against the CPU.
 // Not here: PyTorch parity and the error messages (tests/test_resize.cpp).
-#include <doctest/doctest.h>
-
 #include <cmath>
 #include <limits>
 
 #include "engine/dispatch.h"
 #include "nn/functional.h"
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 namespace {
 
 namespace F = brisk::nn::functional;
@@ -145,7 +143,7 @@ void add_resample_specs(std::vector<OpSpec>& specs) {
       {{"grad (2, 2, 3, 7)", {vals(resampled(x_sizes, kBlend), 84)}}}, {DType::F32, DType::F16, DType::BF16}));
 }
 
-void add_resize_specs(std::vector<OpSpec>& specs) {
+void add_resize_op_specs(std::vector<OpSpec>& specs) {
   add_resample_specs(specs);
   // ---- adaptive_max_pool2d, an op of its own
   for (auto [label, shape, out] : {std::tuple{"(3, 2) of 7x5", Shape{2, 3, 7, 5}, Pair{3, 2}},
@@ -201,7 +199,9 @@ void add_resize_specs(std::vector<OpSpec>& specs) {
                        nullptr, {{"(2, 8, 3, 2)", {vals({2, 8, 3, 2}, 81)}}}));
 }
 
-REGISTER_SPECS(add_resize_specs);
-
 }  // namespace
-}  // namespace brisk::test
+
+// Called once by op_specs() (opcheck/spec.cpp).
+void add_resize_specs(std::vector<OpSpec>& specs) { add_resize_op_specs(specs); }
+
+}  // namespace brisk::opcheck

@@ -1,11 +1,11 @@
-// tests/specs_elementwise.cpp: specs of the elementwise ops (engine/ops/elementwise.cpp).
+// opcheck/specs_elementwise.cpp: specs of the elementwise ops (engine/ops/elementwise.cpp).
 #include <cmath>
 #include <limits>
 
 #include "kernels/functors.h"
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 namespace {
 
 // Note [Functor parameters]: a functor with parameters is built only through its from(); one
@@ -315,6 +315,7 @@ void add_specs(std::vector<OpSpec>& specs) {
       return map_reference(in, [](const V& a) { return a[0] + 2.5; });
     };
     s.cases = unary_cases(-1, 1);
+    s.integers = false;  // full(2.5) in an integer dtype is 2 (truncated, as in PyTorch), not 2.5
     specs.push_back(s);
   }
 
@@ -432,7 +433,9 @@ void add_specs(std::vector<OpSpec>& specs) {
   }
 }
 
-REGISTER_SPECS(add_specs);
-
 }  // namespace
-}  // namespace brisk::test
+
+// Called once by op_specs() (opcheck/spec.cpp).
+void add_elementwise_specs(std::vector<OpSpec>& specs) { add_specs(specs); }
+
+}  // namespace brisk::opcheck

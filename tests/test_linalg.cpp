@@ -1,178 +1,17 @@
-// tests/specs_linalg_decomp.cpp: specs of brisk::linalg's decompositions and the composites
-// on them (engine/ops/linalg.cpp, kernels/cpu/linalg_decomp.cpp): every op gradchecked in F64
-// and run in F32, with non-contiguous and batched inputs; the defining identities (A X = B,
-// Q R = A, A V = V diag(w), L L^T = A) on larger batches; parity with PyTorch 1.13 on the
-// fixed cases of tests/data/linalg/linalg.json (tests/make_linalg_reference.py), outputs and
-// gradients; and the errors. Not here: matmul (tests/specs_linalg.cpp).
+// tests/test_linalg.cpp: brisk::linalg beyond its specs (opcheck/specs_linalg_decomp.cpp): the
+// defining identities (A X = B, Q R = A, A V = V diag(w), L L^T = A) on threaded batches; parity
+// with PyTorch 1.13 on the fixed cases of tests/data/linalg/linalg.json
+// (tests/make_linalg_reference.py), outputs and gradients; the errors; second derivatives.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tests/op_spec.h"
-
-namespace brisk::test {
-namespace {
-
-Tensor mT(const Tensor& x) { return transpose(x, -2, -1); }
-
-Tensor eye_like(int64_t n) {
-  std::vector<double> v(size_t(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) v[size_t(i * n + i)] = 1.0;
-  return from_vector(v, {n, n}, DType::F64);
-}
-
-// Random entries plus n on the diagonal: far from singular.
-Tensor well_conditioned(const Shape& shape, uint64_t seed) {
-  return uniform_values(shape, -1, 1, seed) + eye_like(shape.back()) * double(shape.back());
-}
-
-// X X^T + n I: symmetric positive-definite.
-Tensor spd(const Shape& shape, uint64_t seed) {
-  Tensor x = uniform_values(shape, -1, 1, seed);
-  return matmul(x, mT(x)) + eye_like(shape.back()) * double(shape.back());
-}
-
-// The symmetric part: cholesky and eigh read one triangle, so their specs symmetrize first and
-// the gradcheck's one-element perturbations stay symmetric.
-Tensor sym(const Tensor& a) { return (a + mT(a)) * 0.5; }
-
-OpSpec linalg_spec(const std::string& name, std::vector<OpId> covers, TensorFn fn,
-                   std::function<std::vector<OpCase>()> cases) {
-  OpSpec s;
-  s.name = name;
-  s.covers = std::move(covers);
-  s.fn = std::move(fn);
-  s.cases = std::move(cases);
-  s.dtypes = {DType::F32};  // F16/BF16 have no kernel (F32 and F64 only)
-  s.tol_f32 = 1e-4;         // an LU or QR in F32 loses a few ulps per step
-  s.cuda = false;           // CPU only: no kernel for device cuda
-  return s;
-}
-
-std::vector<OpCase> square_cases() {
-  return {{"(3, 3)", {well_conditioned({3, 3}, 1)}},
-          {"(1, 1)", {well_conditioned({1, 1}, 2)}},
-          {"batched (2, 4, 4)", {well_conditioned({2, 4, 4}, 3)}},
-          {"batch of batches (2, 1, 3, 3)", {well_conditioned({2, 1, 3, 3}, 4)}}};
-}
-
-std::vector<OpCase> spd_cases() {
-  return {{"(3, 3)", {spd({3, 3}, 5)}}, {"(1, 1)", {spd({1, 1}, 6)}}, {"batched (2, 4, 4)", {spd({2, 4, 4}, 7)}}};
-}
-
-std::vector<OpCase> tall_cases() {
-  return {{"tall (4, 3)", {uniform_values({4, 3}, -1, 1, 8)}},
-          {"square (3, 3)", {uniform_values({3, 3}, -1, 1, 9)}},
-          {"batched (2, 5, 3)", {uniform_values({2, 5, 3}, -1, 1, 10)}},
-          {"column (3, 1)", {uniform_values({3, 1}, -1, 1, 11)}}};
-}
-
-std::vector<OpCase> sym_cases() {
-  return {{"(3, 3)", {uniform_values({3, 3}, -1, 1, 21)}},
-          {"(1, 1)", {uniform_values({1, 1}, -1, 1, 22)}},
-          {"batched (2, 4, 4)", {uniform_values({2, 4, 4}, -1, 1, 23)}}};
-}
-
-void add_solve_specs(std::vector<OpSpec>& specs) {
-  specs.push_back(linalg_spec(
-      "linalg::solve", {OpId::LinalgSolve}, [](const std::vector<Tensor>& in) { return linalg::solve(in[0], in[1]); },
-      [] {
-        return std::vector<OpCase>{
-            {"(3, 3) with (3, 2)", {well_conditioned({3, 3}, 1), uniform_values({3, 2}, -1, 1, 2)}},
-            {"vector B (3)", {well_conditioned({3, 3}, 3), uniform_values({3}, -1, 1, 4)}},
-            {"batched (2, 3, 3) with (2, 3, 1)", {well_conditioned({2, 3, 3}, 5), uniform_values({2, 3, 1}, -1, 1, 6)}},
-            {"batch of vectors (2, 3, 3) with (2, 3)",
-             {well_conditioned({2, 3, 3}, 7), uniform_values({2, 3}, -1, 1, 8)}},
-            {"A broadcast (3, 3) with (2, 3, 2)", {well_conditioned({3, 3}, 9), uniform_values({2, 3, 2}, -1, 1, 10)}},
-            {"B broadcast (2, 3, 3) with (3, 2)", {well_conditioned({2, 3, 3}, 11), uniform_values({3, 2}, -1, 1, 12)}},
-        };
-      }));
-  specs.push_back(linalg_spec(
-      "linalg::inv (composite: solve(A, I))", {}, [](const std::vector<Tensor>& in) { return linalg::inv(in[0]); },
-      square_cases));
-  specs.push_back(linalg_spec(
-      "linalg::det (composite: sign * exp(logabsdet))", {},
-      [](const std::vector<Tensor>& in) { return linalg::det(in[0]); },
-      [] {
-        std::vector<OpCase> c = square_cases();
-        c.push_back({"negative determinant likely (3, 3) uniform", {uniform_values({3, 3}, -1, 1, 12)}});
-        return c;
-      }));
-  specs.push_back(linalg_spec(
-      "linalg::slogdet logabsdet", {OpId::LinalgSlogdet},
-      [](const std::vector<Tensor>& in) { return linalg::slogdet(in[0]).logabsdet; }, square_cases));
-  OpSpec sign = linalg_spec(
-      "linalg::slogdet sign", {OpId::LinalgSlogdet},
-      [](const std::vector<Tensor>& in) { return linalg::slogdet(in[0]).sign; },
-      [] {
-        return std::vector<OpCase>{{"(3, 3) uniform", {uniform_values({3, 3}, -1, 1, 12)}},
-                                   {"(2, 4, 4) uniform", {uniform_values({2, 4, 4}, -1, 1, 13)}}};
-      });
-  sign.grad = false;  // piecewise constant
-  specs.push_back(sign);
-}
-
-void add_decomposition_specs(std::vector<OpSpec>& specs) {
-  specs.push_back(linalg_spec(
-      "linalg::cholesky", {OpId::LinalgCholesky},
-      [](const std::vector<Tensor>& in) { return linalg::cholesky(sym(in[0])); }, spd_cases));
-  specs.push_back(linalg_spec(
-      "linalg::cholesky upper", {OpId::LinalgCholesky},
-      [](const std::vector<Tensor>& in) { return linalg::cholesky(sym(in[0]), true); }, spd_cases));
-  specs.push_back(linalg_spec(
-      "linalg::qr Q", {OpId::LinalgQr}, [](const std::vector<Tensor>& in) { return linalg::qr(in[0]).q; }, tall_cases));
-  specs.push_back(linalg_spec(
-      "linalg::qr R", {OpId::LinalgQr}, [](const std::vector<Tensor>& in) { return linalg::qr(in[0]).r; }, tall_cases));
-  OpSpec wide = linalg_spec(
-      "linalg::qr wide (Q R)", {OpId::LinalgQr},
-      [](const std::vector<Tensor>& in) {
-        auto [q, r] = linalg::qr(in[0]);
-        return cat({flatten(q), flatten(r)});
-      },
-      [] {
-        return std::vector<OpCase>{{"wide (2, 4)", {uniform_values({2, 4}, -1, 1, 14)}}};
-      });
-  wide.grad = false;  // the gradient needs m >= n
-  specs.push_back(wide);
-  // Eigenvalues of uniform symmetric matrices are distinct (the gradient divides by gaps);
-  // eigenvectors enter squared, so the spec does not depend on their signs.
-  specs.push_back(linalg_spec(
-      "linalg::eigh eigenvalues", {OpId::LinalgEigh},
-      [](const std::vector<Tensor>& in) { return linalg::eigh(sym(in[0])).eigenvalues; }, sym_cases));
-  specs.push_back(linalg_spec(
-      "linalg::eigh eigenvectors squared", {OpId::LinalgEigh},
-      [](const std::vector<Tensor>& in) {
-        Tensor v = linalg::eigh(sym(in[0])).eigenvectors;
-        return v * v;
-      },
-      sym_cases));
-  specs.push_back(linalg_spec(
-      "linalg::lstsq (composite: solve(R, Q^T B))", {},
-      [](const std::vector<Tensor>& in) { return linalg::lstsq(in[0], in[1]); },
-      [] {
-        return std::vector<OpCase>{
-            {"(5, 3) with (5, 2)", {uniform_values({5, 3}, -1, 1, 15), uniform_values({5, 2}, -1, 1, 16)}},
-            {"batched (2, 6, 3) with (2, 6, 1)",
-             {uniform_values({2, 6, 3}, -1, 1, 17), uniform_values({2, 6, 1}, -1, 1, 18)}},
-            {"square (3, 3) with (3, 2)", {well_conditioned({3, 3}, 19), uniform_values({3, 2}, -1, 1, 20)}},
-        };
-      }));
-}
-
-void add_specs(std::vector<OpSpec>& specs) {
-  add_solve_specs(specs);
-  add_decomposition_specs(specs);
-}
-
-REGISTER_SPECS(add_specs);
-
-}  // namespace
-}  // namespace brisk::test
+#include "opcheck/spec.h"
 
 using namespace brisk;
-using test::mT;
+using opcheck::mT;
 
 namespace {
 
@@ -196,19 +35,19 @@ Tensor strictly_upper(int64_t n) {
 
 TEST_CASE("linalg: the decompositions satisfy their defining identities on a threaded batch") {
   // 16 matrices of 24 x 24: enough work that the batch loop runs on several threads.
-  Tensor a = test::well_conditioned({16, 24, 24}, 31);
-  Tensor b = test::uniform_values({16, 24, 5}, -1, 1, 32);
+  Tensor a = opcheck::well_conditioned({16, 24, 24}, 31);
+  Tensor b = opcheck::uniform_values({16, 24, 5}, -1, 1, 32);
   CHECK(max_abs_diff(matmul(a, linalg::solve(a, b)), b) < 1e-12);
-  CHECK(max_abs_diff(matmul(a, linalg::inv(a)), expand(test::eye_like(24), {16, 24, 24})) < 1e-12);
-  Tensor s = test::spd({16, 24, 24}, 33);
+  CHECK(max_abs_diff(matmul(a, linalg::inv(a)), expand(opcheck::eye_like(24), {16, 24, 24})) < 1e-12);
+  Tensor s = opcheck::spd({16, 24, 24}, 33);
   Tensor l = linalg::cholesky(s);
   CHECK(max_abs_diff(matmul(l, mT(l)), s) < 1e-11);
   CHECK(max_abs_diff(l * strictly_upper(24), zeros_like(l)) == 0);
-  Tensor t = test::uniform_values({16, 30, 24}, -1, 1, 34);
+  Tensor t = opcheck::uniform_values({16, 30, 24}, -1, 1, 34);
   auto [q, r] = linalg::qr(t);
   CHECK(max_abs_diff(matmul(q, r), t) < 1e-12);
-  CHECK(max_abs_diff(matmul(mT(q), q), expand(test::eye_like(24), {16, 24, 24})) < 1e-12);
-  Tensor h = test::sym(test::uniform_values({16, 24, 24}, -1, 1, 35));
+  CHECK(max_abs_diff(matmul(mT(q), q), expand(opcheck::eye_like(24), {16, 24, 24})) < 1e-12);
+  Tensor h = opcheck::sym(opcheck::uniform_values({16, 24, 24}, -1, 1, 35));
   auto [w, v] = linalg::eigh(h);
   CHECK(max_abs_diff(matmul(h, v), v * unsqueeze(w, -2)) < 1e-12);
   std::vector<double> ws = w.to_vector<double>();
@@ -356,7 +195,7 @@ TEST_CASE("linalg: a singular matrix or one not positive-definite is an error na
 
 TEST_CASE("linalg: gradients where they are undefined or unsupported are clear errors") {
   // qr's gradient is implemented for m >= n only.
-  Tensor wide = test::uniform_values({2, 4}).requires_grad_();
+  Tensor wide = opcheck::uniform_values({2, 4}).requires_grad_();
   CHECK_THROWS_WITH_AS(sum(linalg::qr(wide).r).backward(), doctest::Contains("linalg_qr: the gradient needs m >= n"),
                        Error);
   // slogdet's gradient at a singular matrix goes through inv (PyTorch returns the adjugate).
@@ -366,8 +205,8 @@ TEST_CASE("linalg: gradients where they are undefined or unsupported are clear e
 
 TEST_CASE("linalg: second derivatives of solve and cholesky match finite differences") {
   // The backward formulas are made of differentiable ops, so they differentiate again.
-  Tensor a = test::leaf(test::well_conditioned({3, 3}, 41));
-  Tensor b = test::leaf(test::uniform_values({3, 2}, -1, 1, 42));
+  Tensor a = opcheck::leaf(opcheck::well_conditioned({3, 3}, 41));
+  Tensor b = opcheck::leaf(opcheck::uniform_values({3, 2}, -1, 1, 42));
   auto grad_of_solve = [](const std::vector<Tensor>& in) {
     GradModeGuard on(true);  // gradcheck evaluates f without grad mode
     Tensor x = linalg::solve(in[0], in[1]);
@@ -375,10 +214,10 @@ TEST_CASE("linalg: second derivatives of solve and cholesky match finite differe
     return brisk::grad(y, std::span<const Tensor>(in.data(), 1), {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
   };
   CHECK(gradcheck(grad_of_solve, {a, b}));
-  Tensor s = test::leaf(test::spd({3, 3}, 43));
+  Tensor s = opcheck::leaf(opcheck::spd({3, 3}, 43));
   auto grad_of_cholesky = [](const std::vector<Tensor>& in) {
     GradModeGuard on(true);
-    Tensor l = linalg::cholesky(test::sym(in[0]));
+    Tensor l = linalg::cholesky(opcheck::sym(in[0]));
     const Tensor y[1] = {sum(l * l * l)};
     return brisk::grad(y, in, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
   };

@@ -1,4 +1,4 @@
-// tests/specs_scan.cpp: op specs of the scan family (cumsum, cumprod, argsort) and of the
+// opcheck/specs_scan.cpp: op specs of the scan family (cumsum, cumprod, argsort) and of the
 // composites a PyTorch port reaches for first: sort, topk, prod, max/min over a dim, flip,
 // roll, repeat/tile, tril/triu, split/chunk/unbind, norms, einsum, bmm/addmm/baddbmm/outer,
 // masked_select and tensor indexing. References are plain loops over the values.
@@ -9,9 +9,9 @@
 #include <numeric>
 
 #include "engine/indexing.h"
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 namespace {
 
 using V = std::vector<double>;
@@ -78,7 +78,7 @@ OpSpec spec(const std::string& name, std::vector<OpId> covers, TensorFn fn, Tens
   return s;
 }
 
-void add_scan_specs(std::vector<OpSpec>& specs) {
+void add_scan_op_specs(std::vector<OpSpec>& specs) {
   for (int64_t dim : {int64_t(1), int64_t(-1), int64_t(0)}) {
     const std::string d = std::to_string(dim);
     OpSpec s = spec(
@@ -392,8 +392,11 @@ void add_linalg_index_specs(std::vector<OpSpec>& specs) {
 
 }  // namespace
 
-REGISTER_SPECS(add_scan_specs);
-REGISTER_SPECS(add_shape_specs);
-REGISTER_SPECS(add_linalg_index_specs);
+// Called once by op_specs() (opcheck/spec.cpp).
+void add_scan_specs(std::vector<OpSpec>& specs) {
+  add_scan_op_specs(specs);
+  add_shape_specs(specs);
+  add_linalg_index_specs(specs);
+}
 
-}  // namespace brisk::test
+}  // namespace brisk::opcheck

@@ -1,19 +1,18 @@
-// tests/specs_nn.cpp: specs of the convolution and pooling ops (engine/ops/conv.cpp,
+// opcheck/specs_nn.cpp: specs of the convolution and pooling ops (engine/ops/conv.cpp,
 // engine/ops/pool.cpp) and of nn::functional's linear, conv1d and conv2d. References are plain direct loops in F64 (no
 // im2col, no GEMM), written from PyTorch's definitions; the backward ops are checked twice:
 // by gradcheck of the forward ops, and as ops of their own (reference + gradcheck, which
 // exercises double backward). Cases are small so that gradcheck stays fast.
-// Not here: timing (examples/bench/bench_conv.cpp).
-#include <doctest/doctest.h>
-
+// Not here: errors and threaded paths (tests/test_conv_pool.cpp); timing
+// (examples/bench/bench_conv.cpp).
 #include <cmath>
 #include <limits>
 
 #include "engine/op_params.h"
 #include "nn/functional.h"
-#include "tests/op_spec.h"
+#include "opcheck/spec.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 namespace {
 
 namespace F = brisk::nn::functional;
@@ -383,7 +382,8 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
                     {.kernel = {3, 3}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true},
                     {{"batch 2, 6x6", {vals({2, 2, 6, 6}, 42)}}, {"batch 1, 5x7", {vals({1, 2, 5, 7}, 43)}}}));
   specs.push_back(max_pool_spec("max_pool2d (2x2, stride 2, padding 1, ceil_mode: last window dropped)",
-                                {.padding = {1, 1}, .ceil_mode = true}, {{"batch 2, 5x5", {vals({2, 2, 5, 5}, 44)}}}));
+                                {.stride = std::nullopt, .padding = {1, 1}, .ceil_mode = true},
+                                {{"batch 2, 5x5", {vals({2, 2, 5, 5}, 44)}}}));
   specs.push_back(max_pool_spec("max_pool2d (2x3 kernel, stride (1, 2), dilation (2, 1), padding (1, 1))",
                                 {.kernel = {2, 3}, .stride = Pair{1, 2}, .padding = {1, 1}, .dilation = {2, 1}},
                                 {{"batch 2", {vals({2, 2, 7, 8}, 45)}}}));
@@ -421,7 +421,8 @@ void add_pool_specs(std::vector<OpSpec>& specs) {
       {.kernel = {3, 2}, .stride = Pair{2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false},
       {{"batch 2", {vals({2, 2, 6, 7}, 52)}}, {"batch 1", {vals({1, 3, 5, 5}, 53)}}}));
   specs.push_back(avg_pool_spec("avg_pool2d (2x2, padding 1, ceil_mode, count_include_pad)",
-                                {.padding = {1, 1}, .ceil_mode = true}, {{"batch 1", {vals({1, 2, 5, 4}, 54)}}}));
+                                {.stride = std::nullopt, .padding = {1, 1}, .ceil_mode = true},
+                                {{"batch 1", {vals({1, 2, 5, 4}, 54)}}}));
 
   specs.push_back(adaptive_spec(
       "adaptive_avg_pool2d (3, 2)", {3, 2},
@@ -506,109 +507,9 @@ void add_specs(std::vector<OpSpec>& specs) {
   add_pool_specs(specs);
 }
 
-REGISTER_SPECS(add_specs);
-
-// ---- errors and details the table does not express
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-TEST_CASE("conv2d: errors name the op and the shapes") {
-  const Tensor x = zeros({2, 4, 5, 5}), w = zeros({6, 2, 3, 3});
-  std::string e = error_of([&] { F::conv2d(x, zeros({6, 3, 3, 3})); });
-  CHECK_MESSAGE(e.find("conv2d: input (2, 4, 5, 5) has 4 channels but weight (6, 3, 3, 3)") != std::string::npos, e);
-  e = error_of([&] { F::conv2d(x, w, {}, {1, 1}, {0, 0}, {1, 1}, 3); });
-  CHECK_MESSAGE(e.find("conv2d: groups (3) must divide the input channels") != std::string::npos, e);
-  e = error_of([&] { F::conv2d(x, zeros({6, 4, 7, 3})); });
-  CHECK_MESSAGE(e.find("larger than the padded input") != std::string::npos, e);
-  e = error_of([&] { F::conv2d(zeros({4, 5, 5}), zeros({6, 4, 3, 3})); });
-  CHECK_MESSAGE(e.find("conv2d: input must be 4-D (B, C, H, W), got (4, 5, 5)") != std::string::npos, e);
-  e = error_of([&] { F::conv2d(x, zeros({6, 4, 3, 3}), zeros({5})); });
-  CHECK_MESSAGE(e.find("conv2d: bias (5)") != std::string::npos, e);
-  e = error_of([&] { F::conv2d(x, zeros({6, 4, 3, 3}, DType::F64)); });
-  CHECK_MESSAGE(e.find("conv2d: dtypes differ") != std::string::npos, e);
-  e = error_of([&] { F::max_pool2d(zeros({2, 5, 5}), {2, 2}); });
-  CHECK_MESSAGE(e.find("max_pool2d: input must be 4-D") != std::string::npos, e);
-  e = error_of([&] { F::max_pool2d(x, {2, 2}, std::nullopt, {2, 2}); });
-  CHECK_MESSAGE(e.find("max_pool2d: padding (2, 2) must be at most half the kernel size") != std::string::npos, e);
-  e = error_of([&] { F::avg_pool2d(zeros({1, 1, 2, 2}), {3, 3}); });
-  CHECK_MESSAGE(e.find("avg_pool2d: input (1, 1, 2, 2) is too small") != std::string::npos, e);
-  e = error_of([&] { F::linear(zeros({3, 5}), zeros({4, 6})); });
-  CHECK_MESSAGE(e.find("linear: input (3, 5) does not have the 6 features") != std::string::npos, e);
-}
-
-TEST_CASE("max_pool2d: indices are flat positions within each plane, as PyTorch's") {
-  // x (1, 2, 4, 4) = 0..31: every 2x2 window's maximum is its bottom-right element.
-  std::vector<double> v(32);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = double(i);
-  const Tensor x = from_vector(v, {1, 2, 4, 4});
-  Attrs attrs;
-  attrs.geometry = {2, 2, 0, 0, 1, 1, 2, 2};
-  const Tensor in[1] = {x};
-  Tensor out[2];
-  call(OpId::MaxPool2d, in, attrs, out);
-  CHECK(out[1].dtype() == DType::I64);
-  CHECK(out[1].to_vector<int64_t>() == std::vector<int64_t>{5, 7, 13, 15, 5, 7, 13, 15});
-  CHECK(out[0].to_vector<double>() == std::vector<double>{5, 7, 13, 15, 21, 23, 29, 31});
-}
-
-TEST_CASE("conv2d: large batches (threaded paths) match the direct loops") {
-  // Big enough for the OpenMP splits; F64 so the comparison is tight.
-  auto check = [](const Shape& xs, const Shape& ws, const ConvArgs& a, uint64_t seed) {
-    const Tensor x = leaf(vals(xs, seed)), w = leaf(vals(ws, seed + 1));
-    const Tensor y = F::conv2d(x, w, {}, a.stride, a.padding, a.dilation, a.groups);
-    CHECK(allclose(y, conv_ref(x, w, {}, a), 1e-10, 1e-10));
-    const Tensor g = vals(y.sizes(), seed + 2);
-    y.backward(g);
-    Grid G(g), X(x), W(w), GX(x.sizes()), GW(w.sizes());
-    conv_loops(x.sizes(), w.sizes(), a, [&](size_t xi, size_t wi, size_t yi) {
-      GX.v[xi] += G.v[yi] * W.v[wi];
-      GW.v[wi] += G.v[yi] * X.v[xi];
-    });
-    CHECK(allclose(x.grad(), GX.tensor(), 1e-10, 1e-10));
-    CHECK(allclose(w.grad(), GW.tensor(), 1e-10, 1e-10));
-  };
-  SUBCASE("im2col + GEMM, 3x3, padding 1") { check({8, 6, 12, 12}, {16, 6, 3, 3}, {.padding = {1, 1}}, 70); }
-  SUBCASE("im2col + GEMM, batch 3 (GEMMs split across threads)") {
-    check({3, 8, 12, 12}, {16, 8, 3, 3}, {.padding = {1, 1}}, 73);
-  }
-  SUBCASE("depthwise, channel multiplier 2") {
-    check({8, 16, 24, 24}, {32, 1, 3, 3}, {.padding = {1, 1}, .groups = 16}, 76);
-  }
-}
-
-TEST_CASE("op params: conv and pool parameters read back what they stored, in attrs.geometry's layout") {
-  Attrs conv;
-  ConvParams{.stride = {2, 3}, .padding = {1, 0}, .dilation = {2, 1}, .groups = 4}.store(conv);
-  const ConvParams c = ConvParams::from(conv);
-  CHECK(c.stride == Hw{2, 3});
-  CHECK(c.padding == Hw{1, 0});
-  CHECK(c.dilation == Hw{2, 1});
-  CHECK(c.groups == 4);
-  // The layout code that builds Attrs by field relies on (tests, benchmarks).
-  CHECK(conv.geometry == Shape{2, 3, 1, 0, 2, 1, 0, 0});
-  Attrs pool;
-  PoolParams{.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false}
-      .store(pool);
-  const PoolParams p = PoolParams::from(pool, "avg_pool2d");
-  CHECK(p.kernel == Hw{3, 2});
-  CHECK(p.stride == Hw{2, 1});
-  CHECK(p.padding == Hw{1, 1});
-  CHECK(p.dilation == Hw{1, 1});
-  CHECK(p.ceil_mode);
-  CHECK_FALSE(p.count_include_pad);
-  CHECK(pool.geometry == Shape{2, 1, 1, 1, 1, 1, 3, 2});
-  Attrs bad;
-  bad.geometry = {1, 1};
-  const std::string e = error_of([&] { PoolParams::from(bad, "max_pool2d"); });
-  CHECK_MESSAGE(e.find("max_pool2d: attrs.geometry must hold 8 values") != std::string::npos, e);
-}
-
 }  // namespace
-}  // namespace brisk::test
+
+// Called once by op_specs() (opcheck/spec.cpp).
+void add_nn_specs(std::vector<OpSpec>& specs) { add_specs(specs); }
+
+}  // namespace brisk::opcheck

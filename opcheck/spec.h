@@ -1,8 +1,9 @@
-// tests/op_spec.h: the op conformance table. Every op in engine/ops.def is covered by at least
-// one OpSpec (a coverage test enforces it). One runner (test_op_specs.cpp) checks each spec's
-// cases: forward against a plain reference in F64, non-contiguous inputs against contiguous
-// ones, other dtypes against F64 within per-dtype tolerances, and gradcheck in F64. The CUDA
-// tests run the same table against the CPU.
+// opcheck/spec.h: the op conformance table (brisk::opcheck, Note [Op checker] in
+// opcheck/check.cpp). Every op in engine/ops.def is covered by at least one OpSpec
+// (tests/test_op_specs.cpp enforces it): the op through the public API, cases of inputs, and a
+// plain-loop F64 reference. opcheck/check.h runs the checks (reference, layouts, dtypes,
+// gradients, a replacement against the built-in kernel); tests/test_cuda.cpp runs the same
+// table on CUDA against the CPU. Spec files are opcheck/specs_<family>.cpp.
 #pragma once
 
 #include <functional>
@@ -11,7 +12,7 @@
 
 #include "brisk.h"
 
-namespace brisk::test {
+namespace brisk::opcheck {
 
 struct OpCase {
   std::string label;           // what the case exercises: "broadcast (3, 1) with (4)"
@@ -29,18 +30,21 @@ struct OpSpec {
   bool grad = true;                          // gradcheck the floating inputs in F64
   std::vector<DType> dtypes = {DType::F32};  // also run in these, compare with F64
   bool cuda = true;                          // run in the CUDA-vs-CPU test
+  // Also run in I8, U8, I32 and I64 (floating inputs rounded to small integers) wherever the
+  // op accepts them, and compare exactly with F64 on the same values (docs/KERNELS.md, Dtypes).
+  bool integers = true;
+  // The op may refuse a layout that its dense twin passes (view needs compatible strides): a
+  // refusal is then not a failure, a wrong result still is.
+  bool rejects_layouts = false;
   double tol_f32 = 1e-5, tol_half = 1e-2;
   GradcheckOptions gradcheck_options = {};
 };
 
-// The registry; spec files add to it with a static REGISTER_SPECS block.
-std::vector<OpSpec>& op_specs();
-struct SpecRegistrar {
-  explicit SpecRegistrar(void (*add)(std::vector<OpSpec>&)) { add(op_specs()); }
-};
-#define BRISK_SPEC_CAT2(a, b) a##b
-#define BRISK_SPEC_CAT(a, b) BRISK_SPEC_CAT2(a, b)
-#define REGISTER_SPECS(fn) static ::brisk::test::SpecRegistrar BRISK_SPEC_CAT(spec_registrar_, __LINE__)(fn)
+// The table, built on first use (thread-safe) by the add_<family>_specs functions of the spec
+// files, in a fixed order.
+const std::vector<OpSpec>& op_specs();
+// The specs whose `covers` lists `op` (empty when none).
+std::vector<const OpSpec*> specs_for(OpId op);
 
 // ---- helpers for writing specs
 // Deterministic values in [lo, hi) (F64 CPU), from a seed.
@@ -57,5 +61,13 @@ Tensor map_reference(const std::vector<Tensor>& inputs, const std::function<doub
                      DType out = DType::F64);
 // Tolerance for comparing dtype `t` with the F64 result.
 double tolerance(const OpSpec& spec, DType t);
+// Matrices for linear-algebra cases (the last two dims): transpose, identity, random entries
+// plus n on the diagonal (far from singular), X X^T + n I (symmetric positive-definite), and
+// the symmetric part (a + a^T) / 2.
+Tensor mT(const Tensor& x);
+Tensor eye_like(int64_t n);
+Tensor well_conditioned(const Shape& shape, uint64_t seed);
+Tensor spd(const Shape& shape, uint64_t seed);
+Tensor sym(const Tensor& a);
 
-}  // namespace brisk::test
+}  // namespace brisk::opcheck

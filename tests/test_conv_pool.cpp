@@ -1,0 +1,118 @@
+// tests/test_conv_pool.cpp: conv2d and pooling beyond their specs (opcheck/specs_nn.cpp): error
+// messages, PyTorch's max-pool indices, the threaded paths against the single-sample path, and
+// the op parameter records.
+#include <doctest/doctest.h>
+
+#include "engine/op_params.h"
+#include "nn/functional.h"
+#include "opcheck/spec.h"
+
+using namespace brisk;
+using namespace brisk::opcheck;
+namespace F = brisk::nn::functional;
+
+namespace {
+
+// ---- errors and details the table does not express
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_CASE("conv2d: errors name the op and the shapes") {
+  const Tensor x = zeros({2, 4, 5, 5}), w = zeros({6, 2, 3, 3});
+  std::string e = error_of([&] { F::conv2d(x, zeros({6, 3, 3, 3})); });
+  CHECK_MESSAGE(e.find("conv2d: input (2, 4, 5, 5) has 4 channels but weight (6, 3, 3, 3)") != std::string::npos, e);
+  e = error_of([&] { F::conv2d(x, w, {}, {1, 1}, {0, 0}, {1, 1}, 3); });
+  CHECK_MESSAGE(e.find("conv2d: groups (3) must divide the input channels") != std::string::npos, e);
+  e = error_of([&] { F::conv2d(x, zeros({6, 4, 7, 3})); });
+  CHECK_MESSAGE(e.find("larger than the padded input") != std::string::npos, e);
+  e = error_of([&] { F::conv2d(zeros({4, 5, 5}), zeros({6, 4, 3, 3})); });
+  CHECK_MESSAGE(e.find("conv2d: input must be 4-D (B, C, H, W), got (4, 5, 5)") != std::string::npos, e);
+  e = error_of([&] { F::conv2d(x, zeros({6, 4, 3, 3}), zeros({5})); });
+  CHECK_MESSAGE(e.find("conv2d: bias (5)") != std::string::npos, e);
+  e = error_of([&] { F::conv2d(x, zeros({6, 4, 3, 3}, DType::F64)); });
+  CHECK_MESSAGE(e.find("conv2d: dtypes differ") != std::string::npos, e);
+  e = error_of([&] { F::max_pool2d(zeros({2, 5, 5}), {2, 2}); });
+  CHECK_MESSAGE(e.find("max_pool2d: input must be 4-D") != std::string::npos, e);
+  e = error_of([&] { F::max_pool2d(x, {2, 2}, std::nullopt, {2, 2}); });
+  CHECK_MESSAGE(e.find("max_pool2d: padding (2, 2) must be at most half the kernel size") != std::string::npos, e);
+  e = error_of([&] { F::avg_pool2d(zeros({1, 1, 2, 2}), {3, 3}); });
+  CHECK_MESSAGE(e.find("avg_pool2d: input (1, 1, 2, 2) is too small") != std::string::npos, e);
+  e = error_of([&] { F::linear(zeros({3, 5}), zeros({4, 6})); });
+  CHECK_MESSAGE(e.find("linear: input (3, 5) does not have the 6 features") != std::string::npos, e);
+}
+
+TEST_CASE("max_pool2d: indices are flat positions within each plane, as PyTorch's") {
+  // x (1, 2, 4, 4) = 0..31: every 2x2 window's maximum is its bottom-right element.
+  std::vector<double> v(32);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double(i);
+  const Tensor x = from_vector(v, {1, 2, 4, 4});
+  Attrs attrs;
+  attrs.geometry = {2, 2, 0, 0, 1, 1, 2, 2};
+  const Tensor in[1] = {x};
+  Tensor out[2];
+  call(OpId::MaxPool2d, in, attrs, out);
+  CHECK(out[1].dtype() == DType::I64);
+  CHECK(out[1].to_vector<int64_t>() == std::vector<int64_t>{5, 7, 13, 15, 5, 7, 13, 15});
+  CHECK(out[0].to_vector<double>() == std::vector<double>{5, 7, 13, 15, 21, 23, 29, 31});
+}
+
+TEST_CASE("conv2d: large batches (threaded paths) match the same samples one at a time") {
+  // Big enough for the OpenMP splits; F64 so the comparison is tight. One sample at a time runs
+  // the unsplit path, which the conv specs check against direct loops.
+  auto check = [](const Shape& xs, const Shape& ws, int64_t groups, uint64_t seed) {
+    const F::Pair stride{1, 1}, padding{1, 1}, dilation{1, 1};
+    const Tensor x = leaf(uniform_values(xs, -1, 1, seed)), w = leaf(uniform_values(ws, -1, 1, seed + 1));
+    const Tensor y = F::conv2d(x, w, {}, stride, padding, dilation, groups);
+    const Tensor g = uniform_values(y.sizes(), -1, 1, seed + 2);
+    y.backward(g);
+    Tensor w_grad = zeros(ws, DType::F64);
+    for (int64_t b = 0; b < xs[0]; ++b) {
+      const Tensor xb = leaf(x.detach().slice(0, b, b + 1)), wb = leaf(w.detach());
+      const Tensor yb = F::conv2d(xb, wb, {}, stride, padding, dilation, groups);
+      CHECK(allclose(yb, y.detach().slice(0, b, b + 1), 1e-12, 1e-12));
+      yb.backward(g.slice(0, b, b + 1));
+      CHECK(allclose(xb.grad(), x.grad().slice(0, b, b + 1), 1e-12, 1e-12));
+      w_grad = w_grad + wb.grad();
+    }
+    CHECK(allclose(w.grad(), w_grad, 1e-10, 1e-10));
+  };
+  SUBCASE("im2col + GEMM, 3x3, padding 1") { check({8, 6, 12, 12}, {16, 6, 3, 3}, 1, 70); }
+  SUBCASE("im2col + GEMM, batch 3 (GEMMs split across threads)") { check({3, 8, 12, 12}, {16, 8, 3, 3}, 1, 73); }
+  SUBCASE("depthwise, channel multiplier 2") { check({8, 16, 24, 24}, {32, 1, 3, 3}, 16, 76); }
+}
+
+TEST_CASE("op params: conv and pool parameters read back what they stored, in attrs.geometry's layout") {
+  Attrs conv;
+  ConvParams{.stride = {2, 3}, .padding = {1, 0}, .dilation = {2, 1}, .groups = 4}.store(conv);
+  const ConvParams c = ConvParams::from(conv);
+  CHECK(c.stride == Hw{2, 3});
+  CHECK(c.padding == Hw{1, 0});
+  CHECK(c.dilation == Hw{2, 1});
+  CHECK(c.groups == 4);
+  // The layout code that builds Attrs by field relies on (tests, benchmarks).
+  CHECK(conv.geometry == Shape{2, 3, 1, 0, 2, 1, 0, 0});
+  Attrs pool;
+  PoolParams{.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false}
+      .store(pool);
+  const PoolParams p = PoolParams::from(pool, "avg_pool2d");
+  CHECK(p.kernel == Hw{3, 2});
+  CHECK(p.stride == Hw{2, 1});
+  CHECK(p.padding == Hw{1, 1});
+  CHECK(p.dilation == Hw{1, 1});
+  CHECK(p.ceil_mode);
+  CHECK_FALSE(p.count_include_pad);
+  CHECK(pool.geometry == Shape{2, 1, 1, 1, 1, 1, 3, 2});
+  Attrs bad;
+  bad.geometry = {1, 1};
+  const std::string e = error_of([&] { PoolParams::from(bad, "max_pool2d"); });
+  CHECK_MESSAGE(e.find("max_pool2d: attrs.geometry must hold 8 values") != std::string::npos, e);
+}
+
+}  // namespace
