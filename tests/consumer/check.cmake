@@ -40,7 +40,7 @@ endfunction()
 file(READ ${SRC}/README.md readme)
 
 # Each marked C++ block of the README is built as its own find_package(brisk) program and run.
-foreach(example readme-example readme-example-train)
+foreach(example readme-example readme-example-train readme-example-opcheck)
   string(REGEX MATCH "<!-- ${example} -->[^`]*```cpp\n(.*)```[^`]*<!-- /${example} -->" found "${readme}")
   if(NOT found)
     message(FATAL_ERROR "README.md has no <!-- ${example} --> C++ block")
