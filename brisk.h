@@ -36,6 +36,7 @@
 #include "nn/models/gpt2.h"
 #include "nn/models/simple.h"
 #include "nn/models/vision.h"
+#include "nn/features.h"
 #include "nn/module.h"
 #include "nn/multitask.h"
 #include "nn/prune.h"

@@ -24,17 +24,117 @@ std::string LoadReport::str() const {
   return s.str();
 }
 
-Tensor Module::forward(const Tensor&) { BRISK_FAIL(type_name_, ": this module has no single-tensor forward"); }
+// ---- TensorDict
+
+TensorDict::TensorDict(std::initializer_list<std::pair<std::string, Tensor>> items) {
+  for (const auto& [name, t] : items) {
+    BRISK_CHECK(!contains(name), "TensorDict: the name '", name, "' appears twice");
+    items_.emplace_back(name, t);
+  }
+}
+
+TensorDict::TensorDict(NamedTensors items) {
+  for (auto& [name, t] : items) {
+    BRISK_CHECK(!contains(name), "TensorDict: the name '", name, "' appears twice");
+    items_.emplace_back(std::move(name), std::move(t));
+  }
+}
+
+TensorDict& TensorDict::set(const std::string& name, Tensor t) {
+  for (auto& [n, v] : items_) {
+    if (n == name) {
+      v = std::move(t);
+      return *this;
+    }
+  }
+  items_.emplace_back(name, std::move(t));
+  return *this;
+}
+
+bool TensorDict::contains(const std::string& name) const {
+  return std::any_of(items_.begin(), items_.end(), [&](const auto& p) { return p.first == name; });
+}
+
+std::vector<std::string> TensorDict::names() const {
+  std::vector<std::string> v;
+  for (const auto& p : items_) v.push_back(p.first);
+  return v;
+}
+
+namespace {
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "none" : s;
+}
+}  // namespace
+
+Tensor& TensorDict::at(const std::string& name) {
+  for (auto& [n, v] : items_)
+    if (n == name) return v;
+  BRISK_FAIL("TensorDict: no tensor named '", name, "' (it holds: ", joined(names()), ")");
+}
+
+const Tensor& TensorDict::at(const std::string& name) const { return const_cast<TensorDict*>(this)->at(name); }
+
+const Tensor& TensorDict::only(const std::string& who) const {
+  BRISK_CHECK(items_.size() == 1, who, ": expected exactly one tensor, got ", items_.size(), " (", joined(names()),
+              ")");
+  return items_[0].second;
+}
+
+// ---- forward (Note [Module signatures])
+
+// The two defaults call each other; a module that overrides neither would recurse, so the second
+// default entered on the same module, on the same thread, is the error (per thread: one module
+// may run on several threads at once).
+thread_local std::vector<const Module*> t_in_default_forward;
+
+struct Module::DefaultForward {
+  explicit DefaultForward(const Module& m) {
+    BRISK_CHECK(std::find(t_in_default_forward.begin(), t_in_default_forward.end(), &m) == t_in_default_forward.end(),
+                m.type_name_,
+                ": this module defines no forward: override forward(const Tensor&) or "
+                "forward_dict(const TensorDict&)");
+    t_in_default_forward.push_back(&m);
+  }
+  ~DefaultForward() { t_in_default_forward.pop_back(); }
+  DefaultForward(const DefaultForward&) = delete;
+  DefaultForward& operator=(const DefaultForward&) = delete;
+};
+
+Tensor Module::forward(const Tensor& x) {
+  DefaultForward guard(*this);
+  return forward_dict(TensorDict{{"input", x}}).only(type_name_ + ": forward of one tensor (forward_dict's outputs)");
+}
+
+TensorDict Module::forward_dict(const TensorDict& inputs) {
+  const Tensor& x = inputs.only(type_name_ + ": forward_dict of a single-tensor module (its inputs)");
+  DefaultForward guard(*this);
+  return TensorDict{{"output", forward(x)}};
+}
+
+bool Module::has_call_work() const {
+  return !pre_hooks_.empty() || !hooks_.empty() || !dict_pre_hooks_.empty() || !dict_hooks_.empty() ||
+         !derived_.empty();
+}
 
 Tensor Module::operator()(const Tensor& x) {
-  if (BRISK_UNLIKELY(scopes_tracked())) return call_in_scope(x);
+  if (BRISK_UNLIKELY(scopes_tracked())) {
+    if (!scope_named_) name_scopes();  // first called as a root: name the tree below
+    ScopeGuard scope(scope_);
+    return call_with_hooks(x);
+  }
   return call_with_hooks(x);
 }
 
-Tensor Module::call_in_scope(const Tensor& x) {
-  if (!scope_named_) name_scopes();  // first called as a root: name the tree below
-  ScopeGuard scope(scope_);
-  return call_with_hooks(x);
+TensorDict Module::operator()(const TensorDict& inputs) {
+  if (BRISK_UNLIKELY(scopes_tracked())) {
+    if (!scope_named_) name_scopes();
+    ScopeGuard scope(scope_);
+    return call_dict_with_hooks(inputs);
+  }
+  return call_dict_with_hooks(inputs);
 }
 
 void Module::name_scopes() {
@@ -45,12 +145,33 @@ void Module::name_scopes() {
 }
 
 Tensor Module::call_with_hooks(const Tensor& x) {
-  if (pre_hooks_.empty() && hooks_.empty() && derived_.empty()) return forward(x);
+  if (!has_call_work()) return forward(x);
   refresh_derived();
   Tensor in = x;
   for (auto& [id, hook] : pre_hooks_) hook(*this, in);
+  if (!dict_pre_hooks_.empty()) {
+    TensorDict d{{"input", in}};
+    for (auto& [id, hook] : dict_pre_hooks_) hook(*this, d);
+    in = d.only(type_name_ + ": a dict forward pre-hook of a single-tensor call (its inputs)");
+  }
   Tensor out = forward(in);
   for (auto& [id, hook] : hooks_) hook(*this, in, out);
+  if (!dict_hooks_.empty()) {
+    const TensorDict din{{"input", in}};
+    TensorDict dout{{"output", out}};
+    for (auto& [id, hook] : dict_hooks_) hook(*this, din, dout);
+    out = dout.only(type_name_ + ": a dict forward hook of a single-tensor call (its outputs)");
+  }
+  return out;
+}
+
+TensorDict Module::call_dict_with_hooks(const TensorDict& inputs) {
+  if (!has_call_work()) return forward_dict(inputs);
+  refresh_derived();
+  TensorDict in = inputs;
+  for (auto& [id, hook] : dict_pre_hooks_) hook(*this, in);
+  TensorDict out = forward_dict(in);
+  for (auto& [id, hook] : dict_hooks_) hook(*this, in, out);
   return out;
 }
 
@@ -347,9 +468,22 @@ int Module::register_forward_hook(ForwardHook hook) {
   return next_hook_++;
 }
 
+int Module::register_dict_forward_pre_hook(DictForwardPreHook hook) {
+  dict_pre_hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+int Module::register_dict_forward_hook(DictForwardHook hook) {
+  dict_hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
 void Module::remove_hook(int handle) {
-  std::erase_if(pre_hooks_, [&](const auto& p) { return p.first == handle; });
-  std::erase_if(hooks_, [&](const auto& p) { return p.first == handle; });
+  auto same = [&](const auto& p) { return p.first == handle; };
+  std::erase_if(pre_hooks_, same);
+  std::erase_if(hooks_, same);
+  std::erase_if(dict_pre_hooks_, same);
+  std::erase_if(dict_hooks_, same);
 }
 
 std::string Module::summary() const {

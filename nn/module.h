@@ -1,7 +1,8 @@
 // nn/module.h: Module, the unit models are built from: named parameters, buffers and child
 // modules (dotted names exactly as PyTorch names the same architecture, so weights move
 // between the two), train/eval, device and dtype moves, freezing, state_dict, and forward
-// hooks (pruning and quantization hang masks and observers there). Containers: Sequential,
+// hooks (pruning and quantization hang masks and observers there), one-tensor and named-tensor
+// forwards (TensorDict, Note [Module signatures]). Containers: Sequential,
 // ModuleList, ModuleDict. Not here: the layers themselves (nn/layers.h).
 #pragma once
 
@@ -30,6 +31,36 @@ struct LoadReport {
   std::string str() const;
 };
 
+// Several named tensors, in order: the inputs or outputs of a module with more than one (a
+// two-headed model, a backbone that returns features, attention's query/key/value). Names are
+// unique; at() and operator[] on a missing name throw brisk::Error listing the names present.
+class TensorDict {
+ public:
+  TensorDict() = default;
+  TensorDict(std::initializer_list<std::pair<std::string, Tensor>> items);
+  explicit TensorDict(NamedTensors items);
+  // Adds or replaces `name` (a new name goes last).
+  TensorDict& set(const std::string& name, Tensor t);
+  const Tensor& at(const std::string& name) const;
+  Tensor& at(const std::string& name);
+  const Tensor& operator[](const std::string& name) const { return at(name); }
+  Tensor& operator[](const std::string& name) { return at(name); }
+  bool contains(const std::string& name) const;
+  std::vector<std::string> names() const;
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  // The only tensor; brisk::Error naming `who` when there is not exactly one.
+  const Tensor& only(const std::string& who) const;
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+  auto begin() { return items_.begin(); }
+  auto end() { return items_.end(); }
+  const NamedTensors& items() const { return items_; }
+
+ private:
+  NamedTensors items_;
+};
+
 class Module {
  public:
   explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
@@ -39,10 +70,17 @@ class Module {
 
   const std::string& type_name() const { return type_name_; }
 
-  // The single-tensor forward most layers have; modules with other signatures define their
-  // own call operators. operator() runs the forward pre-hooks and hooks around it.
+  // Note [Module signatures]: a module's forward takes one tensor (most layers) or several
+  // named ones (forward_dict: a two-headed model, a backbone returning features). Override
+  // either; each default runs the other, so every module can be called both ways:
+  //   forward(x)         = forward_dict({{"input", x}}), which must give exactly one tensor;
+  //   forward_dict(in)   = {{"output", forward(in.only())}} for exactly one input.
+  // A module overriding neither throws brisk::Error when called. operator() runs the hooks,
+  // derived tensors and scopes around either.
   virtual Tensor forward(const Tensor& x);
+  virtual TensorDict forward_dict(const TensorDict& inputs);
   Tensor operator()(const Tensor& x);
+  TensorDict operator()(const TensorDict& inputs);
 
   // ---- registration (names must be unique per module and contain no dot)
   Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
@@ -107,7 +145,15 @@ class Module {
   using ForwardHook = std::function<void(Module&, const Tensor& input, Tensor& output)>;
   int register_forward_pre_hook(ForwardPreHook hook);
   int register_forward_hook(ForwardHook hook);
-  void remove_hook(int handle);
+  // Hooks that see every call, as named tensors: a single-tensor call shows {"input": x} and
+  // {"output": y}, and what the hook writes there is what the call uses and returns. The
+  // single-tensor hooks above see single-tensor calls only. Both kinds run in registration
+  // order within their kind, tensor hooks first.
+  using DictForwardPreHook = std::function<void(Module&, TensorDict& inputs)>;
+  using DictForwardHook = std::function<void(Module&, const TensorDict& inputs, TensorDict& outputs)>;
+  int register_dict_forward_pre_hook(DictForwardPreHook hook);
+  int register_dict_forward_hook(DictForwardHook hook);
+  void remove_hook(int handle);  // any kind
 
   // A one-line summary per module with parameter counts.
   std::string summary() const;
@@ -125,7 +171,8 @@ class Module {
  private:
   void add_child(const std::string& name, ModulePtr m);
   Tensor call_with_hooks(const Tensor& x);
-  Tensor call_in_scope(const Tensor& x);
+  TensorDict call_dict_with_hooks(const TensorDict& x);
+  bool has_call_work() const;
   void collect(const std::string& prefix, bool params, bool recurse, bool persistent_only, NamedTensors& out) const;
 
   std::string type_name_;
@@ -143,6 +190,9 @@ class Module {
   void refresh_derived();
   std::vector<std::pair<int, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<int, ForwardHook>> hooks_;
+  std::vector<std::pair<int, DictForwardPreHook>> dict_pre_hooks_;
+  std::vector<std::pair<int, DictForwardHook>> dict_hooks_;
+  struct DefaultForward;  // the two default forwards calling each other (neither overridden)
   int next_hook_ = 0;
   std::string scope_;
   bool scope_named_ = false;

@@ -18,12 +18,15 @@ namespace {
 
 // A relu that walks its input as if every dim were packed at the last dim's stride: right for
 // contiguous and for every-other-element inputs (strides (2c, 2)), wrong for a transposed one.
+// It wraps its reads into the input's extent, so it is wrong without reading out of bounds.
 void relu_last_stride_only(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
   const int64_t step = in[0].dim() == 0 ? 1 : in[0].strides().back();
+  int64_t extent = 1;  // elements from data_ptr() to the last one the tensor reaches
+  for (int64_t d = 0; d < in[0].dim(); ++d) extent += (in[0].sizes()[d] - 1) * in[0].strides()[d];
   for (int64_t i = 0; i < in[0].numel(); ++i) {
-    const float v = x[i * step];
+    const float v = x[(i * step) % extent];
     y[i] = v > 0 || v != v ? v : 0.0f;
   }
 }
