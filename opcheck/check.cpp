@@ -527,7 +527,7 @@ std::string timing_table(const std::vector<TimingRow>& rows, std::string_view a_
                 int(b_name.size()), b_name.data(), "speedup");
   std::string s = line;
   for (const TimingRow& r : rows) {
-    std::snprintf(line, sizeof line, "%8d %11.1f us %11.1f us %8.2fx\n", r.threads, r.a_us, r.b_us, r.speedup());
+    std::snprintf(line, sizeof line, "%8d %11.1f us %11.1f us %8.3gx\n", r.threads, r.a_us, r.b_us, r.speedup());
     s.append(line);
   }
   return s;
