@@ -41,7 +41,8 @@ struct Args {
   std::string data = data::FashionMNIST::kDefaultRoot;
 };
 
-// The trunk and both heads. forward() gives the class logits (the main task); heads() gives both.
+// The trunk and both heads: called with {{"image", x}} it returns {"classes", "groups"}
+// (forward_dict, Note [Module signatures] in nn/module.h); forward(x) gives the class logits.
 class TwoHeadCNN : public nn::Module {
  public:
   TwoHeadCNN() : Module("TwoHeadCNN") {
@@ -60,11 +61,11 @@ class TwoHeadCNN : public nn::Module {
     classes_ = register_module("classes", std::make_shared<nn::Linear>(128, 10));
     groups_ = register_module("groups", std::make_shared<nn::Linear>(128, 4));
   }
-  std::pair<Tensor, Tensor> heads(const Tensor& x) {
-    Tensor h = (*trunk_)(x);
-    return {(*classes_)(h), (*groups_)(h)};
+  nn::TensorDict forward_dict(const nn::TensorDict& in) override {
+    Tensor h = (*trunk_)(in["image"]);
+    return {{"classes", (*classes_)(h)}, {"groups", (*groups_)(h)}};
   }
-  Tensor forward(const Tensor& x) override { return heads(x).first; }
+  Tensor forward(const Tensor& x) override { return forward_dict({{"image", x}})["classes"]; }
 
  private:
   std::shared_ptr<nn::Module> trunk_, classes_, groups_;
@@ -105,7 +106,8 @@ void evaluate(TwoHeadCNN& model, const Split& test, bool via_classes, Result& r)
   const int64_t n = test.x.size(0);
   for (int64_t i = 0; i < n; i += 1000) {
     const int64_t b = std::min<int64_t>(1000, n - i);
-    auto [c, g] = model.heads(test.x.narrow(0, i, b));
+    nn::TensorDict out = model({{"image", test.x.narrow(0, i, b)}});
+    const Tensor &c = out["classes"], &g = out["groups"];
     const Tensor tc = test.classes.narrow(0, i, b), tg = test.groups.narrow(0, i, b);
     ok_c += correct(c, tc);
     if (via_classes)
@@ -142,7 +144,8 @@ Result run(int mode, const Args& a, const Split& train, const Split& test) {
     int64_t batches = 0;
     for (int64_t i = 0; i + a.batch_size <= train.x.size(0); i += a.batch_size) {
       const Tensor idx = perm.narrow(0, i, a.batch_size);
-      auto [c, g] = model.heads(index_select(train.x, 0, idx));
+      nn::TensorDict out = model({{"image", index_select(train.x, 0, idx)}});
+      const Tensor &c = out["classes"], &g = out["groups"];
       std::vector<Tensor> losses = {nn::functional::cross_entropy(c, index_select(train.classes, 0, idx)),
                                     nn::functional::cross_entropy(g, index_select(train.groups, 0, idx))};
       Tensor loss = mode == 3 ? uw.combine(losses) : nn::weighted_sum_losses(losses, fixed);
