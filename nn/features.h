@@ -32,7 +32,7 @@ struct FeatureNode {
   FeatureNode(const char* p) : path(p), name(p) {}             // NOLINT: implicit, for {"a", "b"} lists
   FeatureNode(std::string p) : path(p), name(std::move(p)) {}  // NOLINT
   FeatureNode(std::string p, std::string n) : path(std::move(p)), name(std::move(n)) {}
-  std::string path, name;
+  std::string path{}, name{};
 };
 
 // Calls `model` and returns the outputs of the requested modules by name. A node that returns
