@@ -143,13 +143,52 @@ TEST_CASE("nas: REINFORCE raises the probability of the rewarded choices") {
   auto eval = [](const nas::Arch& a, uint64_t) {
     return nas::EvalResult{0.5 * (a.layers[0].kernel == 5) + 0.5 * (a.layers.size() == 2), 0, 0};
   };
-  const auto r = nas::reinforce_search(
-      space, eval, {.trials = 150, .lr = 0.1, .baseline_decay = 0.8, .entropy_weight = 0, .seed = 2});
-  REQUIRE(r.probabilities.size() == space.num_decisions());
-  MESSAGE("p(kernel 5 in layer 0) = ", r.probabilities[2][1], ", p(depth 2) = ", r.probabilities[0][1]);
-  CHECK(r.probabilities[2][1] > 0.8);
-  CHECK(r.probabilities[0][1] > 0.8);
-  const auto again = nas::reinforce_search(
-      space, eval, {.trials = 150, .lr = 0.1, .baseline_decay = 0.8, .entropy_weight = 0, .seed = 2});
-  CHECK(again.probabilities == r.probabilities);
+  using C = nas::ReinforceOptions::Controller;
+  for (C controller : {C::Logits, C::LSTM}) {
+    CAPTURE(int(controller));
+    const nas::ReinforceOptions o{.trials = 150,
+                                  .lr = controller == C::Logits ? 0.1 : 0.02,
+                                  .baseline_decay = 0.8,
+                                  .entropy_weight = 0,
+                                  .seed = 2,
+                                  .controller = controller};
+    const uint64_t offset_before = default_generator().offset();
+    const auto r = nas::reinforce_search(space, eval, o);
+    CHECK(default_generator().offset() == offset_before);  // the controller's init left the stream alone
+    REQUIRE(r.probabilities.size() == space.num_decisions());
+    MESSAGE("p(kernel 5 in layer 0) = ", r.probabilities[2][1], ", p(depth 2) = ", r.probabilities[0][1]);
+    CHECK(r.probabilities[2][1] > 0.8);
+    CHECK(r.probabilities[0][1] > 0.8);
+    REQUIRE(r.greedy.layers.size() == 2);
+    CHECK(r.greedy.layers[0].kernel == 5);
+    // The last 30 sampled archs mostly earn the full reward.
+    double late = 0;
+    for (size_t i = r.history.size() - 30; i < r.history.size(); ++i) late += r.history[i].result.accuracy;
+    CHECK(late / 30 > 0.8);
+    const auto again = nas::reinforce_search(space, eval, o);
+    CHECK(again.probabilities == r.probabilities);
+    for (size_t i = 0; i < r.history.size(); ++i) CHECK(again.history[i].arch == r.history[i].arch);
+  }
+}
+
+TEST_CASE("nas: the LSTM controller learns a reward that couples two decisions") {
+  // Reward 1 when layer 1's width equals layer 0's (depth fixed at 2): the controller must
+  // learn the pair, layer 1 sampled after it has seen layer 0's choice.
+  nas::SearchSpace space;
+  space.min_layers = space.max_layers = 2;
+  auto eval = [](const nas::Arch& a, uint64_t) {
+    return nas::EvalResult{double(a.layers[0].width == a.layers[1].width), 0, 0};
+  };
+  for (uint64_t seed : {1, 2, 3}) {
+    const auto r = nas::reinforce_search(space, eval, {.trials = 200, .lr = 0.02, .baseline_decay = 0.8, .seed = seed});
+    double early = 0, late = 0;
+    for (size_t i = 0; i < 50; ++i) early += r.history[i].result.accuracy;
+    for (size_t i = r.history.size() - 50; i < r.history.size(); ++i) late += r.history[i].result.accuracy;
+    MESSAGE("seed ", seed, ": mean reward of the first 50 trials ", early / 50, ", of the last 50 ", late / 50);
+    CHECK(late / 50 > 0.9);
+    CHECK(late > early);
+    REQUIRE(r.greedy.layers.size() == 2);
+    CHECK(r.greedy.layers[0].width == r.greedy.layers[1].width);
+  }
+  CHECK_THROWS_AS(nas::reinforce_search(space, eval, {.trials = 1, .hidden = 0}), Error);
 }

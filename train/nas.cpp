@@ -8,7 +8,9 @@
 #include "engine/error.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/random.h"
 #include "nn/layers.h"
+#include "nn/recurrent.h"
 #include "optim/adam.h"
 
 namespace brisk::nas {
@@ -211,6 +213,116 @@ SearchResult regularized_evolution(const SearchSpace& space, const EvaluateFn& e
   return r;
 }
 
+namespace {
+
+// The REINFORCE policy: per decision, logits for its options. Logits: one free vector per
+// decision. LSTM (Zoph and Le 2017): one LSTMCell step per decision, fed the embedding of the
+// previous choice (a learned start token first), a Linear head per decision on the hidden state.
+class Controller {
+ public:
+  Controller(const SearchSpace& space, const ReinforceOptions& o) : kind_(o.controller) {
+    const size_t nd = space.num_decisions();
+    if (kind_ == ReinforceOptions::Controller::Logits) {
+      for (size_t d = 0; d < nd; ++d) {
+        Tensor t = zeros({int64_t(space.num_options(d))});
+        t.requires_grad_(true);
+        params_.push_back(t);
+      }
+      return;
+    }
+    BRISK_CHECK(o.hidden >= 1, "nas::reinforce_search: hidden must be >= 1, got ", o.hidden);
+    // The module initialisers draw from the default generator: seed it for the build, then put
+    // the caller's stream back.
+    Generator& g = default_generator();
+    const uint64_t seed = g.seed(), offset = g.offset();
+    g.manual_seed(o.seed ^ 0x6e61735f6c73746dull);
+    int64_t tokens = 0;
+    for (size_t d = 0; d < nd; ++d) {
+      offset_.push_back(tokens);
+      tokens += int64_t(space.num_options(d));
+      heads_.push_back(std::make_shared<nn::Linear>(o.hidden, int64_t(space.num_options(d))));
+    }
+    start_ = tokens;
+    embed_ = std::make_shared<nn::Embedding>(tokens + 1, o.hidden);
+    cell_ = std::make_shared<nn::LSTMCell>(o.hidden, o.hidden);
+    g.manual_seed(seed);
+    g.set_offset(offset);
+    for (auto* m : std::initializer_list<nn::Module*>{embed_.get(), cell_.get()})
+      for (const Tensor& t : m->parameters()) params_.push_back(t);
+    for (const auto& h : heads_)
+      for (const Tensor& t : h->parameters()) params_.push_back(t);
+  }
+  const std::vector<Tensor>& parameters() const { return params_; }
+  void begin() {
+    state_ = {};
+    token_ = start_;
+  }
+  Tensor logits(size_t d) {
+    if (kind_ == ReinforceOptions::Controller::Logits) return params_[d];
+    Tensor x = (*embed_)(from_vector({double(token_)}, {1}, DType::I64));  // (1, hidden)
+    state_ = cell_->forward(x, state_);
+    return (*heads_[d])(state_.h).reshape({-1});
+  }
+  void feed(size_t d, size_t k) {
+    if (kind_ == ReinforceOptions::Controller::LSTM) token_ = offset_[d] + int64_t(k);
+  }
+
+ private:
+  ReinforceOptions::Controller kind_;
+  std::vector<Tensor> params_{};
+  std::vector<int64_t> offset_{};  // LSTM: decision d's first token
+  int64_t start_ = 0, token_ = 0;
+  std::shared_ptr<nn::Embedding> embed_{};
+  std::shared_ptr<nn::LSTMCell> cell_{};
+  std::vector<std::shared_ptr<nn::Linear>> heads_{};
+  nn::LSTMState state_{};
+};
+
+struct Rollout {
+  Arch arch{};
+  Tensor logp{}, entropy{};                  // sums over the visited decisions (autograd)
+  std::vector<std::vector<double>> probs{};  // per decision, the distribution it was drawn from
+};
+
+// Walks the decisions in order (the depth, then each layer's width, kernel, activation, skip),
+// `choose` picking an option from each distribution. With all_layers every max_layers layer is
+// visited (to report the policy) while the arch keeps only the chosen depth.
+template <class Choose>
+Rollout rollout(Controller& c, const SearchSpace& space, bool all_layers, Choose&& choose) {
+  Rollout r;
+  r.logp = zeros({});
+  r.entropy = zeros({});
+  r.probs.resize(space.num_decisions());
+  c.begin();
+  auto decide = [&](size_t d) {
+    Tensor ls = log_softmax(c.logits(d), 0);
+    {
+      NoGradGuard ng;
+      r.probs[d] = exp(ls).to_vector<double>();
+    }
+    const size_t k = choose(r.probs[d]);
+    r.logp = r.logp + index_select(ls, 0, from_vector({double(k)}, {1}, DType::I64)).sum();
+    r.entropy = r.entropy - (exp(ls) * ls).sum();
+    c.feed(d, k);
+    return k;
+  };
+  const size_t depth = size_t(space.min_layers) + decide(0);
+  const size_t visit = all_layers ? size_t(space.max_layers) : depth;
+  for (size_t i = 0; i < visit; ++i) {
+    Layer l;
+    l.width = space.widths[decide(1 + 4 * i)];
+    l.kernel = space.kernels[decide(2 + 4 * i)];
+    l.activation = space.activations[decide(3 + 4 * i)];
+    l.skip = decide(4 + 4 * i) == 1;
+    if (i < depth) r.arch.layers.push_back(l);
+  }
+  return r;
+}
+
+size_t argmax_index(const std::vector<double>& p) { return size_t(std::max_element(p.begin(), p.end()) - p.begin()); }
+
+}  // namespace
+
 SearchResult reinforce_search(const SearchSpace& space, const EvaluateFn& evaluate, const ReinforceOptions& o) {
   space.validate();
   BRISK_CHECK(bool(evaluate), "nas::reinforce_search: no evaluate function");
@@ -220,60 +332,35 @@ SearchResult reinforce_search(const SearchSpace& space, const EvaluateFn& evalua
               "nas::reinforce_search: baseline_decay must be in [0, 1), got ", o.baseline_decay);
   BRISK_CHECK(o.entropy_weight >= 0, "nas::reinforce_search: entropy_weight must be >= 0");
   std::mt19937_64 rng(o.seed);
-  const size_t nd = space.num_decisions();
-  std::vector<Tensor> logits;
-  for (size_t d = 0; d < nd; ++d) {
-    Tensor t = zeros({int64_t(space.num_options(d))});
-    t.requires_grad_(true);
-    logits.push_back(t);
-  }
-  optim::Adam opt(logits, {.lr = o.lr});
-  auto probs_of = [&](size_t d) {
-    NoGradGuard ng;
-    return softmax(logits[d], 0).to_vector<double>();
+  Controller controller(space, o);
+  optim::Adam opt(controller.parameters(), {.lr = o.lr});
+  auto sample = [&](const std::vector<double>& p) {
+    return std::discrete_distribution<size_t>(p.begin(), p.end())(rng);
   };
   SearchResult r;
   double baseline = 0;
   for (int64_t t = 0; t < o.trials; ++t) {
-    // Sample: the depth, then the decisions of the active layers.
-    std::vector<std::pair<size_t, size_t>> chosen;  // (decision, option)
-    auto draw = [&](size_t d) {
-      const std::vector<double> p = probs_of(d);
-      const size_t k = std::discrete_distribution<size_t>(p.begin(), p.end())(rng);
-      chosen.emplace_back(d, k);
-      return k;
-    };
-    Arch a;
-    const size_t depth = size_t(space.min_layers) + draw(0);
-    for (size_t i = 0; i < depth; ++i) {
-      Layer l;
-      l.width = space.widths[draw(1 + 4 * i)];
-      l.kernel = space.kernels[draw(2 + 4 * i)];
-      l.activation = space.activations[draw(3 + 4 * i)];
-      l.skip = draw(4 + 4 * i) == 1;
-      a.layers.push_back(l);
-    }
+    Rollout ro = rollout(controller, space, false, sample);
     Trial tr;
-    tr.arch = std::move(a);
+    tr.arch = std::move(ro.arch);
     tr.seed = o.seed * 1000003ull + size_t(t);
     tr.result = evaluate(tr.arch, tr.seed);
     const double reward = tr.result.accuracy;
     r.history.push_back(std::move(tr));
     if (t == 0) baseline = reward;
     const double advantage = reward - baseline;
-    Tensor logp = zeros({}), entropy = zeros({});
-    for (auto [d, k] : chosen) {
-      Tensor ls = log_softmax(logits[d], 0);
-      logp = logp + index_select(ls, 0, from_vector({double(k)}, {1}, DType::I64)).sum();
-      entropy = entropy - (exp(ls) * ls).sum();
-    }
-    Tensor loss = logp * (-advantage) - entropy * o.entropy_weight;
+    Tensor loss = ro.logp * (-advantage) - ro.entropy * o.entropy_weight;
     opt.zero_grad();
     loss.backward();
     opt.step();
     baseline = o.baseline_decay * baseline + (1 - o.baseline_decay) * reward;
   }
-  for (size_t d = 0; d < nd; ++d) r.probabilities.push_back(probs_of(d));
+  {
+    NoGradGuard ng;
+    Rollout greedy = rollout(controller, space, true, argmax_index);
+    r.probabilities = std::move(greedy.probs);
+    r.greedy = std::move(greedy.arch);
+  }
   r.best = argbest(r.history);
   return r;
 }

@@ -1,8 +1,8 @@
 // train/nas.h: a small architecture search (brisk::nas, issue 19 item 3). A cell space of 1-4
 // conv layers, each with a width, a kernel size (3 or 5), an activation (relu, gelu, silu) and a
 // skip connection; two searches over it: regularized evolution (Real et al. 2019, aging: the
-// oldest member dies each cycle) and a REINFORCE controller whose policy is one vector of
-// logits per decision, trained with brisk autograd and Adam on
+// oldest member dies each cycle) and a REINFORCE controller, an LSTM policy (Zoph and Le 2017)
+// or one vector of logits per decision, trained with brisk autograd and Adam on
 // -(reward - baseline) * sum(log_prob) - entropy_weight * entropy, baseline an exponential
 // moving average of the reward. Both draw from a seeded std::mt19937_64, so a search reproduces
 // from its seed (given a deterministic evaluate_fn).
@@ -77,10 +77,14 @@ struct Trial {
 };
 
 struct SearchResult {
-  std::vector<Trial> history{};                      // every evaluation, in order
-  size_t best = 0;                                   // index into history of the highest accuracy (first on ties)
-  std::vector<size_t> population{};                  // evolution: the final population as history indices, oldest first
-  std::vector<std::vector<double>> probabilities{};  // reinforce: the final policy, per decision
+  std::vector<Trial> history{};      // every evaluation, in order
+  size_t best = 0;                   // index into history of the highest accuracy (first on ties)
+  std::vector<size_t> population{};  // evolution: the final population as history indices, oldest first
+  // reinforce: the final policy along its greedy rollout (argmax at every decision, all
+  // max_layers layers visited), one distribution per decision; for the Logits controller these
+  // are the decisions' independent distributions.
+  std::vector<std::vector<double>> probabilities{};
+  Arch greedy{};  // reinforce: the argmax arch of the final policy
   const Trial& best_trial() const { return history.at(best); }
 };
 
@@ -97,11 +101,17 @@ SearchResult regularized_evolution(const SearchSpace& space, const EvaluateFn& e
                                    const EvolutionOptions& options = {});
 
 struct ReinforceOptions {
+  // LSTM: one LSTMCell step per decision fed the embedding of the previous choice, a Linear
+  // head per decision, so later decisions depend on earlier ones. Logits: independent
+  // per-decision logits (initialised to zero, the uniform policy).
+  enum class Controller { LSTM, Logits };
   int64_t trials = 20;
-  double lr = 0.1;              // Adam on the logits
+  double lr = 0.1;              // Adam on the controller's parameters
   double baseline_decay = 0.8;  // b <- decay * b + (1 - decay) * reward (b starts at the first reward)
   double entropy_weight = 0.0;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // sampling, and the LSTM's initial weights (the default generator is left as it was)
+  Controller controller = Controller::LSTM;
+  int64_t hidden = 32;  // LSTM: embedding and hidden size
 };
 // REINFORCE: per trial sample an arch from the policy, evaluate it, one Adam step on
 // -(reward - baseline) * sum(log_prob of the active decisions) - entropy_weight * entropy.

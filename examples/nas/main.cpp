@@ -1,5 +1,5 @@
 // examples/nas/main.cpp: architecture search on Fashion-MNIST with brisk::nas (train/nas.h).
-// Regularized evolution (seed s) and a REINFORCE controller (seed s + 1) each evaluate --trials
+// Regularized evolution (seed s) and a REINFORCE controller with an LSTM policy (seed s + 1) each evaluate --trials
 // (default 20) architectures; a trial
 // trains the arch for --epochs (default 3) epochs (Adam, lr 2e-3, batch 64) on the first --train-size training
 // images and scores it on --val-size test-set images held out from training. It prints the
@@ -198,11 +198,12 @@ int main(int argc, char** argv) {
   const double evo_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   t0 = std::chrono::steady_clock::now();
   const nas::SearchResult rl = nas::reinforce_search(
-      space, eval, {.trials = trials, .lr = 0.2, .baseline_decay = 0.7, .entropy_weight = 0.01, .seed = seed + 1});
+      space, eval, {.trials = trials, .lr = 0.05, .baseline_decay = 0.7, .entropy_weight = 0.01, .seed = seed + 1});
   const double rl_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("\nevolution: population %lld, sample size %lld\n", (long long)pop, (long long)std::min<int64_t>(3, pop));
   print_top("regularized evolution", evo, evo_s);
-  print_top("REINFORCE controller", rl, rl_s);
+  print_top("REINFORCE controller (LSTM policy)", rl, rl_s);
+  std::printf("the controller's greedy arch after %lld trials: %s\n", (long long)trials, rl.greedy.str().c_str());
   if (!write_svg(svg, {{"evolution", best_so_far(evo)}, {"REINFORCE", best_so_far(rl)}}))
     return std::fprintf(stderr, "nas: cannot write %s\n", svg.c_str()), 1;
   std::printf("\nwrote %s\n", svg.c_str());

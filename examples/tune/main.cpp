@@ -323,6 +323,35 @@ int main(int argc, char** argv) {
     std::printf("| %s | %llu | %zu | %d | %.0f | %.4f | %.0f |\n", r.method.c_str(), (unsigned long long)r.seed,
                 r.result.trials.size(), stopped, r.result.budget(), r.result.best().score(), r.seconds);
   }
+  // Per method over the seeds: the mean best accuracy, and how it compares with random search
+  // run at the same seed (the paired difference removes most of the seed's luck).
+  if (a.seeds.size() > 1) {
+    std::printf(
+        "\n| method | seeds | mean trials | mean best val acc | vs random (mean, wins) |\n|---|---|---|---|---|\n");
+    for (const std::string& method : split(a.methods)) {
+      double acc = 0, diff = 0, trials = 0;
+      int n = 0, paired = 0, wins = 0;
+      for (const Run& r : runs) {
+        if (r.method != method) continue;
+        ++n;
+        acc += r.result.best().score();
+        trials += double(r.result.trials.size());
+        for (const Run& q : runs)
+          if (q.method == "random" && q.seed == r.seed) {
+            const double dd = r.result.best().score() - q.result.best().score();
+            diff += dd;
+            wins += dd > 0;
+            ++paired;
+          }
+      }
+      if (n == 0) continue;
+      if (method == "random" || paired == 0)
+        std::printf("| %s | %d | %.1f | %.4f | |\n", method.c_str(), n, trials / n, acc / n);
+      else
+        std::printf("| %s | %d | %.1f | %.4f | %+.4f, %d of %d |\n", method.c_str(), n, trials / n, acc / n,
+                    diff / paired, wins, paired);
+    }
+  }
   if (!runs.empty()) {
     std::printf("\nbest trials of %s, seed %llu:\n%s", runs.back().method.c_str(), (unsigned long long)runs.back().seed,
                 runs.back().result.table(5).c_str());
