@@ -2,7 +2,9 @@
 // (tests/dist/run.sh). `kill`: rank 1 dies by SIGKILL before an allreduce; rank 0, with a
 // 3 s timeout, must end with a brisk::Error naming the collective, the group and the timeout,
 // within a few seconds of it. `mismatch`: with the debug check on, rank 0 calls allreduce and
-// rank 1 broadcast; both must fail naming rank 1 and both calls. Prints "PASS <what>" or
+// rank 1 broadcast; both must fail naming rank 1 and both calls. `pipeline_kill`: a 2-stage
+// dist::Pipeline whose stage 1 dies by SIGKILL before its second step; stage 0 must end with a
+// brisk::Error naming the pipeline stage and the timeout. Prints "PASS <what>" or
 // "FAIL <what>" on rank 0 and exits 0 on pass.
 #include <signal.h>
 #include <unistd.h>
@@ -12,8 +14,10 @@
 #include <cstring>
 #include <string>
 
+#include "dist/pipeline.h"
 #include "dist/process_group.h"
 #include "engine/functions.h"
+#include "nn/layers.h"
 
 using namespace brisk;
 
@@ -65,6 +69,30 @@ int mismatch_case(dist::ProcessGroupPtr g) {
   return 1;
 }
 
+int pipeline_kill_case(dist::ProcessGroupPtr g) {
+  auto model = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(8, 2)});
+  dist::Pipeline pipe(model, g, {.micro_batches = 2, .split_points = {2}});
+  auto loss = [](const Tensor& o, const Tensor& t) { return mse_loss(o, t); };
+  Tensor x = ones({4, 4}), y = zeros({4, 2});
+  pipe.train_step(x, y, loss);  // both alive
+  if (g->rank() == 1) kill(getpid(), SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    pipe.train_step(x, y, loss);
+    std::printf("FAIL pipeline_kill: the step with a dead stage completed\n");
+    return 1;
+  } catch (const Error& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string m = e.what();
+    const bool ok =
+        m.find("pipeline: stage 0 of 2 (rank 0) waiting for a gradient from stage 1") != std::string::npos &&
+        m.find("timed out after 3 s") != std::string::npos && s < 3 + 5;
+    std::printf("%s pipeline_kill: error after %.1f s: %s\n", ok ? "PASS" : "FAIL", s, m.c_str());
+    return ok ? 0 : 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,7 +101,10 @@ int main(int argc, char** argv) {
   o.timeout = std::chrono::seconds(3);
   o.debug = what == "mismatch";
   dist::ProcessGroupPtr g = dist::init_process_group(dist::Backend::Mpi, Device::cpu(), o);
-  const int rc = what == "kill" ? kill_case(g) : what == "mismatch" ? mismatch_case(g) : 2;
+  const int rc = what == "kill"            ? kill_case(g)
+                 : what == "mismatch"      ? mismatch_case(g)
+                 : what == "pipeline_kill" ? pipeline_kill_case(g)
+                                           : 2;
   std::fflush(stdout);
   // A broken group is not finalized (dist/mpi_group.cpp, Note [Faults]); leave without waiting.
   _exit(rc);

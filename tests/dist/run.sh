@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # tests/dist/run.sh TESTS FAULT_CHILD [DDP_EXAMPLE]: the distributed tests, as ctest runs them:
-# the 2-rank suite (tests/dist/test_dist.cpp), then the fault cases (tests/dist/fault_child.cpp):
-# a rank killed by SIGKILL and a collective mismatch under the debug check; then, given the
-# examples/ddp binary and the Fashion-MNIST data, a 2-rank run stopped after one epoch and
-# resumed must write the same best model as an uninterrupted one, byte for byte. Open MPI needs
-# --oversubscribe on 2 cores, the two ALLOW_RUN_AS_ROOT variables as root, and
-# --enable-recovery so that survivors of a dead rank can report (dist/mpi_group.cpp, Note [Faults]).
+# the 2-rank suite (tests/dist/test_*.cpp), then the fault cases (tests/dist/fault_child.cpp):
+# a rank killed by SIGKILL, a collective mismatch under the debug check and a pipeline stage
+# killed mid-training; then, given the examples/ddp binary and the Fashion-MNIST data, a 2-rank
+# run stopped after one epoch and resumed must write the same best model as an uninterrupted
+# one, byte for byte. Open MPI needs --oversubscribe on 2 cores, the two ALLOW_RUN_AS_ROOT
+# variables as root, and --enable-recovery so that survivors of a dead rank can report
+# (dist/mpi_group.cpp, Note [Faults]).
 set -uo pipefail
 tests=$1 child=$2 example=${3:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --bind-to none -np 2)
 status=0
 timeout 600 "${MPIRUN[@]}" "$tests" || status=1
-for what in kill mismatch; do
+for what in kill mismatch pipeline_kill; do
   out=$(timeout 120 "${MPIRUN[@]}" --enable-recovery "$child" "$what" 2>&1)
   line=$(printf '%s\n' "$out" | grep -E "^(PASS|FAIL) $what" | head -1)
   if [[ "$line" == PASS* ]]; then
