@@ -108,12 +108,30 @@ void CachingAllocator::empty_cache() {
   std::map<std::pair<size_t, uint64_t>, std::vector<void*>> blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    blocks.swap(free_);
-    stats_.cached = 0;
+    // The free blocks of retained streams stay: a captured graph still addresses them.
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (retained_.count(it->first.second)) {
+        ++it;
+        continue;
+      }
+      stats_.cached -= it->first.first * it->second.size();
+      blocks.insert(free_.extract(it++));
+    }
   }
   for (auto& [key, ptrs] : blocks) {
     for (void* p : ptrs) raw_.free(p, key.first, raw_.ctx);
   }
+}
+
+void CachingAllocator::retain_stream(uint64_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++retained_[stream];
+}
+
+void CachingAllocator::release_stream(uint64_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = retained_.find(stream);
+  if (it != retained_.end() && --it->second == 0) retained_.erase(it);
 }
 
 namespace {

@@ -37,6 +37,11 @@ class Allocator {
   // device has (PyTorch's set_per_process_memory_fraction).
   virtual void set_limit(size_t /*bytes*/) {}
   virtual size_t limit() const { return 0; }
+  // Keeps the cached blocks of `stream` out of empty_cache() until as many release_stream
+  // calls: a CUDA graph captured on that stream addresses them (Note [Graph memory pool] in
+  // kernels/cuda/graph.cpp).
+  virtual void retain_stream(uint64_t /*stream*/) {}
+  virtual void release_stream(uint64_t /*stream*/) {}
 };
 
 // Where a CachingAllocator gets memory from. `alloc` returns nullptr when out of memory.
@@ -70,6 +75,8 @@ class CachingAllocator : public Allocator {
   void empty_cache() override;
   void set_limit(size_t bytes) override;
   size_t limit() const override;
+  void retain_stream(uint64_t stream) override;
+  void release_stream(uint64_t stream) override;
 
   static size_t round_size(size_t bytes);
 
@@ -79,6 +86,7 @@ class CachingAllocator : public Allocator {
   std::map<std::pair<size_t, uint64_t>, std::vector<void*>> free_;
   AllocatorStats stats_;
   size_t limit_ = 0;
+  std::map<uint64_t, int> retained_;  // stream -> retain count
 };
 
 // The process-wide CPU allocator: 64-byte aligned, huge pages advised for blocks >= 2 MiB.

@@ -29,6 +29,9 @@ class Backend {
   // Page-locked host memory (CUDA) for fast, asynchronous host<->device copies; nullptr when
   // the backend has none.
   virtual Allocator* pinned_allocator() { return nullptr; }
+  // Whether the calling thread is recording a CUDA graph on device `index` (kernels/cuda/cuda.h:
+  // Graph); code that bakes host-side values into the work it queues checks it.
+  virtual bool is_capturing(int /*index*/) { return false; }
 };
 
 // Registered by kernels' register_all() (see init.cpp). A second registration replaces the first.

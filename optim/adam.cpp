@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/backend.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "optim/multi_tensor.h"
@@ -158,6 +159,13 @@ void adam_group_step(const AdamHyper& h, bool fused, std::vector<Optimizer::Slot
   std::vector<Optimizer::Slot*> f64;
   detail::DeviceGroups on_device(h.decoupled ? "AdamW" : "Adam", kernels::num_buffers(h));
   for (Optimizer::Slot& s : slots) {
+    // Its bias corrections are host scalars of the step count: a captured graph would replay
+    // the captured step's values forever (Note [CUDA graphs] in kernels/cuda/graph.cpp).
+    const Device dev = s.param.device();
+    BRISK_CHECK(!dev.is_cuda() || !backend(dev).is_capturing(dev.index), h.decoupled ? "AdamW" : "Adam",
+                ": the step cannot be captured in a CUDA graph on ", dev.str(),
+                " (its bias corrections change every step); capture forward and backward and step outside "
+                "the graph, or use SGD");
     s.state->step += 1;
     init_state(h, s.param, *s.state);
     if (h.amsgrad && !s.state->buffers.count("max_exp_avg_sq")) {  // amsgrad switched on later

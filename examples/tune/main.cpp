@@ -30,7 +30,7 @@ namespace {
 constexpr double kMean = 0.2860, kStd = 0.3530;  // Fashion-MNIST pixel statistics
 
 struct Args {
-  int64_t train_size = 8000, val_size = 2000, max_epochs = 4, budget = 32, width = 16;
+  int64_t train_size = 2000, val_size = 2000, max_epochs = 4, budget = 96, width = 16;
   std::vector<uint64_t> seeds = {0};
   int parallel = 2, threads_per_trial = 1;
   std::string methods = "random,tpe,random+asha,tpe+asha";
@@ -200,10 +200,10 @@ void write_svg(const std::string& path, const std::vector<Run>& runs, double bud
 void usage() {
   std::printf(
       "usage: tune [options]   (--key value)\n"
-      "  --train-size N         training images (default 8000)\n"
+      "  --train-size N         training images (default 2000)\n"
       "  --val-size N           validation images, the ones after the training ones (default 2000)\n"
       "  --max-epochs N         epochs of a trial that is not stopped (default 4)\n"
-      "  --budget N             epochs per method, summed over its trials (default 32)\n"
+      "  --budget N             epochs per method, summed over its trials (default 96)\n"
       "  --seeds A,B            search seeds (default 0)\n"
       "  --methods LIST         of random, tpe, random+asha, tpe+asha, evolution (default the first four)\n"
       "  --parallel N           trials at once (default 2)\n"

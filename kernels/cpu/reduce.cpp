@@ -110,7 +110,8 @@ BRISK_INLINE void accumulate_run(typename Op::Acc* lanes, const T* q, int64_t n,
       for (int l = 0; l < kLanes; ++l) lanes[l] = op.step(lanes[l], load_as<V>(q + (i + l) * s), r0 + i + l);
     }
   }
-  for (int l = 0; i < n; ++i, ++l) lanes[l] = op.step(lanes[l], load_as<V>(q + i * s), r0 + i);
+  // Fewer than kLanes are left; `l < kLanes` says so to GCC, whose -Wstringop-overflow cannot see it.
+  for (int l = 0; l < kLanes && i < n; ++i, ++l) lanes[l] = op.step(lanes[l], load_as<V>(q + i * s), r0 + i);
 }
 
 // Reduces the elements [b, e) (flat, row-major) of group r, starting at x, with the op of one

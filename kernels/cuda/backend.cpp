@@ -71,7 +71,12 @@ void check_device(int device) {
 void* device_malloc(size_t bytes, void* ctx) {
   DeviceGuard guard(int(reinterpret_cast<intptr_t>(ctx)));
   void* p = nullptr;
+  // Relaxed while a graph is being captured: cudaMalloc is not recorded, and the block it gives
+  // is what the graph addresses (Note [Graph memory pool] in kernels/cuda/graph.cpp).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   cudaError_t err = cudaMalloc(&p, bytes);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     return nullptr;  // the caching allocator empties its cache and retries once
@@ -81,6 +86,7 @@ void* device_malloc(size_t bytes, void* ctx) {
 }
 
 void device_free(void* p, size_t, void* ctx) {
+  check_not_capturing(int(reinterpret_cast<intptr_t>(ctx)), "freeing device memory (out of memory?)");
   DeviceGuard guard(int(reinterpret_cast<intptr_t>(ctx)));
   cudaError_t err = cudaFree(p);
   if (err == cudaErrorCudartUnloading) return;  // process exit: the driver frees everything
@@ -127,6 +133,8 @@ int device_count() {
 
 int sm_count(int device) { return state(device).sm_count; }
 
+Allocator& device_allocator(int device) { return *state(device).allocator; }
+
 cudaStream_t stream_handle(int device) {
   cudaStream_t s = device >= 0 && device < kMaxDevices ? t_current[device] : nullptr;
   return s ? s : state(device).default_stream;
@@ -153,6 +161,7 @@ void synchronize(int device) {
     for (int d = 0; d < device_count(); ++d) synchronize(d);
     return;
   }
+  check_not_capturing(device, "synchronize");
   DeviceGuard guard(device);
   BRISK_CUDA_CHECK(cudaDeviceSynchronize());
   check_device_errors(device);
@@ -186,6 +195,7 @@ Stream Stream::default_stream(int device) { return Stream(state(device).default_
 
 void Stream::synchronize() const {
   BRISK_CHECK(handle_, "Stream::synchronize: null stream");
+  check_not_capturing(device_, "Stream::synchronize");
   BRISK_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
   check_device_errors(device_);
 }
@@ -261,6 +271,7 @@ void Event::record() {
 
 void Event::synchronize() const {
   if (!event_) return;  // never recorded: nothing to wait for
+  check_not_capturing(device_, "Event::synchronize");
   BRISK_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
   check_device_errors(device_);
 }
@@ -427,6 +438,7 @@ class CudaBackend final : public Backend {
   Allocator& allocator(int index) override { return *state(index).allocator; }
   uint64_t current_stream(int index) override { return reinterpret_cast<uint64_t>(stream_handle(index)); }
   Allocator* pinned_allocator() override { return &pinned(); }
+  bool is_capturing(int index) override { return cuda::is_capturing(index); }
 
   // Copies are queued on the current stream. Host<->device copies wait for completion unless
   // non_blocking and the host side is pinned (see Note [Pinned memory reuse]); copies within
@@ -441,6 +453,8 @@ class CudaBackend final : public Backend {
         return;
       }
       // Between GPUs: wait for the destination's pending work, copy, wait (simple and safe).
+      check_not_capturing(dst_device.index, "a copy between GPUs");
+      check_not_capturing(src_device.index, "a copy between GPUs");
       {
         DeviceGuard guard(dst_device.index);
         BRISK_CUDA_CHECK(cudaStreamSynchronize(stream_handle(dst_device.index)));
@@ -455,6 +469,7 @@ class CudaBackend final : public Backend {
     const bool to_device = dst_device.is_cuda();
     const int device = to_device ? dst_device.index : src_device.index;
     const void* host = to_device ? src : dst;
+    check_not_capturing(device, to_device ? "a copy from the CPU" : "a copy to the CPU");
     DeviceGuard guard(device);
     cudaStream_t s = stream_handle(device);
     BRISK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));

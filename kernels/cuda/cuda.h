@@ -6,7 +6,9 @@
 // Not here: kernels (kernels/cuda/*.cu) and the internal helpers (kernels/cuda/runtime.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "engine/allocator.h"
 
@@ -109,6 +111,66 @@ class DeviceGuard {
  private:
   int prev_ = -1;
 };
+
+// ---- CUDA graphs (Note [CUDA graphs] in kernels/cuda/graph.cpp)
+// Records the kernels that a piece of brisk code queues (a whole training step, say) once, then
+// launches them all again with one call. The recorded kernels keep their arguments: the same
+// tensors at the same addresses, the same shapes, the same scalars. So new data goes into the
+// static input tensors by copy_ before each replay, and the outputs (loss, gradients, updated
+// parameters) are read from the tensors the captured code produced.
+//
+//   cuda::Graph graph;
+//   graph.capture([&] {                        // warm-up runs, then the recorded run
+//     opt.zero_grad();                         // set to none: backward writes, not accumulates
+//     loss = cross_entropy(model(static_x), static_y);
+//     loss.backward();
+//     opt.step();                              // SGD; Adam refuses (host-side bias corrections)
+//   });
+//   for (auto& [x, y] : batches) { static_x.copy_(x); static_y.copy_(y); graph.replay(); }
+//
+// While capturing, a host<->device copy or a synchronization is a brisk::Error (they cannot be
+// recorded), as is freeing device memory (out of memory during capture). The blocks that the
+// captured code allocated stay reserved for the graph (empty_cache keeps them) until reset().
+class Graph {
+ public:
+  explicit Graph(int device = 0);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Runs fn `warmup` times on the graph's stream (not recorded: lazy library set-up, cuDNN's
+  // algorithm choice and the allocator's first allocations happen here), then records one run.
+  // If fn throws while recording, the capture is abandoned and the exception propagates.
+  void capture(const std::function<void()>& fn, int warmup = 2);
+  // The two halves of capture(fn, 0), for code that cannot be a single callable.
+  void capture_begin();
+  void capture_end();
+  // Launches the recorded work on the graph's stream, ordered after the work already queued
+  // on the current stream, and makes the current stream wait for it.
+  void replay();
+  // Drops the recorded graph and gives its memory back to the cache.
+  void reset();
+  bool captured() const { return exec_ != nullptr; }
+  bool capturing() const { return capturing_; }
+  int device() const { return device_; }
+  Stream stream() const { return stream_; }
+  size_t num_nodes() const { return nodes_; }  // kernels, copies and memsets recorded
+
+ private:
+  void abandon();
+  int device_ = 0;
+  Stream stream_{};
+  Event before_{}, after_{};  // order the graph's stream with the current one
+  Stream prev_{};             // the current stream before capture_begin
+  void* graph_ = nullptr;     // cudaGraph_t
+  void* exec_ = nullptr;      // cudaGraphExec_t
+  bool capturing_ = false;
+  bool retained_ = false;  // the allocator keeps stream_'s blocks
+  size_t nodes_ = 0;
+};
+
+// Whether the calling thread is recording a graph on `device`'s current stream.
+bool is_capturing(int device = 0);
 
 }  // namespace brisk::kernels::cuda
 

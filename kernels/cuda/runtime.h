@@ -46,6 +46,11 @@ namespace detail {
 cudaStream_t stream_handle(int device);
 // Multiprocessors of `device` (cached).
 int sm_count(int device);
+// The caching allocator of `device`.
+Allocator& device_allocator(int device);
+// Throws brisk::Error naming `what` when the calling thread is capturing a CUDA graph on
+// `device` (kernels/cuda/graph.cpp, Note [CUDA graphs]).
+void check_not_capturing(int device, const char* what);
 
 // Note [Device errors]
 // A kernel that meets an out-of-range index (index_select, gather, scatter_add, index_add,
