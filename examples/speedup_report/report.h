@@ -179,7 +179,8 @@ inline std::string speedup_svg(const std::vector<Row>& rows, const std::string& 
     out += "<text x=\"" + std::to_string(label_w - 6) + "\" y=\"" + std::to_string(y + 13) + "\" text-anchor=\"end\"" +
            (r.ok() ? "" : " fill=\"#999\"") + ">" + xml_escape(label) + "</text>\n";
     if (!r.ok()) {
-      out += "<text x=\"" + std::to_string(label_w + 4) + "\" y=\"" + std::to_string(y + 13) + "\" fill=\"#999\">" +
+      // Right of the 1x line, which would cut through the text.
+      out += "<text x=\"" + fmt("%.1f", x_of(1.0) + 4) + "\" y=\"" + std::to_string(y + 13) + "\" fill=\"#999\">" +
              xml_escape(r.status) + "</text>\n";
       continue;
     }
