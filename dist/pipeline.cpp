@@ -355,6 +355,8 @@ struct Pipeline::Step {
                 " is not a pipeline header (another program shares the group's tags?)");
     if (w[kWKind] == kAbort) {
       const int64_t len = w[kWTextLen];
+      BRISK_CHECK(len >= 0 && len <= (int64_t(1) << 20), who(), ": a corrupt abort header from stage ", src,
+                  " (message length ", len, ")");
       Tensor text = empty({(len + 7) / 8 + 1}, DType::I64, p.options_.device);
       wait(g().recv(text, src, tag), "an abort's message", src);
       const Tensor t = text.to(Device::cpu());

@@ -296,13 +296,11 @@ Rollout rollout(Controller& c, const SearchSpace& space, bool all_layers, Choose
   c.begin();
   auto decide = [&](size_t d) {
     Tensor ls = log_softmax(c.logits(d), 0);
-    {
-      NoGradGuard ng;
-      r.probs[d] = exp(ls).to_vector<double>();
-    }
+    Tensor p = exp(ls);
+    r.probs[d] = p.to_vector<double>();
     const size_t k = choose(r.probs[d]);
     r.logp = r.logp + index_select(ls, 0, from_vector({double(k)}, {1}, DType::I64)).sum();
-    r.entropy = r.entropy - (exp(ls) * ls).sum();
+    r.entropy = r.entropy - (p * ls).sum();
     c.feed(d, k);
     return k;
   };

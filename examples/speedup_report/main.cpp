@@ -695,14 +695,18 @@ int run(const Args& a) {
                    "## Environment\n\n```\n" +
                    env.to_string() + "```\n";
   std::printf("\n%s: %s; %s\n\n%s\n", date.c_str(), machine.c_str(), budget.c_str(), table_md.c_str());
-  const std::string header = "{\"date\": " + json_string(date) + ", \"machine\": " + json_string(machine) +
-                             ", \"mode\": " + json_string(a.mode) + ", \"budget\": " + json_string(budget) +
-                             ", \"cnn_train_size\": " + std::to_string(a.train_size) +
-                             ", \"mlp_train_size\": " + std::to_string(train_size_of(a, "mlp")) +
-                             ", \"test_size\": " + std::to_string(test_size) +
-                             ", \"epochs\": " + std::to_string(a.epochs) + ", \"batch\": " + std::to_string(a.batch) +
-                             ", \"threads\": " + std::to_string(omp_get_max_threads()) +
-                             ", \"wall_s\": " + fmt("%.1f", wall) + ", \"env\": " + json_string(env.summary()) + "}";
+  const nlohmann::json header = {{"date", date},
+                                 {"machine", machine},
+                                 {"mode", a.mode},
+                                 {"budget", budget},
+                                 {"cnn_train_size", a.train_size},
+                                 {"mlp_train_size", train_size_of(a, "mlp")},
+                                 {"test_size", test_size},
+                                 {"epochs", a.epochs},
+                                 {"batch", a.batch},
+                                 {"threads", omp_get_max_threads()},
+                                 {"wall_s", wall},
+                                 {"env", env.summary()}};
   write_file_atomic(a.out + "/report.md", md);
   write_file_atomic(a.out + "/results.csv", results_csv(rows));
   write_file_atomic(a.out + "/results.json", results_json(rows, header));

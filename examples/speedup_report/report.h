@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -39,23 +40,6 @@ inline std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
   for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return out + "\"";
-}
-
-inline std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(static_cast<unsigned char>(ch)));
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
   return out + "\"";
 }
 
@@ -117,30 +101,29 @@ inline std::string results_csv(const std::vector<Row>& rows) {
   return out;
 }
 
-inline std::string json_number(double v, const char* format) { return std::isfinite(v) ? fmt(format, v) : "null"; }
+// Non-finite numbers become null (JSON has no NaN).
+inline nlohmann::json json_number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
-inline std::string results_json(const std::vector<Row>& rows, const std::string& header_json) {
-  std::string out = "{\n  \"run\": " + header_json + ",\n  \"rows\": [\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    out += "    {\"model\": " + json_string(r.model) + ", \"technique\": " + json_string(r.group) +
-           ", \"row\": " + json_string(r.name) + ", \"kind\": " + json_string(r.kind) +
-           ", \"device\": " + json_string(r.device) + ", \"status\": " + json_string(r.status) +
-           ", \"reference\": " + json_string(r.reference);
+inline std::string results_json(const std::vector<Row>& rows, const nlohmann::json& run) {
+  nlohmann::json out = {{"run", run}, {"rows", nlohmann::json::array()}};
+  for (const Row& r : rows) {
+    nlohmann::json j = {{"model", r.model},   {"technique", r.group}, {"row", r.name},           {"kind", r.kind},
+                        {"device", r.device}, {"status", r.status},   {"reference", r.reference}};
     if (r.ok()) {
-      out += ", \"samples_per_s\": " + json_number(r.m.samples_per_s, "%.1f") +
-             ", \"seconds_per_epoch\": " + json_number(r.m.seconds, "%.4f") +
-             ", \"peak_mib\": " + json_number(r.m.peak_mib, "%.2f") +
-             ", \"test_acc\": " + json_number(r.m.test_acc, "%.4f");
-      if (r.m.latency_ms > 0) out += ", \"latency_ms\": " + json_number(r.m.latency_ms, "%.3f");
+      j["samples_per_s"] = json_number(r.m.samples_per_s);
+      j["seconds_per_epoch"] = json_number(r.m.seconds);
+      j["peak_mib"] = json_number(r.m.peak_mib);
+      j["test_acc"] = json_number(r.m.test_acc);
+      if (r.m.latency_ms > 0) j["latency_ms"] = json_number(r.m.latency_ms);
     }
     if (r.compared) {
-      out += ", \"speedup\": " + json_number(r.speedup, "%.4f") +
-             ", \"acc_change_points\": " + json_number(r.dacc, "%.2f");
+      j["speedup"] = json_number(r.speedup);
+      j["acc_change_points"] = json_number(r.dacc);
     }
-    out += ", \"notes\": " + json_string(r.m.note) + "}" + (i + 1 < rows.size() ? ",\n" : "\n");
+    j["notes"] = r.m.note;
+    out["rows"].push_back(std::move(j));
   }
-  return out + "  ]\n}\n";
+  return out.dump(2) + "\n";
 }
 
 // One horizontal bar per compared row (speedup on a linear axis with the 1x line), grouped by

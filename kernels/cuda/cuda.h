@@ -158,6 +158,7 @@ class Graph {
 
  private:
   void abandon();
+  void retain();
   int device_ = 0;
   Stream stream_{};
   Event before_{}, after_{};  // order the graph's stream with the current one

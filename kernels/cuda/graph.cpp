@@ -72,10 +72,7 @@ void Graph::capture(const std::function<void()>& fn, int warmup) {
   BRISK_CHECK(warmup >= 0, "Graph::capture: warmup must be >= 0, got ", warmup);
   BRISK_CHECK(!capturing_, "Graph::capture: already capturing");
   reset();
-  if (!retained_) {
-    device_allocator(device_).retain_stream(stream_.id());
-    retained_ = true;
-  }
+  retain();
   if (warmup > 0) {
     const Stream cur = current_stream(device_);
     before_.record(cur);
@@ -97,15 +94,19 @@ void Graph::capture(const std::function<void()>& fn, int warmup) {
   capture_end();
 }
 
+// The warm-up runs already allocate from the graph's stream, so the pool is kept from then on.
+void Graph::retain() {
+  if (retained_) return;
+  device_allocator(device_).retain_stream(stream_.id());
+  retained_ = true;
+}
+
 void Graph::capture_begin() {
   BRISK_CHECK(!capturing_, "Graph::capture_begin: already capturing");
   BRISK_CHECK(!is_capturing(device_), "Graph::capture_begin: another graph is capturing on cuda:", device_,
               " in this thread");
   if (exec_ || graph_) reset();
-  if (!retained_) {
-    device_allocator(device_).retain_stream(stream_.id());
-    retained_ = true;
-  }
+  retain();
   DeviceGuard guard(device_);
   prev_ = current_stream(device_);
   before_.record(prev_);  // the captured work follows what is already queued
