@@ -1,10 +1,13 @@
 // examples/bench/bench_common.h: timing helpers shared by the benchmarks: a steady clock,
 // median-of-repeats, a guard against the optimizer deleting measured work, and PyTorch's
-// timings of the same cases from a Python child process.
+// timings of the same cases from a Python child process, and the machine's F32 FMA peak.
 #pragma once
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -36,6 +39,47 @@ inline void keep(T&& value) {
   asm volatile("" : : "g"(&value) : "memory");
 }
 
+// GFLOP/s of one thread's FMA loop: 16 independent zmm accumulators (more than FMA latency x
+// ports needs), 2 flops x 16 lanes per FMA, timed by `clock` (seconds). Written in assembly so
+// that no compiler keeps the accumulators in memory. Only for CPUs with AVX-512 (have_avx512()).
+__attribute__((target("avx512f"), noinline)) inline double fma_loop(int64_t iters, double (*clock)()) {
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  const double t0 = clock();
+  for (int64_t it = 0; it < iters; ++it) {
+    asm volatile(
+        "vfmadd231ps %[x], %[y], %%zmm0\n\tvfmadd231ps %[x], %[y], %%zmm1\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm2\n\tvfmadd231ps %[x], %[y], %%zmm3\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm4\n\tvfmadd231ps %[x], %[y], %%zmm5\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm6\n\tvfmadd231ps %[x], %[y], %%zmm7\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm8\n\tvfmadd231ps %[x], %[y], %%zmm9\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm10\n\tvfmadd231ps %[x], %[y], %%zmm11\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm12\n\tvfmadd231ps %[x], %[y], %%zmm13\n\t"
+        "vfmadd231ps %[x], %[y], %%zmm14\n\tvfmadd231ps %[x], %[y], %%zmm15\n\t"
+        :
+        : [x] "v"(x), [y] "v"(y)
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+          "xmm13", "xmm14", "xmm15");
+  }
+  const double t = clock() - t0;
+  return double(iters) * 16 * 16 * 2 / t * 1e-9;
+}
+
+inline bool have_avx512() { return __builtin_cpu_supports("avx512f"); }
+
+// The F32 FMA peak of `threads` threads together (GFLOP/s): best of 7 runs of ~0.1 s each;
+// 0 on a CPU without AVX-512.
+inline double fma_peak(int threads, double (*clock)() = now_s) {
+  if (!have_avx512()) return 0;
+  double best = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += fma_loop(int64_t(4) << 20, clock);
+    best = std::max(best, total);
+  }
+  return best;
+}
+
 // PyTorch's timings for a benchmark that compares with it. `body` is Python run after a prelude
 // that imports torch (and torch.nn.functional as F), sets torch's threads to `threads` and
 // defines per_call_ms(fn, iters, repeats=7) (a warm-up, then the median, as seconds_per_call);
@@ -45,7 +89,7 @@ inline void keep(T&& value) {
 inline std::map<std::string, double> torch_times(const std::string& body, int threads, std::string& which) {
   std::map<std::string, double> out;
   which = "none";
-  for (const char* py : {"/work/venv-torch/bin/python", "/usr/bin/python3"}) {
+  for (const char* py : {"/work/venv-torch/bin/python", "/work/venv/bin/python", "/usr/bin/python3"}) {
     if (std::system((std::string(py) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
       which = py;
       break;

@@ -62,43 +62,6 @@ double clock_s() {
   return (double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)) / g_threads;
 }
 
-// GFLOP/s of one thread's FMA loop: 16 independent zmm accumulators (more than FMA latency x
-// ports needs), 2 flops x 16 lanes per FMA. Written in assembly so that no compiler keeps the
-// accumulators in memory.
-__attribute__((target("avx512f"), noinline)) double fma_loop(int64_t iters) {
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-  const double t0 = thread_clock_s();
-  for (int64_t it = 0; it < iters; ++it) {
-    asm volatile(
-        "vfmadd231ps %[x], %[y], %%zmm0\n\tvfmadd231ps %[x], %[y], %%zmm1\n\t"
-        "vfmadd231ps %[x], %[y], %%zmm2\n\tvfmadd231ps %[x], %[y], %%zmm3\n\t"
-        "vfmadd231ps %[x], %[y], %%zmm4\n\tvfmadd231ps %[x], %[y], %%zmm5\n\t"
-        "vfmadd231ps %[x], %[y], %%zmm6\n\tvfmadd231ps %[x], %[y], %%zmm7\n\t"
-        "vfmadd231ps %[x], %[y], %%zmm8\n\tvfmadd231ps %[x], %[y], %%zmm9\n\t"
-        "vfmadd231ps %[x], %[y], %%zmm10\n\tvfmadd231ps %[x], %[y], %%zmm11\n\t"
-        "vfmadd231ps %[x], %[y], %%zmm12\n\tvfmadd231ps %[x], %[y], %%zmm13\n\t"
-        "vfmadd231ps %[x], %[y], %%zmm14\n\tvfmadd231ps %[x], %[y], %%zmm15\n\t"
-        :
-        : [x] "v"(x), [y] "v"(y)
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
-          "xmm13", "xmm14", "xmm15");
-  }
-  const double t = thread_clock_s() - t0;
-  return double(iters) * 16 * 16 * 2 / t * 1e-9;
-}
-
-// The FMA peak of `threads` threads together: best of several runs of ~0.1 s.
-double fma_peak(int threads) {
-  double best = 0;
-  for (int rep = 0; rep < 7; ++rep) {
-    double total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    total += fma_loop(int64_t(4) << 20);
-    best = std::max(best, total);
-  }
-  return best;
-}
-
 // Best GFLOP/s over `repeats` timed batches of calls, each batch >= ~20 ms.
 template <class F>
 double best_gflops(double flops, int repeats, F&& f) {
@@ -232,7 +195,7 @@ int main(int argc, char** argv) {
   std::map<std::pair<std::string, int>, double> torch, g_brisk, g_eigen;
   const cpu::F32GemmPath native = cpu::f32_gemm_path();
   for (int round = 0; round < rounds; ++round) {
-    for (int t : {1, 2}) peak[t] = std::max(peak[t], fma_peak(t));
+    for (int t : {1, 2}) peak[t] = std::max(peak[t], bench::fma_peak(t, thread_clock_s));
     for (const auto& [key, g] : torch_gflops(python, shapes, repeats)) torch[key] = std::max(torch[key], g);
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> dist(-1, 1);

@@ -3,8 +3,11 @@
 # (784-256-128-10) and the small CNN, Adam 1e-3, batch 128, one epoch, at 1 and 2 threads each.
 # Prints a table of seconds per epoch, samples/s, test accuracy and peak RSS, with brisk/PyTorch
 # ratios (time and memory: < 1 means brisk is better). brisk runs bench_train (built here in
-# $BUILD, default build/); PyTorch runs train_pytorch.py under /usr/bin/python3 with
-# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they slow its GEMM down; brisk does not use them).
+# $BUILD, default build/); PyTorch runs train_pytorch.py with OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE unset (they slow its GEMM down; brisk does not use them). The interpreter:
+# $TORCH_PYTHON if set, else the first of venv/bin/python, ../venv/bin/python (a current PyTorch
+# from PyPI: `python3 -m venv venv && venv/bin/pip install torch numpy`), else Debian's
+# /usr/bin/python3 (PyTorch 1.13, which runs 10-20x slow on some CPUs; the output says which).
 # Usage: examples/bench/compare_pytorch.sh [epochs]. Not a test: it asserts nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,14 +23,19 @@ if [ ! -x "$BUILD/examples/bench/bench_train" ]; then
   [ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" -G Ninja -DBRISK_TESTS=OFF >/dev/null
   cmake --build "$BUILD" --target bench_train >/dev/null
 fi
+if [ -z "${TORCH_PYTHON:-}" ]; then
+  for py in venv/bin/python ../venv/bin/python /usr/bin/python3; do
+    if [ -x "$py" ] && "$py" -c 'import torch' 2>/dev/null; then TORCH_PYTHON="$py" && break; fi
+  done
+fi
 HAVE_TORCH=1
-/usr/bin/python3 -c 'import torch' 2>/dev/null || HAVE_TORCH=0
+[ -n "${TORCH_PYTHON:-}" ] && "$TORCH_PYTHON" -c 'import torch' 2>/dev/null || HAVE_TORCH=0
 
 echo "Fashion-MNIST, Adam 1e-3, batch 128, $EPOCHS epoch(s); $(nproc) cores; machine load: $(cut -d' ' -f1-3 /proc/loadavg); OMP_WAIT_POLICY=$OMP_WAIT_POLICY for both"
 if [ "$HAVE_TORCH" = 1 ]; then
-  echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
+  echo "PyTorch $("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)') ($TORCH_PYTHON) runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
 else
-  echo "PyTorch not importable from /usr/bin/python3 (apt install python3-torch): its columns are n/a"
+  echo "PyTorch not importable (make a venv with torch, or apt install python3-torch): its columns are n/a"
 fi
 
 declare -A R  # "impl model threads field" -> value
@@ -47,7 +55,7 @@ for model in mlp cnn; do
     if [ "$HAVE_TORCH" = 1 ]; then
       echo "  running PyTorch $model, $threads thread(s)..." >&2
       line="$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads" \
-        /usr/bin/python3 examples/bench/train_pytorch.py --model "$model" --threads "$threads" --epochs "$EPOCHS" --data "$DATA" | grep '^RESULT')"
+        "$TORCH_PYTHON" examples/bench/train_pytorch.py --model "$model" --threads "$threads" --epochs "$EPOCHS" --data "$DATA" | grep '^RESULT')"
       record "$line"
     fi
   done

@@ -4,7 +4,7 @@
 # normalized with mean 0.2860 / std 0.3530, read from the same IDX files (gzip + numpy). Batches
 # are sliced from in-memory tensors with a fresh permutation per epoch (PyTorch's fastest
 # idiomatic path; no torch DataLoader). Prints one line in bench_train's RESULT format.
-# Run with /usr/bin/python3 (Debian's torch 1.13). Not a test: it asserts nothing.
+# Runs under any PyTorch from 1.13 on (compare_pytorch.sh picks the interpreter). Not a test: it asserts nothing.
 import argparse
 import gzip
 import resource
