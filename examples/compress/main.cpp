@@ -609,7 +609,8 @@ int run(const Args& a) {
   const std::string student_note = "TinyCNN width " + std::to_string(a.width);
   manual_seed(a.seed + 1);
   auto alone = std::make_shared<TinyCNN>(a.width);
-  step = train("student", *alone, alone->named_parameters(), *ctx.alone_loader, ctx.alone_epochs, ctx, plain_ce(*alone));
+  step =
+      train("student", *alone, alone->named_parameters(), *ctx.alone_loader, ctx.alone_epochs, ctx, plain_ce(*alone));
   std::string alone_note = student_note + ", labels only";
   if (labeled_set != student_set) {
     alone_note += " (" + std::to_string(labeled_set->size()) + " labeled samples, " + std::to_string(ctx.alone_epochs) +
