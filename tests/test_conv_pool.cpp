@@ -3,6 +3,9 @@
 // the op parameter records.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "engine/op_params.h"
 #include "nn/functional.h"
 #include "opcheck/spec.h"
@@ -61,6 +64,37 @@ TEST_CASE("max_pool2d: indices are flat positions within each plane, as PyTorch'
   CHECK(out[1].dtype() == DType::I64);
   CHECK(out[1].to_vector<int64_t>() == std::vector<int64_t>{5, 7, 13, 15, 5, 7, 13, 15});
   CHECK(out[0].to_vector<double>() == std::vector<double>{5, 7, 13, 15, 21, 23, 29, 31});
+}
+
+TEST_CASE("max_pool2d: the F32 2x2 kernel (AVX-512 where present) equals the F64 loop at every row width") {
+  // Widths 2..41 cover the masked short step (n < 8, n = 8, 8 < n < 16), whole 16-output steps
+  // and odd last columns; values in quarters (many ties, exact in both dtypes) and some NaNs.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  for (int64_t W = 2; W <= 41; ++W) {
+    for (int64_t H : {2, 3, 6}) {
+      std::vector<double> v(size_t(2 * 3 * H * W));
+      for (double& e : v) e = next() % 17 == 0 ? nan : double(int64_t(next() % 9) - 4) / 4;
+      const Tensor x64 = from_vector(v, {2, 3, H, W}, DType::F64);
+      const Tensor x32 = x64.to(DType::F32);
+      Attrs attrs;
+      attrs.geometry = {2, 2, 0, 0, 1, 1, 2, 2};
+      Tensor out64[2], out32[2];
+      const Tensor in64[1] = {x64}, in32[1] = {x32};
+      call(OpId::MaxPool2d, in64, attrs, out64);
+      call(OpId::MaxPool2d, in32, attrs, out32);
+      CHECK_MESSAGE(out32[1].to_vector<int64_t>() == out64[1].to_vector<int64_t>(), "H ", H, " W ", W);
+      const std::vector<double> y64 = out64[0].to_vector<double>(), y32 = out32[0].to(DType::F64).to_vector<double>();
+      bool same = y64.size() == y32.size();
+      for (size_t i = 0; same && i < y64.size(); ++i)
+        same = (std::isnan(y64[i]) && std::isnan(y32[i])) || y64[i] == y32[i];
+      CHECK_MESSAGE(same, "H ", H, " W ", W);
+    }
+  }
 }
 
 TEST_CASE("conv2d: large batches (threaded paths) match the same samples one at a time") {

@@ -1,7 +1,8 @@
 // examples/bench/bench_conv.cpp: conv2d forward and backward, in milliseconds, for the two
-// conv layers of the Fashion-MNIST CNN (batch 128, 3x3, padding 1), beside PyTorch's
-// torch.nn.functional.conv2d timed in the same run with the same thread count (through
-// /usr/bin/python3 with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset; "n/a" without torch).
+// conv layers of the Fashion-MNIST CNN (batch 128, 3x3, padding 1), and the relu + 2x2 max pool
+// that follows each, beside PyTorch timed in the same run with the same thread count
+// (bench::torch_times: a venv's PyTorch 2.x, else /usr/bin/python3's; OPENBLAS_CORETYPE /
+// OPENBLAS_L2_SIZE unset; "n/a" without torch).
 // Backward follows the CNN: the first layer's input is data (weight gradient only), the
 // second's needs both gradients. Threads: OMP_NUM_THREADS (default: all cores).
 // Not a test: it asserts nothing.
@@ -32,23 +33,11 @@ const Layer kLayers[] = {
     {"conv2", {128, 32, 14, 14}, {64, 32, 3, 3}, true},
 };
 
-// Times PyTorch on the same layers; prints "layer case ms" lines.
+// PyTorch on the same cases (bench::torch_times: the venv's PyTorch 2.x when present, else
+// Debian's 1.13); prints "index case ms" lines, index 0/1 the conv layers, 2/3 the pools.
 const char* kTorchScript = R"PY(
-import sys, time, torch
-import torch.nn.functional as F
-torch.set_num_threads(int(sys.argv[1]))
-def per_call_ms(fn, iters, repeats=7):
-    for _ in range(iters // 10 + 1):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        times.append((time.perf_counter() - t0) / iters)
-    return sorted(times)[len(times) // 2] * 1e3
-for name, xs, ws, input_grad in [("conv1", (128, 1, 28, 28), (32, 1, 3, 3), False),
-                                 ("conv2", (128, 32, 14, 14), (64, 32, 3, 3), True)]:
+for i, (xs, ws, input_grad) in enumerate([((128, 1, 28, 28), (32, 1, 3, 3), False),
+                                          ((128, 32, 14, 14), (64, 32, 3, 3), True)]):
     x = torch.randn(*xs, requires_grad=input_grad)
     w = torch.randn(*ws, requires_grad=True)
     with torch.no_grad():
@@ -60,31 +49,49 @@ for name, xs, ws, input_grad in [("conv1", (128, 1, 28, 28), (32, 1, 3, 3), Fals
         F.conv2d(x, w, padding=1).backward(g)
         w.grad = None
         x.grad = None
-    print(name, "forward", per_call_ms(forward, 20), flush=True)
-    print(name, "forward+backward", per_call_ms(forward_backward, 10), flush=True)
+    print(i, "forward", per_call_ms(forward, 20), flush=True)
+    print(i, "forward+backward", per_call_ms(forward_backward, 10), flush=True)
+for i, xs in [(2, (128, 32, 28, 28)), (3, (128, 64, 14, 14))]:
+    x = torch.randn(*xs, requires_grad=True)
+    with torch.no_grad():
+        g = torch.randn_like(F.max_pool2d(x, 2))
+    def pool():
+        with torch.no_grad():
+            F.max_pool2d(x, 2)
+    def relu_pool():
+        with torch.no_grad():
+            F.max_pool2d(F.relu(x), 2)
+    def relu_pool_backward():
+        F.max_pool2d(F.relu(x), 2).backward(g)
+        x.grad = None
+    print(i, "forward", per_call_ms(pool, 20), flush=True)
+    print(i, "relu+pool", per_call_ms(relu_pool, 20), flush=True)
+    print(i, "relu+pool+backward", per_call_ms(relu_pool_backward, 10), flush=True)
 )PY";
 
-std::map<std::string, double> torch_times(int threads) {
-  std::map<std::string, double> out;
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) return out;
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 - " + std::to_string(threads) +
-                          " 2>/dev/null <<'BRISK_PY'\n" + kTorchScript + "\nBRISK_PY\n";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char layer[64], what[64];
-  double ms;
-  while (std::fscanf(p, "%63s %63s %lf", layer, what, &ms) == 3) out[std::string(layer) + " " + what] = ms;
-  pclose(p);
-  return out;
+// One table row: brisk's ms beside PyTorch's (n/a without it).
+void row(const std::map<std::string, double>& torch, int index, const char* layer, const char* shapes, const char* what,
+         double ms) {
+  auto it = torch.find(std::to_string(index) + " " + what);
+  if (it != torch.end()) {
+    std::printf("%-7s %-26s %-20s %10.3f %10.3f %8.2f\n", layer, shapes, what, ms, it->second, ms / it->second);
+  } else {
+    std::printf("%-7s %-26s %-20s %10.3f %10s %8s\n", layer, shapes, what, ms, "n/a", "n/a");
+  }
 }
 
 }  // namespace
 
 int main() {
   const int threads = omp_get_max_threads();
-  const std::map<std::string, double> torch = torch_times(threads);
-  std::printf("conv2d, batch 128, 3x3, padding 1, %d thread(s); ms per call (median of 7)\n", threads);
-  std::printf("%-7s %-22s %-20s %10s %10s %8s\n", "layer", "shapes", "case", "brisk", "pytorch", "ratio");
+  std::string which;
+  const std::map<std::string, double> torch = bench::torch_times(kTorchScript, threads, which);
+  std::printf(
+      "conv2d (batch 128, 3x3, padding 1) and relu + 2x2 max pool, %d thread(s); ms per call (median of 7);\n"
+      "PyTorch: %s\n",
+      threads, which.c_str());
+  std::printf("%-7s %-26s %-20s %10s %10s %8s\n", "layer", "shapes", "case", "brisk", "pytorch", "ratio");
+  int index = 0;
   for (const Layer& l : kLayers) {
     Tensor x = randn(l.x), w = randn(l.w);
     if (l.input_grad) x.requires_grad_();
@@ -130,14 +137,42 @@ int main() {
     char shapes[64];
     std::snprintf(shapes, sizeof shapes, "(%lld,%lld,%lld,%lld)*(%lld,%lld,3,3)", (long long)l.x[0], (long long)l.x[1],
                   (long long)l.x[2], (long long)l.x[3], (long long)l.w[0], (long long)l.w[1]);
-    for (const char* c : {"forward", "backward_input", "backward_weight", "forward+backward"}) {
-      auto it = torch.find(std::string(l.name) + " " + c);
-      if (it != torch.end()) {
-        std::printf("%-7s %-22s %-20s %10.3f %10.3f %8.2f\n", l.name, shapes, c, ms[c], it->second, ms[c] / it->second);
-      } else {
-        std::printf("%-7s %-22s %-20s %10.3f %10s %8s\n", l.name, shapes, c, ms[c], "n/a", "n/a");
-      }
+    for (const char* c : {"forward", "backward_input", "backward_weight", "forward+backward"})
+      row(torch, index, l.name, shapes, c, ms[c]);
+    ++index;
+  }
+  // The CNN's relu -> 2x2 max pool after each conv, forward and through backward.
+  for (const Shape& xs : {Shape{128, 32, 28, 28}, Shape{128, 64, 14, 14}}) {
+    Tensor x = randn(xs).requires_grad_();
+    Tensor g;
+    {
+      NoGradGuard ng;
+      g = randn(F::max_pool2d(x, {2, 2}).sizes());
     }
+    std::map<std::string, double> ms;
+    ms["forward"] = 1e3 * bench::seconds_per_call(
+                              [&] {
+                                NoGradGuard ng;
+                                bench::keep(F::max_pool2d(x, {2, 2}));
+                              },
+                              20);
+    ms["relu+pool"] = 1e3 * bench::seconds_per_call(
+                                [&] {
+                                  NoGradGuard ng;
+                                  bench::keep(F::max_pool2d(relu(x), {2, 2}));
+                                },
+                                20);
+    ms["relu+pool+backward"] = 1e3 * bench::seconds_per_call(
+                                         [&] {
+                                           F::max_pool2d(relu(x), {2, 2}).backward(g);
+                                           x.zero_grad();
+                                         },
+                                         10);
+    char shapes[64];
+    std::snprintf(shapes, sizeof shapes, "(%lld,%lld,%lld,%lld) 2x2", (long long)xs[0], (long long)xs[1],
+                  (long long)xs[2], (long long)xs[3]);
+    for (const char* c : {"forward", "relu+pool", "relu+pool+backward"}) row(torch, index, "pool", shapes, c, ms[c]);
+    ++index;
   }
   return 0;
 }
