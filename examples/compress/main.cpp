@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -311,9 +312,11 @@ double train(const std::string& label, nn::Module& model, const nn::NamedTensors
   model.train();
   double step_seconds = 0;
   int64_t steps = 0;
+  const int64_t every = (epochs + 7) / 8;  // report about 8 epochs of a long run (--labels)
   for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
-    fashion_mnist::ProgressBar bar(label + " " + std::to_string(epoch) + "/" + std::to_string(epochs),
-                                   loader.num_batches());
+    const bool report = epoch % every == 0 || epoch == epochs;
+    std::optional<fashion_mnist::ProgressBar> bar;
+    if (report) bar.emplace(label + " " + std::to_string(epoch) + "/" + std::to_string(epochs), loader.num_batches());
     double loss_sum = 0;
     int64_t done = 0, samples = 0;
     while (auto batch = loader.next()) {
@@ -329,8 +332,10 @@ double train(const std::string& label, nn::Module& model, const nn::NamedTensors
       ++steps;
       loss_sum += l * double(batch->target.size(0));
       samples += batch->target.size(0);
-      bar.update(++done, samples, loss_sum / double(samples));
+      ++done;
+      if (bar) bar->update(done, samples, loss_sum / double(samples));
     }
+    if (!report) continue;
     const double acc = fashion_mnist::evaluate(model, *ctx.test_loader).acc;
     std::fprintf(stderr, "%s epoch %lld: train loss %.4f, test accuracy %.2f%%\n", label.c_str(), (long long)epoch,
                  loss_sum / double(samples), 100 * acc);
