@@ -163,6 +163,9 @@ class Module {
   // ("layer2.0.conv1"; "" for the root). name_scopes() (re)names this module's tree.
   const std::string& scope() const { return scope_; }
   void name_scopes();
+  // Whether calling the module does more than forward(): hooks, or derived parameters (pruning's
+  // masks) to refresh. Sequential reorders only children without it (Note [ReLU before max pool]).
+  bool has_call_work() const;
 
  protected:
   // Called by train(); layers whose behaviour changes (dropout, batch norm) read is_training().
@@ -172,7 +175,6 @@ class Module {
   void add_child(const std::string& name, ModulePtr m);
   Tensor call_with_hooks(const Tensor& x);
   TensorDict call_dict_with_hooks(const TensorDict& x);
-  bool has_call_work() const;
   void collect(const std::string& prefix, bool params, bool recurse, bool persistent_only, NamedTensors& out) const;
 
   std::string type_name_;

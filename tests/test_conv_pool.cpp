@@ -1,6 +1,6 @@
 // tests/test_conv_pool.cpp: conv2d and pooling beyond their specs (opcheck/specs_nn.cpp): error
 // messages, PyTorch's max-pool indices, the threaded paths against the single-sample path, and
-// the op parameter records.
+// the op parameter records, and Sequential's ReLU / max-pool reordering.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,6 +8,8 @@
 
 #include "engine/op_params.h"
 #include "nn/functional.h"
+#include "nn/layers.h"
+#include "nn/module.h"
 #include "opcheck/spec.h"
 
 using namespace brisk;
@@ -120,6 +122,71 @@ TEST_CASE("conv2d: large batches (threaded paths) match the same samples one at 
   SUBCASE("im2col + GEMM, 3x3, padding 1") { check({8, 6, 12, 12}, {16, 6, 3, 3}, 1, 70); }
   SUBCASE("im2col + GEMM, batch 3 (GEMMs split across threads)") { check({3, 8, 12, 12}, {16, 8, 3, 3}, 1, 73); }
   SUBCASE("depthwise, channel multiplier 2") { check({8, 16, 24, 24}, {32, 1, 3, 3}, 16, 76); }
+}
+
+TEST_CASE("Sequential: ReLU then MaxPool2d runs as the pool then the ReLU, with the same values and gradients") {
+  // Note [ReLU before max pool] in nn/module.cpp. Values in halves: many ties, exact zeros of
+  // both signs, windows with no positive element, and NaNs; several pool geometries (padding,
+  // dilation, ceil mode); the unswapped reference is built from the functions directly.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  uint64_t state = 777;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  struct Geometry {
+    F::Pair kernel;
+    std::optional<F::Pair> stride;
+    F::Pair padding, dilation;
+    bool ceil_mode;
+  };
+  const Geometry geometries[] = {{{2, 2}, std::nullopt, {0, 0}, {1, 1}, false},
+                                 {{3, 3}, F::Pair{2, 2}, {1, 1}, {1, 1}, true},
+                                 {{2, 3}, F::Pair{1, 2}, {1, 1}, {2, 1}, false}};
+  for (const Geometry& geo : geometries) {
+    for (DType dt : {DType::F64, DType::F32}) {
+      std::vector<double> v(size_t(2 * 3 * 7 * 9));
+      for (double& e : v) {
+        const uint64_t r = next() % 23;
+        e = r == 0 ? nan : r == 1 ? -0.0 : double(int64_t(next() % 9) - 5) / 2;
+      }
+      const Tensor values = from_vector(v, {2, 3, 7, 9}, DType::F64).to(dt);
+      const Tensor xa = values.clone().requires_grad_(), xb = values.clone().requires_grad_();
+      nn::Sequential seq{
+          std::make_shared<nn::ReLU>(),
+          std::make_shared<nn::MaxPool2d>(geo.kernel, geo.stride, geo.padding, geo.dilation, geo.ceil_mode)};
+      const Tensor y = seq(xa);
+      const Tensor ref = F::max_pool2d(relu(xb), geo.kernel, geo.stride, geo.padding, geo.dilation, geo.ceil_mode);
+      REQUIRE(y.grad_fn());
+      CHECK(y.grad_fn()->name() == "ReluBackward0");  // the ReLU ran last
+      REQUIRE(y.sizes() == ref.sizes());
+      const std::vector<double> yv = y.detach().to(DType::F64).to_vector<double>();
+      const std::vector<double> rv = ref.detach().to(DType::F64).to_vector<double>();
+      int64_t mismatches = 0, nans = 0, zeros = 0;
+      for (size_t i = 0; i < yv.size(); ++i) {
+        nans += std::isnan(rv[i]);
+        zeros += rv[i] == 0;
+        mismatches += !((std::isnan(yv[i]) && std::isnan(rv[i])) || yv[i] == rv[i]);
+      }
+      CHECK(mismatches == 0);
+      CHECK(nans > 0);   // the data reaches the NaN case
+      CHECK(zeros > 0);  // and windows with nothing positive
+      const Tensor g = uniform_values(y.sizes(), 0.5, 1.5, 91, dt);
+      y.backward(g);
+      ref.backward(g);
+      CHECK(equal(xa.grad(), xb.grad()));
+      CHECK(sum(abs(xa.grad())).item<double>() > 0);
+    }
+  }
+  // A hook on either module would see the reordering, so then the written order runs.
+  auto act = std::make_shared<nn::ReLU>();
+  nn::Sequential seq{act, std::make_shared<nn::MaxPool2d>(2)};
+  Shape seen;
+  act->register_forward_hook([&](nn::Module&, const Tensor&, Tensor& out) { seen = out.sizes(); });
+  const Tensor y = seq(uniform_values({1, 2, 4, 6}, -1, 1, 5).requires_grad_());
+  CHECK(seen == Shape{1, 2, 4, 6});
+  CHECK(y.sizes() == Shape{1, 2, 2, 3});
+  CHECK(y.grad_fn()->name() != "ReluBackward0");
 }
 
 TEST_CASE("op params: conv and pool parameters read back what they stored, in attrs.geometry's layout") {
