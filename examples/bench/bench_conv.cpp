@@ -15,6 +15,7 @@
 
 #include "brisk.h"
 #include "examples/bench/bench_common.h"
+#include "kernels/cpu/conv.h"
 #include "nn/functional.h"
 
 using namespace brisk;
@@ -127,6 +128,22 @@ int main() {
                                         bench::keep(call1(OpId::Conv2dBackwardWeight, {g, xd}, a));
                                       },
                                       20);
+    // the same two products through im2col + GEMM, the path the direct kernel replaced
+    kernels::cpu::conv::set_direct_conv(false);
+    ms["forward im2col"] = 1e3 * bench::seconds_per_call(
+                                     [&] {
+                                       NoGradGuard ng;
+                                       bench::keep(F::conv2d(x, w, {}, {1, 1}, {1, 1}));
+                                     },
+                                     20);
+    ms["bwd_input im2col"] = 1e3 * bench::seconds_per_call(
+                                       [&] {
+                                         Attrs a = attrs;
+                                         a.shape = l.x;
+                                         bench::keep(call1(OpId::Conv2dBackwardInput, {g, wd}, a));
+                                       },
+                                       20);
+    kernels::cpu::conv::set_direct_conv(true);
     ms["forward+backward"] = 1e3 * bench::seconds_per_call(
                                        [&] {
                                          F::conv2d(x, w, {}, {1, 1}, {1, 1}).backward(g);
@@ -137,7 +154,8 @@ int main() {
     char shapes[64];
     std::snprintf(shapes, sizeof shapes, "(%lld,%lld,%lld,%lld)*(%lld,%lld,3,3)", (long long)l.x[0], (long long)l.x[1],
                   (long long)l.x[2], (long long)l.x[3], (long long)l.w[0], (long long)l.w[1]);
-    for (const char* c : {"forward", "backward_input", "backward_weight", "forward+backward"})
+    for (const char* c :
+         {"forward", "forward im2col", "backward_input", "bwd_input im2col", "backward_weight", "forward+backward"})
       row(torch, index, l.name, shapes, c, ms[c]);
     ++index;
   }

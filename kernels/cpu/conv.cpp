@@ -128,6 +128,12 @@ void col2im(T* col, const Conv& p, T* x) {
   }
 }
 
+// Whether a conv is of the kind DirectConv computes (stride 1, undilated, one group, not 1x1);
+// DirectConv::fits then decides on the sizes (Note [Direct conv] in kernels/cpu/conv_direct.cpp).
+bool direct_conv_shape(const Conv& p) {
+  return p.groups == 1 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 && !p.pointwise();
+}
+
 // Whether the batch is shared out in whole samples (else samples run one after the other,
 // each GEMM split across the threads).
 bool per_sample(int64_t B, int nt) { return nt > 1 && (B % nt == 0 || B >= 4 * nt); }
@@ -166,6 +172,16 @@ void conv_forward(const Tensor& x_t, const Tensor& w_t, const Acc* bias, const T
   const T* w = static_cast<const T*>(w_t.data_ptr());
   Acc* y = static_cast<Acc*>(y_t.data_ptr());
   const int64_t K = p.K(), P = p.P();
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
+    const DirectConv::Geometry geo{p.C, p.H, p.W, p.O, p.kh, p.kw, p.ph, p.pw, p.Ho, p.Wo};
+    if (direct_conv_shape(p) && DirectConv::fits(geo)) {
+      const DirectConv conv(geo, w, false);
+      for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
+        conv.run(x.data + b * x.sB, x.sC, x.sH, x.sW, bias, y + b * p.O * P, threads);
+      });
+      return;
+    }
+  }
   const bool direct = p.pointwise() && x.planes_dense(p);
   for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
     T* cols = direct ? nullptr : t_cols.get<T>(K * P);
@@ -188,6 +204,17 @@ void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_
   const T* w = static_cast<const T*>(w_t.data_ptr());
   Acc* gx = static_cast<Acc*>(gx_t.data_ptr());
   const int64_t K = p.K(), P = p.P(), HW = p.H * p.W;
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
+    // gx = conv(g padded by (kh - 1 - ph, kw - 1 - pw), w flipped and transposed): Note [Direct conv]
+    const DirectConv::Geometry geo{p.O, p.Ho, p.Wo, p.C, p.kh, p.kw, p.kh - 1 - p.ph, p.kw - 1 - p.pw, p.H, p.W};
+    if (direct_conv_shape(p) && DirectConv::fits(geo)) {
+      const DirectConv conv(geo, w, true);
+      for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
+        conv.run(g + b * p.O * P, P, p.Wo, 1, nullptr, gx + b * p.C * HW, threads);
+      });
+      return;
+    }
+  }
   const bool direct = p.pointwise();  // then P == HW and gcol is the gradient plane itself
   for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
     Acc* gxb = gx + b * p.C * HW;

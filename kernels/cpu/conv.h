@@ -3,12 +3,15 @@
 // workspace, the threading rule, and the depthwise entry points. See Note [CPU conv] in
 // kernels/cpu/conv.cpp.
 // Not here: the GEMM path (kernels/cpu/conv.cpp), the depthwise loops
-// (kernels/cpu/conv_depthwise.cpp), shapes and checks (engine/ops/conv.cpp).
+// (kernels/cpu/conv_depthwise.cpp), the direct kernel (kernels/cpu/conv_direct.cpp), shapes and
+// checks (engine/ops/conv.cpp).
 #pragma once
 
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "engine/allocator.h"
 #include "engine/op_params.h"
@@ -117,5 +120,37 @@ struct Input {
 void depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv& p);
 void depthwise_backward_input(const Tensor& g, const Tensor& w, const Tensor& gx, const Conv& p);
 void depthwise_backward_weight(const Tensor& g, const Tensor& x, const Tensor& gw, const Conv& p);
+
+// ---- direct convolution (kernels/cpu/conv_direct.cpp, Note [Direct conv]): one stride-1,
+// undilated, ungrouped F32 conv per sample, in (Ci, H, W) -> out (Co, Ho, Wo), on the AVX-512
+// path. conv2d's forward runs it with the weights as they are; its input gradient with the
+// output gradient as input, padding (kh - 1 - ph, kw - 1 - pw) and the weights flipped.
+// Whether DirectConv may run at all (on at start-up unless BRISK_CONV=im2col); off, every conv
+// takes im2col + GEMM. Process-wide and thread-safe; benchmarks set it to time both paths.
+void set_direct_conv(bool enabled);
+bool direct_conv_enabled();
+
+class DirectConv {
+ public:
+  struct Geometry {
+    int64_t Ci = 0, H = 0, W = 0, Co = 0, kh = 0, kw = 0, ph = 0, pw = 0, Ho = 0, Wo = 0;
+  };
+  // Whether the direct kernel takes this problem: enabled, the AVX-512 GEMM path active, at least 8
+  // output channels, a kernel of 2+ taps, and at most 15% of the computed lanes wasted.
+  static bool fits(const Geometry& g);
+  // Packs w: (Co, Ci, kh, kw) dense, or with `flipped` (Ci, Co, kh, kw) dense used as
+  // w'(o, c, i, j) = w(c, o, kh - 1 - i, kw - 1 - j).
+  DirectConv(const Geometry& g, const float* w, bool flipped);
+  // out (Co, Ho, Wo) dense = conv(in (Ci, H, W) with strides (sC, sH, sW)) + bias (Co, or
+  // null). threads: 1 runs on the calling thread; 0 splits the sample's strips across
+  // OpenMP's team.
+  void run(const float* in, int64_t sC, int64_t sH, int64_t sW, const float* bias, float* out, int threads) const;
+
+ private:
+  Geometry g_;
+  int64_t G_ = 0, plane_ = 0;  // grid width and elements per padded channel
+  std::vector<float> packed_;  // [Co / 8][Ci * kh * kw][8]
+  std::vector<int32_t> off_;   // tap (c, i, j) -> its shift in the padded grid
+};
 
 }  // namespace brisk::kernels::cpu::conv

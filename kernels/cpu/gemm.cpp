@@ -14,13 +14,16 @@
 #include <algorithm>
 #include <type_traits>
 
-// Eigen 3.4's AVX-512 code trips GCC 12's -Wmaybe-uninitialized (a false positive).
+// Eigen 3.4's AVX-512 code trips GCC 12's -Wmaybe-uninitialized, and -Wuninitialized in the
+// sanitizer build (_mm512_undefined_ps() in its transposes; false positives). The warnings
+// are reported where Eigen's templates are instantiated, in this file's functions, so the
+// pragmas span the whole file.
 #pragma GCC diagnostic push
-#ifndef __clang__  // a GCC warning; clang has no such group
+#ifndef __clang__  // GCC warnings; clang has no such groups
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <Eigen/Core>
-#pragma GCC diagnostic pop
 
 #include "engine/allocator.h"
 #include "engine/op.h"
@@ -456,3 +459,5 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
 void register_linalg() { register_kernel(OpId::Matmul, DeviceType::CPU, matmul_kernel); }
 
 }  // namespace brisk::kernels::cpu
+
+#pragma GCC diagnostic pop
