@@ -127,32 +127,36 @@ TEST_CASE("conv2d: large batches (threaded paths) match the same samples one at 
   SUBCASE("depthwise, channel multiplier 2") { check({8, 16, 24, 24}, {32, 1, 3, 3}, 16, 76); }
 }
 
-TEST_CASE("conv2d: the direct F32 kernel (forward and input gradient) equals the F64 path") {
-  // Note [Direct conv]: grid widths 16, 32 and 48, partial output-channel panels (13, 9),
-  // padding 0-2 and asymmetric kernels, two depth chunks (120 channels x 9 taps), a transposed
-  // (strided) input, batch 1 (strips split across threads) and 4 (samples across threads), with
-  // and without bias. Every case is also checked against DirectConv::fits, so the kernel runs
-  // where the case says it does (gx of an unpadded conv is wider: a 32-wide grid for 16 columns).
+TEST_CASE("conv2d: the direct F32 kernel (forward, input and weight gradients) equals the F64 path") {
+  // Note [Direct conv]: widths 1 to 44 (vectors spanning several rows, a last partial vector),
+  // partial output-channel panels (13, 9), 3x3, 5x3, 1x3 (no padding rows: the wrapped reads
+  // land on real rows) and 3x1 kernels, two depth chunks (120 channels x 9 taps), a transposed
+  // (strided) input, batch 1 (strips split across threads) and 4 (samples across threads),
+  // with and without bias; for the weight gradient (fewer than 48 taps) column tails (27, 45, 6
+  // and 7 taps), row tails (8 and 13 channels) and a batch of 11 (sample blocks of 4 and the rest). Every case is also
+  // checked against DirectConv::fits, so the kernel runs where the case says it does (the input gradient needs 8 input
+  // channels).
   using kernels::cpu::conv::DirectConv;
   struct Case {
-    int64_t B, C, H, W, O, kh, kw, ph, pw;
+    int64_t B, C, H, W, O, kh, kw;
     bool bias, transposed;
-    bool direct_input_grad;  // whether gx takes the kernel too (at least 8 input channels, gx's width not wasteful)
   };
   const Case cases[] = {
-      {4, 3, 14, 14, 8, 3, 3, 1, 1, true, false, false},  {1, 5, 28, 28, 13, 3, 3, 1, 1, false, false, false},
-      {2, 9, 16, 16, 16, 3, 3, 0, 0, true, false, false}, {2, 8, 14, 15, 9, 1, 2, 0, 0, true, false, true},
-      {1, 120, 14, 14, 8, 3, 3, 1, 1, true, false, true}, {3, 10, 12, 14, 12, 5, 3, 2, 1, false, true, true},
-      {2, 16, 9, 44, 16, 3, 3, 1, 1, true, false, true},  {1, 8, 10, 44, 8, 3, 5, 1, 2, true, false, true},
+      {4, 3, 14, 14, 8, 3, 3, true, false},   {1, 5, 28, 28, 13, 3, 3, false, false},
+      {2, 9, 7, 7, 16, 3, 3, true, false},    {2, 8, 9, 15, 9, 1, 3, true, false},
+      {1, 120, 14, 14, 8, 3, 3, true, false}, {3, 10, 12, 13, 12, 5, 3, false, true},
+      {2, 16, 5, 44, 16, 3, 5, true, false},  {1, 8, 6, 1, 8, 3, 1, true, false},
+      {3, 2, 9, 12, 8, 1, 3, false, false},   {11, 1, 10, 10, 16, 7, 1, true, false},
   };
   uint64_t seed = 300;
   for (const Case& c : cases) {
-    const int64_t Ho = c.H + 2 * c.ph - c.kh + 1, Wo = c.W + 2 * c.pw - c.kw + 1;
-    const DirectConv::Geometry fwd{c.C, c.H, c.W, c.O, c.kh, c.kw, c.ph, c.pw, Ho, Wo};
-    const DirectConv::Geometry bwd{c.O, Ho, Wo, c.C, c.kh, c.kw, c.kh - 1 - c.ph, c.kw - 1 - c.pw, c.H, c.W};
+    const int64_t ph = (c.kh - 1) / 2, pw = (c.kw - 1) / 2;
+    const DirectConv::Geometry fwd{c.C, c.H, c.W, c.O, c.kh, c.kw, ph, pw, c.H, c.W};
+    const DirectConv::Geometry bwd{c.O, c.H, c.W, c.C, c.kh, c.kw, ph, pw, c.H, c.W};
     const bool avx512 = kernels::cpu::f32_gemm_path() == kernels::cpu::F32GemmPath::Avx512;
     CHECK(DirectConv::fits(fwd) == avx512);
-    CHECK(DirectConv::fits(bwd) == (avx512 && c.direct_input_grad));
+    CHECK(DirectConv::fits(bwd) == (avx512 && c.C >= 8));
+    CHECK(DirectConv::weight_grad_fits(fwd) == (avx512 && c.C * c.kh * c.kw < 48));
     // transposed: x32 is a (W, H)-major view, read in place (the strided copy into the grid)
     const Tensor base64 = c.transposed ? uniform_values({c.B, c.C, c.W, c.H}, -1, 1, seed++)
                                        : uniform_values({c.B, c.C, c.H, c.W}, -1, 1, seed++);
@@ -160,10 +164,11 @@ TEST_CASE("conv2d: the direct F32 kernel (forward and input gradient) equals the
     const Tensor x32 = c.transposed ? base32.transpose(2, 3) : base32;
     const Tensor xr = leaf(c.transposed ? base64.transpose(2, 3).contiguous() : base64);
     if (c.transposed) CHECK(x32.stride(3) != 1);
-    const Tensor w64 = uniform_values({c.O, c.C, c.kh, c.kw}, -1, 1, seed++);
+    const Tensor w64 = leaf(uniform_values({c.O, c.C, c.kh, c.kw}, -1, 1, seed++)),
+                 w32 = leaf(w64.detach().to(DType::F32));
     const Tensor b64 = c.bias ? uniform_values({c.O}, -1, 1, seed++) : Tensor();
-    const Tensor y32 = F::conv2d(x32, w64.to(DType::F32), c.bias ? b64.to(DType::F32) : Tensor(), {1, 1}, {c.ph, c.pw});
-    const Tensor y64 = F::conv2d(xr, w64, b64, {1, 1}, {c.ph, c.pw});
+    const Tensor y32 = F::conv2d(x32, w32, c.bias ? b64.to(DType::F32) : Tensor(), {1, 1}, {ph, pw});
+    const Tensor y64 = F::conv2d(xr, w64, b64, {1, 1}, {ph, pw});
     REQUIRE(y32.sizes() == y64.sizes());
     const double tol = 2e-6 * std::sqrt(double(c.C * c.kh * c.kw));
     CHECK_MESSAGE(allclose(y32.detach().to(DType::F64), y64.detach(), tol, tol), "C ", c.C, " O ", c.O, " W ", c.W);
@@ -173,13 +178,18 @@ TEST_CASE("conv2d: the direct F32 kernel (forward and input gradient) equals the
     const double gtol = 2e-6 * std::sqrt(double(c.O * c.kh * c.kw));
     const Tensor gx32 = c.transposed ? base32.grad().transpose(2, 3) : base32.grad();
     CHECK_MESSAGE(allclose(gx32.to(DType::F64), xr.grad(), gtol, gtol), "C ", c.C, " O ", c.O, " W ", c.W);
+    const double wtol = 2e-6 * std::sqrt(double(c.B * c.H * c.W));
+    CHECK_MESSAGE(allclose(w32.grad().to(DType::F64), w64.grad(), wtol, wtol), "C ", c.C, " O ", c.O, " W ", c.W);
   }
   // Off (BRISK_CONV=im2col does the same at start-up), the same problems go to im2col.
   kernels::cpu::conv::set_direct_conv(false);
   CHECK_FALSE(DirectConv::fits({3, 14, 14, 8, 3, 3, 1, 1, 14, 14}));
   kernels::cpu::conv::set_direct_conv(true);
-  // Strided, dilated and wasteful problems are not taken.
-  CHECK_FALSE(DirectConv::fits({3, 16, 16, 8, 3, 3, 1, 1, 16, 16}));  // Wo 16 needs a 32-wide grid: 50% waste
+  // Unpadded, asymmetrically padded, even and narrow-output problems are not taken (conv.cpp
+  // also sends strided, dilated and grouped ones to im2col before asking).
+  CHECK_FALSE(DirectConv::fits({3, 16, 16, 8, 3, 3, 0, 0, 14, 14}));  // no padding: output narrower
+  CHECK_FALSE(DirectConv::fits({3, 16, 16, 8, 3, 3, 2, 2, 18, 18}));  // padding 2: output wider
+  CHECK_FALSE(DirectConv::fits({3, 16, 16, 8, 2, 2, 1, 1, 17, 17}));  // even kernel
   CHECK_FALSE(DirectConv::fits({3, 14, 14, 4, 3, 3, 1, 1, 14, 14}));  // fewer than 8 output channels
 }
 

@@ -4,8 +4,9 @@
 // (bench::torch_times: a venv's PyTorch 2.x, else /usr/bin/python3's; OPENBLAS_CORETYPE /
 // OPENBLAS_L2_SIZE unset; "n/a" without torch).
 // Backward follows the CNN: the first layer's input is data (weight gradient only), the
-// second's needs both gradients. Threads: OMP_NUM_THREADS (default: all cores).
-// Not a test: it asserts nothing.
+// second's needs both gradients. The "im2col" rows time the same op with the direct kernel
+// turned off (kernels/cpu/conv.h: set_direct_conv), the path it replaced. Threads: OMP_NUM_THREADS (default: all
+// cores). Not a test: it asserts nothing.
 #include <omp.h>
 
 #include <cstdio>
@@ -143,6 +144,13 @@ int main() {
                                          bench::keep(call1(OpId::Conv2dBackwardInput, {g, wd}, a));
                                        },
                                        20);
+    ms["bwd_weight im2col"] = 1e3 * bench::seconds_per_call(
+                                        [&] {
+                                          Attrs a = attrs;
+                                          a.shape = l.w;
+                                          bench::keep(call1(OpId::Conv2dBackwardWeight, {g, xd}, a));
+                                        },
+                                        20);
     kernels::cpu::conv::set_direct_conv(true);
     ms["forward+backward"] = 1e3 * bench::seconds_per_call(
                                        [&] {
@@ -154,8 +162,8 @@ int main() {
     char shapes[64];
     std::snprintf(shapes, sizeof shapes, "(%lld,%lld,%lld,%lld)*(%lld,%lld,3,3)", (long long)l.x[0], (long long)l.x[1],
                   (long long)l.x[2], (long long)l.x[3], (long long)l.w[0], (long long)l.w[1]);
-    for (const char* c :
-         {"forward", "forward im2col", "backward_input", "bwd_input im2col", "backward_weight", "forward+backward"})
+    for (const char* c : {"forward", "forward im2col", "backward_input", "bwd_input im2col", "backward_weight",
+                          "bwd_weight im2col", "forward+backward"})
       row(torch, index, l.name, shapes, c, ms[c]);
     ++index;
   }

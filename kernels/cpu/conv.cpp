@@ -1,6 +1,7 @@
 // kernels/cpu/conv.cpp: CPU kernels of conv2d and its two backward ops. Conv lowers to GEMM
 // (Note [CPU conv]): im2col of one sample into a cached per-thread workspace, then the GEMM of
-// kernels/cpu/gemm.h; depthwise convs go to the direct loops of kernels/cpu/conv_depthwise.cpp.
+// kernels/cpu/gemm.h; stride-1 F32 convs go to the direct kernel of kernels/cpu/conv_direct.cpp
+// where it fits, depthwise convs to the direct loops of kernels/cpu/conv_depthwise.cpp.
 // F32/F64 run natively; BF16 runs im2col in BF16 and the BF16 GEMM of kernels/cpu/gemm_bf16.h
 // into F32 where that GEMM is native, else (and F16 always) through F32; results rounded once.
 // Not here: shapes, checks and backward formulas (engine/ops/conv.cpp); pooling
@@ -11,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -24,6 +26,10 @@
 namespace brisk::kernels::cpu {
 
 // Note [CPU conv]
+// Stride-1 F32 convs on the AVX-512 path (3x3 / padding 1 at widths 14 and 28, the CNN's)
+// skip what follows for the forward and the input gradient: DirectConv (Note [Direct conv],
+// kernels/cpu/conv_direct.cpp) reads the input from a zero-padded copy, with no im2col and no
+// col2im. Everything else, and every weight gradient, lowers to GEMM as follows.
 // conv2d for one sample and group is a matrix product: y (Og, Ho*Wo) = w (Og, K) @ col
 // (K, Ho*Wo), where K = Cg*kh*kw and col (im2col) holds, for each weight tap, the input
 // pixels that tap meets (zeros in the padding). The backward ops are the two other products:
@@ -239,20 +245,34 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
   Acc* gw = static_cast<Acc*>(gw_t.data_ptr());
   const int64_t K = p.K(), P = p.P(), n_w = p.O * K;
   const bool direct = p.pointwise() && x.planes_dense(p);
-  // acc (O, K) += the products of sample b.
-  auto add_sample = [&](int64_t b, Acc* acc, int threads) {
+  // The direct kernel (Note [Direct conv]) where it fits: no im2col, no packing.
+  std::optional<DirectConv> direct_conv;
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
+    const DirectConv::Geometry geo{p.C, p.H, p.W, p.O, p.kh, p.kw, p.ph, p.pw, p.Ho, p.Wo};
+    if (direct_conv_shape(p) && DirectConv::weight_grad_fits(geo)) direct_conv.emplace(geo, nullptr, false);
+  }
+  // acc (O, K) += the products of samples [b0, b1).
+  auto add_samples = [&](int64_t b0, int64_t b1, Acc* acc, int threads) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
+      if (direct_conv) {
+        direct_conv->weight_grad(x.data, x.sB, x.sC, x.sH, x.sW, g, b0, b1, acc);
+        return;
+      }
+    }
     T* cols = direct ? nullptr : t_cols.get<T>(K * P);
-    for (int64_t grp = 0; grp < p.groups; ++grp) {
-      const MatrixRef<const T> col = columns(x, p, direct, b, grp, cols);
-      const MatrixRef<const T> col_t{col.data, P, K, 1, col.row_stride};
-      gemm_into<T, Acc>({g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1}, col_t, {acc + grp * p.Og * K, p.Og, K, K, 1},
-                        true, threads);
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t grp = 0; grp < p.groups; ++grp) {
+        const MatrixRef<const T> col = columns(x, p, direct, b, grp, cols);
+        const MatrixRef<const T> col_t{col.data, P, K, 1, col.row_stride};
+        gemm_into<T, Acc>({g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1}, col_t, {acc + grp * p.Og * K, p.Og, K, K, 1},
+                          true, threads);
+      }
     }
   };
   const int nt = conv_threads(p.macs());
-  if (!per_sample(p.B, nt)) {
+  if (!per_sample(p.B, nt)) {  // (the direct kernel then runs on one thread)
     std::fill(gw, gw + n_w, Acc(0));
-    for (int64_t b = 0; b < p.B; ++b) add_sample(b, gw, nt > 1 ? 0 : 1);
+    add_samples(0, p.B, gw, nt > 1 ? 0 : 1);
     return;
   }
   // Each thread sums its samples into its own partial (thread 0 into gw), then each thread
@@ -265,7 +285,7 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
     Acc* acc = t == 0 ? gw : t_partial.get<Acc>(n_w);
     partial[size_t(t)] = acc;
     std::fill(acc, acc + n_w, Acc(0));
-    for (int64_t b = p.B * t / team; b < p.B * (t + 1) / team; ++b) add_sample(b, acc, 1);
+    add_samples(p.B * t / team, p.B * (t + 1) / team, acc, 1);
 #pragma omp barrier
     const int64_t lo = n_w * t / team, hi = n_w * (t + 1) / team;
     for (int s = 1; s < team; ++s) {

@@ -122,9 +122,10 @@ void depthwise_backward_input(const Tensor& g, const Tensor& w, const Tensor& gx
 void depthwise_backward_weight(const Tensor& g, const Tensor& x, const Tensor& gw, const Conv& p);
 
 // ---- direct convolution (kernels/cpu/conv_direct.cpp, Note [Direct conv]): one stride-1,
-// undilated, ungrouped F32 conv per sample, in (Ci, H, W) -> out (Co, Ho, Wo), on the AVX-512
-// path. conv2d's forward runs it with the weights as they are; its input gradient with the
-// output gradient as input, padding (kh - 1 - ph, kw - 1 - pw) and the weights flipped.
+// undilated, ungrouped, "same"-padded F32 conv per sample, in (Ci, H, W) -> out (Co, H, W), on
+// the AVX-512 path. conv2d's forward runs it with the weights as they are; its input gradient
+// with the output gradient as input and the weights flipped and transposed.
+
 // Whether DirectConv may run at all (on at start-up unless BRISK_CONV=im2col); off, every conv
 // takes im2col + GEMM. Process-wide and thread-safe; benchmarks set it to time both paths.
 void set_direct_conv(bool enabled);
@@ -135,22 +136,34 @@ class DirectConv {
   struct Geometry {
     int64_t Ci = 0, H = 0, W = 0, Co = 0, kh = 0, kw = 0, ph = 0, pw = 0, Ho = 0, Wo = 0;
   };
-  // Whether the direct kernel takes this problem: enabled, the AVX-512 GEMM path active, at least 8
-  // output channels, a kernel of 2+ taps, and at most 15% of the computed lanes wasted.
+  // Whether the direct kernel takes this problem: enabled, the AVX-512 GEMM path active, at
+  // least 8 output channels, an odd kernel of 2+ taps with padding (kh - 1) / 2, (kw - 1) / 2.
   static bool fits(const Geometry& g);
+  // Whether weight_grad takes it: fits() and fewer than 48 taps per output channel (the first
+  // layer of an image model; deeper ones measure faster through im2col + GEMM).
+  static bool weight_grad_fits(const Geometry& g);
   // Packs w: (Co, Ci, kh, kw) dense, or with `flipped` (Ci, Co, kh, kw) dense used as
-  // w'(o, c, i, j) = w(c, o, kh - 1 - i, kw - 1 - j).
+  // w'(o, c, i, j) = w(c, o, kh - 1 - i, kw - 1 - j); null for weight_grad alone.
   DirectConv(const Geometry& g, const float* w, bool flipped);
-  // out (Co, Ho, Wo) dense = conv(in (Ci, H, W) with strides (sC, sH, sW)) + bias (Co, or
+  // out (Co, H, W) dense = conv(in (Ci, H, W) with strides (sC, sH, sW)) + bias (Co, or
   // null). threads: 1 runs on the calling thread; 0 splits the sample's strips across
   // OpenMP's team.
   void run(const float* in, int64_t sC, int64_t sH, int64_t sW, const float* bias, float* out, int threads) const;
+  // gw (Co, Ci, kh, kw) dense += the weight gradient of samples [b0, b1): in (B, Ci, H, W) with
+  // strides (sB, sC, sH, sW), g (B, Co, H, W) dense. On the calling thread. (w may be null.)
+  void weight_grad(const float* in, int64_t sB, int64_t sC, int64_t sH, int64_t sW, const float* g, int64_t b0,
+                   int64_t b1, float* gw) const;
 
  private:
   Geometry g_;
-  int64_t G_ = 0, plane_ = 0;  // grid width and elements per padded channel
+  int64_t plane_ = 0;          // elements per row-padded channel
+  int64_t lead_ = 0;           // zeros before a copy's first plane (its first wrapped reads)
+  int64_t copy_ = 0;           // elements per copy of the input (one copy per kernel column)
   std::vector<float> packed_;  // [Co / 8][Ci * kh * kw][8]
-  std::vector<int32_t> off_;   // tap (c, i, j) -> its shift in the padded grid
+  std::vector<int64_t> off_;   // tap (c, i, j) -> where output 0 reads it, from the first copy
+
+  // The kw copies of one sample's input (Note [Direct conv]) into copies (kw * copy_ floats).
+  void make_copies(const float* in, int64_t sC, int64_t sH, int64_t sW, float* copies) const;
 };
 
 }  // namespace brisk::kernels::cpu::conv
