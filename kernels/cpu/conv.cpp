@@ -26,10 +26,10 @@
 namespace brisk::kernels::cpu {
 
 // Note [CPU conv]
-// Stride-1 F32 convs on the AVX-512 path (3x3 / padding 1 at widths 14 and 28, the CNN's)
-// skip what follows for the forward and the input gradient: DirectConv (Note [Direct conv],
-// kernels/cpu/conv_direct.cpp) reads the input from a zero-padded copy, with no im2col and no
-// col2im. Everything else, and every weight gradient, lowers to GEMM as follows.
+// Stride-1 "same" F32 convs on the AVX-512 path (3x3 / padding 1 and the like, the CNN's) skip
+// what follows in all three ops: DirectConv (Note [Direct conv], kernels/cpu/conv_direct.cpp)
+// reads the input from row-padded copies, with no im2col, no col2im and no packed B panel.
+// Everything else lowers to GEMM as follows.
 // conv2d for one sample and group is a matrix product: y (Og, Ho*Wo) = w (Og, K) @ col
 // (K, Ho*Wo), where K = Cg*kh*kw and col (im2col) holds, for each weight tap, the input
 // pixels that tap meets (zeros in the padding). The backward ops are the two other products:
@@ -249,7 +249,7 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
   std::optional<DirectConv> direct_conv;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
     const DirectConv::Geometry geo{p.C, p.H, p.W, p.O, p.kh, p.kw, p.ph, p.pw, p.Ho, p.Wo};
-    if (direct_conv_shape(p) && DirectConv::weight_grad_fits(geo)) direct_conv.emplace(geo, nullptr, false);
+    if (direct_conv_shape(p) && DirectConv::fits(geo)) direct_conv.emplace(geo, nullptr, false);
   }
   // acc (O, K) += the products of samples [b0, b1).
   auto add_samples = [&](int64_t b0, int64_t b1, Acc* acc, int threads) {

@@ -139,9 +139,6 @@ class DirectConv {
   // Whether the direct kernel takes this problem: enabled, the AVX-512 GEMM path active, at
   // least 8 output channels, an odd kernel of 2+ taps with padding (kh - 1) / 2, (kw - 1) / 2.
   static bool fits(const Geometry& g);
-  // Whether weight_grad takes it: fits() and fewer than 48 taps per output channel (the first
-  // layer of an image model; deeper ones measure faster through im2col + GEMM).
-  static bool weight_grad_fits(const Geometry& g);
   // Packs w: (Co, Ci, kh, kw) dense, or with `flipped` (Ci, Co, kh, kw) dense used as
   // w'(o, c, i, j) = w(c, o, kh - 1 - i, kw - 1 - j); null for weight_grad alone.
   DirectConv(const Geometry& g, const float* w, bool flipped);

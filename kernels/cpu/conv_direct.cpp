@@ -54,10 +54,10 @@ namespace brisk::kernels::cpu::conv {
 // Weight gradient: gw[o][k] = sum over samples and outputs q of g[o][q] * B[k][q], B read from
 // the same copies of the input. The micro kernel runs 6 output channels x 4 taps, vectorized
 // over q with one accumulator of 16 partial sums each, over 4 samples at a time (their copies,
-// ~0.6 MiB for the CNN's second layer, in L2), then sums the lanes into gw. It measured
-// 1.2 ms against im2col + GEMM's 3.2 for the CNN's first layer (9 taps: a GEMM 9 columns wide)
-// but 18 against 12.6 ms for the second (288 taps: GCC folds the g loads into the FMAs, 28
-// loads per 24 FMAs, and the lane sums cost ~15%), so it runs below 48 taps only.
+// ~0.6 MiB for the CNN's second layer, in L2), then sums the lanes into gw: 10 loads per 24
+// FMAs (GCC, left alone, folded the g loads into the FMAs: 28 loads, 18 ms instead of 11.7).
+// Against im2col + GEMM: 1.2 vs 3.2 ms for the CNN's first layer (9 taps: a GEMM 9 columns
+// wide), 11.7 vs 12.6 ms for its second (288 taps).
 // Threads: one sample on one thread when the batch is shared out by samples (conv.cpp), else the
 // strips of each sample across the team (the copies made first, by the calling thread).
 
@@ -70,9 +70,6 @@ constexpr int64_t kMaxK = 1024;  // taps per depth chunk (a 32 KiB weight micro-
 constexpr int kWgradBlock = 4;   // samples whose copies the weight gradient keeps at once (L2)
 constexpr int kWgradRows = 6;    // weight-gradient rows per micro kernel (output channels)
 constexpr int kWgradTaps = 4;    // weight-gradient columns per micro kernel (6 x 4 accumulators)
-// Taps (Ci * kh * kw) below which the weight gradient runs here: one GEMM column strip (48)
-// or less, where im2col + GEMM pads the columns and packs more than it multiplies.
-constexpr int64_t kWgradMaxTaps = 48;
 
 __mmask16 first_lanes(int64_t n) {
   if (n <= 0) return 0;
@@ -143,7 +140,8 @@ __attribute__((target("avx512f"))) void wgrad_tile(int nb, const float* const* g
       for (int t = 0; t < NK; ++t) bv[t] = _mm512_loadu_ps(c0 + off[t] + q);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
-        const __m512 gv = _mm512_maskz_loadu_ps(m, g0 + std::min<int64_t>(r, last) * n + q);
+        __m512 gv = _mm512_maskz_loadu_ps(m, g0 + std::min<int64_t>(r, last) * n + q);
+        asm("" : "+v"(gv));  // keep gv in a register: folded into each FMA it is loaded NK times
 #pragma GCC unroll 8
         for (int t = 0; t < NK; ++t) acc[r][t] = _mm512_fmadd_ps(gv, bv[t], acc[r][t]);
       }
@@ -180,8 +178,6 @@ bool DirectConv::fits(const Geometry& g) {
   if (!same || g.Ho != g.H || g.Wo != g.W || g.H < 1 || g.W < 1) return false;
   return true;
 }
-
-bool DirectConv::weight_grad_fits(const Geometry& g) { return fits(g) && g.Ci * g.kh * g.kw < kWgradMaxTaps; }
 
 DirectConv::DirectConv(const Geometry& geo, const float* w, bool flipped) : g_(geo) {
   plane_ = (g_.H + 2 * g_.ph) * g_.W;
