@@ -146,6 +146,7 @@ TEST_CASE("conv2d: the direct F32 kernel (forward, input and weight gradients) e
       {1, 120, 14, 14, 8, 3, 3, true, false}, {3, 10, 12, 13, 12, 5, 3, false, true},
       {2, 16, 5, 44, 16, 3, 5, true, false},  {1, 8, 6, 1, 8, 3, 1, true, false},
       {3, 2, 9, 12, 8, 1, 3, false, false},   {11, 1, 10, 10, 16, 7, 1, true, false},
+      {2, 8, 4, 3, 8, 3, 13, true, false},  // padding 6 on a 3-wide input: reads wrap past whole rows
   };
   uint64_t seed = 300;
   for (const Case& c : cases) {

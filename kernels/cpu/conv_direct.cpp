@@ -244,7 +244,9 @@ void DirectConv::make_copies(const float* in, int64_t sC, int64_t sH, int64_t sW
     if (j == g.pw) continue;
     float* cp = copies + j * copy_;
     std::memcpy(cp, base, sizeof(float) * size_t(copy_));
-    const int64_t lo = j < g.pw ? g.W + j - g.pw : 0, hi = j < g.pw ? g.W : j - g.pw;
+    // clamped: a kernel wider than twice the input (pw >= W) zeroes whole copies
+    const int64_t lo = j < g.pw ? std::max<int64_t>(0, g.W + j - g.pw) : 0;
+    const int64_t hi = j < g.pw ? g.W : std::min(g.W, j - g.pw);
     for (int64_t c = 0; c < g.Ci; ++c) {
       float* plane = cp + lead_ + c * plane_ + pad;
       for (int64_t h = 0; h < g.H; ++h) {
