@@ -180,6 +180,24 @@ TEST_CASE("conv2d: the direct F32 kernel (forward, input and weight gradients) e
     const double wtol = 2e-6 * std::sqrt(double(c.B * c.H * c.W));
     CHECK_MESSAGE(allclose(w32.grad().to(DType::F64), w64.grad(), wtol, wtol), "C ", c.C, " O ", c.O, " W ", c.W);
   }
+  // A kernel wider than the padded row reaches (3x13, padding 6, width 3): some taps meet no
+  // column, which the flat runs of im2col / col2im and of the depthwise loops once walked
+  // outside the plane (ASan). Depthwise against the same channels one group at a time, F64.
+  {
+    const Tensor x = leaf(uniform_values({2, 4, 4, 3}, -1, 1, 901)),
+                 w = leaf(uniform_values({4, 1, 3, 13}, -1, 1, 902));
+    const Tensor y = F::conv2d(x, w, {}, {1, 1}, {1, 6}, {1, 1}, 4);
+    const Tensor g = uniform_values(y.sizes(), -1, 1, 903);
+    y.backward(g);
+    for (int64_t c = 0; c < 4; ++c) {
+      const Tensor xc = leaf(x.detach().slice(1, c, c + 1)), wc = leaf(w.detach().slice(0, c, c + 1));
+      const Tensor yc = F::conv2d(xc, wc, {}, {1, 1}, {1, 6});
+      CHECK(allclose(yc, y.detach().slice(1, c, c + 1), 1e-12, 1e-12));
+      yc.backward(g.slice(1, c, c + 1));
+      CHECK(allclose(xc.grad(), x.grad().slice(1, c, c + 1), 1e-12, 1e-12));
+      CHECK(allclose(wc.grad(), w.grad().slice(0, c, c + 1), 1e-12, 1e-12));
+    }
+  }
   // Off (BRISK_CONV=im2col does the same at start-up), the same problems go to im2col.
   kernels::cpu::conv::set_direct_conv(false);
   CHECK_FALSE(DirectConv::fits({3, 14, 14, 8, 3, 3, 1, 1, 14, 14}));

@@ -74,7 +74,9 @@ void im2col(const T* x, int64_t sC, int64_t sH, int64_t sW, const Conv& p, T* co
         if (n == 0) continue;
         T* r = row + t.oh_lo * Wo;
         const T* src = x + c * sC + (t.oh_lo * p.sh + t.off_h) * sH;  // the input row of output row oh_lo
-        if (flat) {
+        // flat only where the tap meets some column: with lo == hi (a kernel wider than the
+        // padded row reaches) the run would start outside the input
+        if (flat && t.lo < t.hi) {
           const T* s = src + t.off_w;
           for (int64_t k = t.lo; k < (n - 1) * Wo + t.hi; ++k) r[k] = s[k];
           for (int64_t q = 0; q < n; ++q) {
@@ -112,7 +114,7 @@ void col2im(T* col, const Conv& p, T* x) {
         if (n == 0) continue;
         T* r = col + ((c * p.kh + i) * p.kw + j) * P + t.oh_lo * Wo;
         T* dst = x + (c * p.H + t.oh_lo * p.sh + t.off_h) * p.W;  // the input row of output row oh_lo
-        if (flat) {
+        if (flat && t.lo < t.hi) {                                // (as in im2col: else the run would write outside gx)
           for (int64_t q = 0; q < n; ++q) {
             for (int64_t ow = 0; ow < t.lo; ++ow) r[q * Wo + ow] = T(0);
             for (int64_t ow = t.hi; ow < Wo; ++ow) r[q * Wo + ow] = T(0);

@@ -89,7 +89,7 @@ void depthwise_forward_loops(const Tensor& x_t, const Tensor& w_t, const T* bias
     for (int64_t k = 0; k < P; ++k) yp[k] = start;
     for (size_t ti = 0; ti < taps.size(); ++ti) {
       const Tap& t = taps[ti];
-      if (t.oh_hi == t.oh_lo) continue;
+      if (t.oh_hi == t.oh_lo || t.hi == t.lo) continue;  // the tap meets no input (its run would leave the plane)
       const T wv = w[o * int64_t(taps.size()) + int64_t(ti)];
       if (flat) {
         const FlatRun r(t, p);
@@ -134,7 +134,7 @@ void depthwise_backward_input_loops(const Tensor& g_t, const Tensor& w_t, const 
       const T* gp = g + (b * p.O + o) * P;
       for (size_t ti = 0; ti < taps.size(); ++ti) {
         const Tap& t = taps[ti];
-        if (t.oh_hi == t.oh_lo) continue;
+        if (t.oh_hi == t.oh_lo || t.hi == t.lo) continue;  // the tap meets no input (its run would leave the plane)
         const T wv = w[o * int64_t(taps.size()) + int64_t(ti)];
         if (flat) {
           const FlatRun r(t, p);
@@ -175,7 +175,7 @@ void depthwise_backward_weight_loops(const Tensor& g_t, const Tensor& x_t, const
     for (size_t ti = 0; ti < taps.size(); ++ti) {
       const Tap& t = taps[ti];
       T acc = 0;
-      for (int64_t b = 0; b < p.B && t.oh_hi > t.oh_lo; ++b) {
+      for (int64_t b = 0; b < p.B && t.oh_hi > t.oh_lo && t.hi > t.lo; ++b) {
         const T* xp = x.data + b * x.sB + (o / p.Og) * x.sC;
         const T* gp = g + (b * p.O + o) * P;
         if (flat) {
