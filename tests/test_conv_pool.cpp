@@ -23,6 +23,16 @@ namespace {
 
 // ---- errors and details the table does not express
 
+// A small deterministic generator for test data with ties and special values: next() gives 31
+// random bits.
+struct Lcg {
+  uint64_t state;
+  uint64_t operator()() {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  }
+};
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -75,11 +85,7 @@ TEST_CASE("max_pool2d: the F32 2x2 kernel (AVX-512 where present) equals the F64
   // Widths 2..41 cover the masked short step (n < 8, n = 8, 8 < n < 16), whole 16-output steps
   // and odd last columns; values in quarters (many ties, exact in both dtypes) and some NaNs.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  uint64_t state = 12345;
-  auto next = [&] {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return state >> 33;
-  };
+  Lcg next{12345};
   for (int64_t W = 2; W <= 41; ++W) {
     for (int64_t H : {2, 3, 6}) {
       std::vector<double> v(size_t(2 * 3 * H * W));
@@ -198,6 +204,41 @@ TEST_CASE("conv2d: the direct F32 kernel (forward, input and weight gradients) e
       CHECK(allclose(wc.grad(), w.grad().slice(0, c, c + 1), 1e-12, 1e-12));
     }
   }
+  // Edge values: an inf in one input channel makes only that channel's weight gradient (and the
+  // outputs it reaches) non-finite, as in the F64 path; the weight gradient's last, partial
+  // vector reads other planes past the outputs, which must not turn into 0 * inf = NaN. Width 1
+  // (3x1 kernel) puts the next channels right behind each plane.
+  {
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> v = uniform_values({2, 8, 6, 1}, -1, 1, 904).to_vector<double>();
+    v[size_t((1 * 8 + 5) * 6 + 2)] = inf;  // sample 1, channel 5, row 2
+    const Tensor x64 = from_vector(v, {2, 8, 6, 1}, DType::F64);
+    const Tensor w64 = leaf(uniform_values({8, 8, 3, 1}, -1, 1, 905)), w32 = leaf(w64.detach().to(DType::F32));
+    const Tensor y64 = F::conv2d(x64, w64, {}, {1, 1}, {1, 0}),
+                 y32 = F::conv2d(x64.to(DType::F32), w32, {}, {1, 1}, {1, 0});
+    const Tensor g = uniform_values(y64.sizes(), 0.5, 1, 906);
+    y64.backward(g);
+    y32.backward(g.to(DType::F32));
+    const std::vector<double> a = w32.grad().to(DType::F64).to_vector<double>(), b = w64.grad().to_vector<double>();
+    int64_t nonfinite = 0, mismatches = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const bool channel5 = (i / 3) % 8 == 5;
+      nonfinite += !std::isfinite(a[i]);
+      mismatches += channel5 ? !(std::isinf(a[i]) && a[i] == b[i]) && !(std::isnan(a[i]) && std::isnan(b[i]))
+                             : !(std::abs(a[i] - b[i]) < 1e-5);
+    }
+    CHECK(mismatches == 0);
+    CHECK(nonfinite > 0);
+    CHECK(nonfinite <= 8 * 3);  // channel 5's taps only
+  }
+  // No input channels (PyTorch allows it): the output is the bias; the direct kernel leaves it
+  // to im2col + GEMM, which writes it.
+  {
+    const Tensor x = zeros({2, 0, 5, 5}), w = zeros({8, 0, 3, 3}), b = uniform_values({8}, -1, 1, 907, DType::F32);
+    const Tensor y = F::conv2d(x, w, b, {1, 1}, {1, 1});
+    CHECK(equal(y, b.reshape({1, 8, 1, 1}).expand({2, 8, 5, 5})));
+    CHECK_FALSE(DirectConv::fits({0, 5, 5, 8, 3, 3, 1, 1, 5, 5}));
+  }
   // Off (BRISK_CONV=im2col does the same at start-up), the same problems go to im2col.
   kernels::cpu::conv::set_direct_conv(false);
   CHECK_FALSE(DirectConv::fits({3, 14, 14, 8, 3, 3, 1, 1, 14, 14}));
@@ -215,11 +256,7 @@ TEST_CASE("Sequential: ReLU then MaxPool2d runs as the pool then the ReLU, with 
   // both signs, windows with no positive element, and NaNs; several pool geometries (padding,
   // dilation, ceil mode); the unswapped reference is built from the functions directly.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  uint64_t state = 777;
-  auto next = [&] {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return state >> 33;
-  };
+  Lcg next{777};
   struct Geometry {
     F::Pair kernel;
     std::optional<F::Pair> stride;

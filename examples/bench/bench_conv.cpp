@@ -109,48 +109,33 @@ int main() {
     const Tensor xd = x.detach(), wd = w.detach();
 
     std::map<std::string, double> ms;
-    ms["forward"] = 1e3 * bench::seconds_per_call(
-                              [&] {
-                                NoGradGuard ng;
-                                bench::keep(F::conv2d(x, w, {}, {1, 1}, {1, 1}));
-                              },
-                              20);
-    ms["backward_input"] = 1e3 * bench::seconds_per_call(
-                                     [&] {
-                                       Attrs a = attrs;
-                                       a.shape = l.x;
-                                       bench::keep(call1(OpId::Conv2dBackwardInput, {g, wd}, a));
-                                     },
-                                     20);
-    ms["backward_weight"] = 1e3 * bench::seconds_per_call(
-                                      [&] {
-                                        Attrs a = attrs;
-                                        a.shape = l.w;
-                                        bench::keep(call1(OpId::Conv2dBackwardWeight, {g, xd}, a));
-                                      },
-                                      20);
-    // the same two products through im2col + GEMM, the path the direct kernel replaced
-    kernels::cpu::conv::set_direct_conv(false);
-    ms["forward im2col"] = 1e3 * bench::seconds_per_call(
-                                     [&] {
-                                       NoGradGuard ng;
-                                       bench::keep(F::conv2d(x, w, {}, {1, 1}, {1, 1}));
-                                     },
-                                     20);
-    ms["bwd_input im2col"] = 1e3 * bench::seconds_per_call(
-                                       [&] {
-                                         Attrs a = attrs;
-                                         a.shape = l.x;
-                                         bench::keep(call1(OpId::Conv2dBackwardInput, {g, wd}, a));
-                                       },
-                                       20);
-    ms["bwd_weight im2col"] = 1e3 * bench::seconds_per_call(
-                                        [&] {
-                                          Attrs a = attrs;
-                                          a.shape = l.w;
-                                          bench::keep(call1(OpId::Conv2dBackwardWeight, {g, xd}, a));
-                                        },
-                                        20);
+    // the three ops with the direct kernel, then through im2col + GEMM (the path it replaced)
+    for (const bool direct : {true, false}) {
+      kernels::cpu::conv::set_direct_conv(direct);
+      const std::string suffix = direct ? "" : " im2col";
+      ms["forward" + suffix] = 1e3 * bench::seconds_per_call(
+                                         [&] {
+                                           NoGradGuard ng;
+                                           bench::keep(F::conv2d(x, w, {}, {1, 1}, {1, 1}));
+                                         },
+                                         20);
+      ms[(direct ? "backward_input" : "bwd_input") + suffix] =
+          1e3 * bench::seconds_per_call(
+                    [&] {
+                      Attrs a = attrs;
+                      a.shape = l.x;
+                      bench::keep(call1(OpId::Conv2dBackwardInput, {g, wd}, a));
+                    },
+                    20);
+      ms[(direct ? "backward_weight" : "bwd_weight") + suffix] =
+          1e3 * bench::seconds_per_call(
+                    [&] {
+                      Attrs a = attrs;
+                      a.shape = l.w;
+                      bench::keep(call1(OpId::Conv2dBackwardWeight, {g, xd}, a));
+                    },
+                    20);
+    }
     kernels::cpu::conv::set_direct_conv(true);
     ms["forward+backward"] = 1e3 * bench::seconds_per_call(
                                        [&] {

@@ -136,10 +136,16 @@ void col2im(T* col, const Conv& p, T* x) {
   }
 }
 
-// Whether a conv is of the kind DirectConv computes (stride 1, undilated, one group, not 1x1);
-// DirectConv::fits then decides on the sizes (Note [Direct conv] in kernels/cpu/conv_direct.cpp).
-bool direct_conv_shape(const Conv& p) {
-  return p.groups == 1 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 && !p.pointwise();
+// The DirectConv problem of conv p's forward and weight gradient, or (input_grad) of its input
+// gradient, the adjoint "same" conv from g to gx; nullopt where the direct kernel does not
+// take it (strided, dilated, grouped or 1x1 here; DirectConv::fits decides the rest).
+std::optional<DirectConv::Geometry> direct_geometry(const Conv& p, bool input_grad) {
+  if (p.groups != 1 || p.sh != 1 || p.sw != 1 || p.dh != 1 || p.dw != 1 || p.pointwise()) return std::nullopt;
+  const DirectConv::Geometry geo =
+      input_grad ? DirectConv::Geometry{p.O, p.Ho, p.Wo, p.C, p.kh, p.kw, p.kh - 1 - p.ph, p.kw - 1 - p.pw, p.H, p.W}
+                 : DirectConv::Geometry{p.C, p.H, p.W, p.O, p.kh, p.kw, p.ph, p.pw, p.Ho, p.Wo};
+  if (!DirectConv::fits(geo)) return std::nullopt;
+  return geo;
 }
 
 // Whether the batch is shared out in whole samples (else samples run one after the other,
@@ -181,9 +187,8 @@ void conv_forward(const Tensor& x_t, const Tensor& w_t, const Acc* bias, const T
   Acc* y = static_cast<Acc*>(y_t.data_ptr());
   const int64_t K = p.K(), P = p.P();
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
-    const DirectConv::Geometry geo{p.C, p.H, p.W, p.O, p.kh, p.kw, p.ph, p.pw, p.Ho, p.Wo};
-    if (direct_conv_shape(p) && DirectConv::fits(geo)) {
-      const DirectConv conv(geo, w, false);
+    if (const auto geo = direct_geometry(p, false)) {
+      const DirectConv conv(*geo, w, false);
       for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
         conv.run(x.data + b * x.sB, x.sC, x.sH, x.sW, bias, y + b * p.O * P, threads);
       });
@@ -214,9 +219,8 @@ void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_
   const int64_t K = p.K(), P = p.P(), HW = p.H * p.W;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
     // gx = conv(g padded by (kh - 1 - ph, kw - 1 - pw), w flipped and transposed): Note [Direct conv]
-    const DirectConv::Geometry geo{p.O, p.Ho, p.Wo, p.C, p.kh, p.kw, p.kh - 1 - p.ph, p.kw - 1 - p.pw, p.H, p.W};
-    if (direct_conv_shape(p) && DirectConv::fits(geo)) {
-      const DirectConv conv(geo, w, true);
+    if (const auto geo = direct_geometry(p, true)) {
+      const DirectConv conv(*geo, w, true);
       for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
         conv.run(g + b * p.O * P, P, p.Wo, 1, nullptr, gx + b * p.C * HW, threads);
       });
@@ -250,8 +254,7 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
   // The direct kernel (Note [Direct conv]) where it fits: no im2col, no packing.
   std::optional<DirectConv> direct_conv;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
-    const DirectConv::Geometry geo{p.C, p.H, p.W, p.O, p.kh, p.kw, p.ph, p.pw, p.Ho, p.Wo};
-    if (direct_conv_shape(p) && DirectConv::fits(geo)) direct_conv.emplace(geo, nullptr, false);
+    if (const auto geo = direct_geometry(p, false)) direct_conv.emplace(*geo, nullptr, false);
   }
   // acc (O, K) += the products of samples [b0, b1).
   auto add_samples = [&](int64_t b0, int64_t b1, Acc* acc, int threads) {

@@ -1,10 +1,11 @@
 // kernels/cpu/conv_direct.cpp: the direct F32 convolution of kernels/cpu/conv.h (DirectConv):
-// stride-1 undilated convs computed from a zero-padded copy of each input plane with an
-// AVX-512 micro kernel that reads its B operand straight from that copy, so there is no im2col
-// matrix and no packed B panel. conv2d's forward and its input gradient (a conv of the output
-// gradient with the flipped, transposed weights) take it. Note [Direct conv].
-// Not here: the choice between this and im2col + GEMM, and the threading over samples
-// (kernels/cpu/conv.cpp); the weight gradient (im2col + GEMM, kernels/cpu/conv.cpp).
+// stride-1 "same" convs computed from row-padded copies of each input plane by AVX-512 micro
+// kernels that read their B operand straight from those copies, so there is no im2col matrix,
+// no col2im and no packed B panel. conv2d's forward, its input gradient (a "same" conv of the
+// output gradient with the flipped, transposed weights) and its weight gradient take it.
+// Note [Direct conv].
+// Not here: the choice between this and im2col + GEMM and the threading over samples
+// (kernels/cpu/conv.cpp); the lane masks (kernels/cpu/lanes.h).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -16,6 +17,7 @@
 
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/lanes.h"
 
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
 // -Wmaybe-uninitialized reports once they are inlined here (false positives, as in gemm_f32.cpp).
@@ -64,18 +66,12 @@ namespace brisk::kernels::cpu::conv {
 namespace {
 
 constexpr int kMR = 8;           // output channels per micro kernel
-constexpr int kNV = 3;           // vectors of 16 grid positions per micro kernel
-constexpr int kNR = 16 * kNV;    // grid positions per micro kernel
+constexpr int kNV = 3;           // vectors of 16 outputs per micro kernel
+constexpr int kNR = 16 * kNV;    // outputs per micro kernel
 constexpr int64_t kMaxK = 1024;  // taps per depth chunk (a 32 KiB weight micro-panel)
 constexpr int kWgradBlock = 4;   // samples whose copies the weight gradient keeps at once (L2)
 constexpr int kWgradRows = 6;    // weight-gradient rows per micro kernel (output channels)
 constexpr int kWgradTaps = 4;    // weight-gradient columns per micro kernel (6 x 4 accumulators)
-
-__mmask16 first_lanes(int64_t n) {
-  if (n <= 0) return 0;
-  if (n >= 16) return 0xffff;
-  return __mmask16((1u << n) - 1);
-}
 
 // out rows r < rows (plane_out apart), vector v at out + 16 v (mask[v] lanes) (+)= the product
 // of ap [kc][8] and the B rows base + off[k]. Starts from the stored values (accumulate), else
@@ -133,11 +129,12 @@ __attribute__((target("avx512f"))) void wgrad_tile(int nb, const float* const* g
   for (int s = 0; s < nb; ++s) {
     const float* g0 = g_s[s];
     const float* c0 = copies_s[s];
-    // one multiply-add step over outputs q .. q + 15, g read under mask m (zeros past n)
+    // one multiply-add step over outputs q .. q + 15, g and B read under mask m: past n, B
+    // holds other planes' values, and 0 * inf there would put a NaN into a finite sum
     auto step = [&](int64_t q, __mmask16 m) __attribute__((always_inline)) {
       __m512 bv[NK];
 #pragma GCC unroll 8
-      for (int t = 0; t < NK; ++t) bv[t] = _mm512_loadu_ps(c0 + off[t] + q);
+      for (int t = 0; t < NK; ++t) bv[t] = _mm512_maskz_loadu_ps(m, c0 + off[t] + q);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         __m512 gv = _mm512_maskz_loadu_ps(m, g0 + std::min<int64_t>(r, last) * n + q);
@@ -172,11 +169,15 @@ bool direct_conv_enabled() { return direct_enabled().load(); }
 
 bool DirectConv::fits(const Geometry& g) {
   if (!direct_conv_enabled()) return false;
-  if (f32_gemm_path() != F32GemmPath::Avx512) return false;  // the AVX-512 path (BRISK_GEMM=eigen: im2col)
-  if (g.kh * g.kw < 2 || g.Co < kMR) return false;
+  if (f32_gemm_path() != F32GemmPath::Avx512) return false;     // the AVX-512 path (BRISK_GEMM=eigen: im2col)
+  if (g.kh * g.kw < 2 || g.Co < kMR || g.Ci < 1) return false;  // (no input channel: the kernel writes nothing)
   const bool same = g.kh % 2 == 1 && g.kw % 2 == 1 && 2 * g.ph == g.kh - 1 && 2 * g.pw == g.kw - 1;
   if (!same || g.Ho != g.H || g.Wo != g.W || g.H < 1 || g.W < 1) return false;
-  return true;
+  // the copies of a block of samples (kw * copy_ floats each) in int64 with room to spare;
+  // beyond, im2col + GEMM (whose allocation then reports the size)
+  const double copy = double(g.Ci) * double(g.H + 2 * g.ph) * double(g.W) + double(2 * g.pw + 16);
+  const double copies = double(kWgradBlock) * double(g.kw) * copy;
+  return copies < 0x1p50;
 }
 
 DirectConv::DirectConv(const Geometry& geo, const float* w, bool flipped) : g_(geo) {

@@ -20,6 +20,7 @@
 
 #include "engine/allocator.h"
 #include "engine/error.h"
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/scratch.h"
 
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
@@ -253,10 +254,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b(Operand b, int6
 
 // ---- the AVX512-BF16 micro kernel: c (rows <= 8, cols <= 16 * NV) (+)= A rows x B strip
 
-__mmask16 col_mask(int cols, int v) {
-  const int n = std::clamp(cols - 16 * v, 0, 16);
-  return n == 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-}
+__mmask16 col_mask(int cols, int v) { return first_lanes(cols - 16 * v); }
 
 // ap: 8 rows of a packed A block (row stride 32, group stride kGroup); bp: NV sub-panels,
 // bs elements apart; kp pairs.

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/scratch.h"
 
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
@@ -114,13 +115,6 @@ constexpr int64_t kWholeElems = int64_t(3) << 19;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-// The first n lanes (n clamped to [0, 16]).
-__mmask16 first_lanes(int64_t n) {
-  if (n <= 0) return 0;
-  if (n >= 16) return 0xffff;
-  return __mmask16((1u << n) - 1);
-}
 
 thread_local Workspace t_panels;  // the packed panels of the products this thread leads
 
