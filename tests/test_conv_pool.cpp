@@ -251,6 +251,60 @@ TEST_CASE("conv2d: the direct F32 kernel (forward, input and weight gradients) e
   CHECK_FALSE(DirectConv::fits({3, 14, 14, 4, 3, 3, 1, 1, 14, 14}));  // fewer than 8 output channels
 }
 
+TEST_CASE("conv2d: the Winograd F(2x2, 3x3) kernel (forward, input and weight gradients) equals the F64 path") {
+  // Note [Winograd conv]: the CNN's second layer; odd planes (tiles past the edge); channel
+  // counts off the vector width (17 -> 32, 33 -> 48, 20, 50) in both directions, so the padded
+  // channels and every column-block width (64 / 48 / 32 / 16) of the micro kernel run; the
+  // smallest plane taken (4 x 4); several tile blocks per plane (128 channels, 40 wide); a
+  // transposed (strided) input; batches of 1 to 13 (samples shared out unevenly); with and
+  // without bias. WinogradConv::fits is checked too, so each case runs where it says.
+  using kernels::cpu::conv::WinogradConv;
+  struct Case {
+    int64_t B, C, H, W, O;
+    bool bias, transposed;
+  };
+  const Case cases[] = {
+      {4, 32, 14, 14, 64, true, false}, {3, 16, 7, 7, 16, false, false},  {2, 17, 5, 9, 33, true, true},
+      {1, 48, 4, 4, 20, true, false},   {5, 20, 6, 31, 50, false, false}, {1, 128, 9, 40, 128, true, false},
+      {13, 16, 8, 8, 24, true, false},
+  };
+  const bool avx512 = kernels::cpu::f32_gemm_path() == kernels::cpu::F32GemmPath::Avx512;
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    CHECK(WinogradConv::fits({c.C, c.O, c.H, c.W}) == avx512);
+    CHECK(WinogradConv::fits({c.O, c.C, c.H, c.W}) == avx512);
+    const Tensor base64 = c.transposed ? uniform_values({c.B, c.C, c.W, c.H}, -1, 1, seed++)
+                                       : uniform_values({c.B, c.C, c.H, c.W}, -1, 1, seed++);
+    const Tensor base32 = leaf(base64.to(DType::F32));
+    const Tensor x32 = c.transposed ? base32.transpose(2, 3) : base32;
+    const Tensor xr = leaf(c.transposed ? base64.transpose(2, 3).contiguous() : base64);
+    const Tensor w64 = leaf(uniform_values({c.O, c.C, 3, 3}, -1, 1, seed++)), w32 = leaf(w64.detach().to(DType::F32));
+    const Tensor b64 = c.bias ? uniform_values({c.O}, -1, 1, seed++) : Tensor();
+    const Tensor y32 = F::conv2d(x32, w32, c.bias ? b64.to(DType::F32) : Tensor(), {1, 1}, {1, 1});
+    const Tensor y64 = F::conv2d(xr, w64, b64, {1, 1}, {1, 1});
+    REQUIRE(y32.sizes() == y64.sizes());
+    const double tol = 2e-6 * std::sqrt(double(c.C * 9));
+    CHECK_MESSAGE(allclose(y32.detach().to(DType::F64), y64.detach(), tol, tol), "C ", c.C, " O ", c.O, " W ", c.W);
+    const Tensor g = uniform_values(y64.sizes(), -1, 1, seed++);
+    y32.backward(g.to(DType::F32));
+    y64.backward(g);
+    const double gtol = 2e-6 * std::sqrt(double(c.O * 9));
+    const Tensor gx32 = c.transposed ? base32.grad().transpose(2, 3) : base32.grad();
+    CHECK_MESSAGE(allclose(gx32.to(DType::F64), xr.grad(), gtol, gtol), "C ", c.C, " O ", c.O, " W ", c.W);
+    const double wtol = 2e-6 * std::sqrt(double(c.B * c.H * c.W));
+    CHECK_MESSAGE(allclose(w32.grad().to(DType::F64), w64.grad(), wtol, wtol), "C ", c.C, " O ", c.O, " W ", c.W);
+  }
+  // What it leaves to the direct kernel: fewer than 16 channels either way, planes under 4 x 4;
+  // and nothing while switched off (BRISK_CONV=direct or im2col at start-up).
+  CHECK_FALSE(WinogradConv::fits({15, 32, 14, 14}));
+  CHECK_FALSE(WinogradConv::fits({32, 15, 14, 14}));
+  CHECK_FALSE(WinogradConv::fits({32, 32, 3, 14}));
+  CHECK_FALSE(WinogradConv::fits({32, 32, 14, 3}));
+  kernels::cpu::conv::set_winograd_conv(false);
+  CHECK_FALSE(WinogradConv::fits({32, 64, 14, 14}));
+  kernels::cpu::conv::set_winograd_conv(true);
+}
+
 TEST_CASE("Sequential: ReLU then MaxPool2d runs as the pool then the ReLU, with the same values and gradients") {
   // Note [ReLU before max pool] in nn/module.cpp. Values in halves: many ties, exact zeros of
   // both signs, windows with no positive element, and NaNs; several pool geometries (padding,

@@ -4,8 +4,10 @@
 // (bench::torch_times: a venv's PyTorch 2.x, else /usr/bin/python3's; OPENBLAS_CORETYPE /
 // OPENBLAS_L2_SIZE unset; "n/a" without torch).
 // Backward follows the CNN: the first layer's input is data (weight gradient only), the
-// second's needs both gradients. The "im2col" rows time the same op with the direct kernel
-// turned off (kernels/cpu/conv.h: set_direct_conv), the path it replaced. Threads: OMP_NUM_THREADS (default: all
+// second's needs both gradients. The plain rows are the default path (Winograd F(2x2, 3x3)
+// where it fits, the second layer; else the direct kernel); "direct" rows time the same op with
+// Winograd off (kernels/cpu/conv.h: set_winograd_conv), "im2col" rows with the direct kernel off
+// too (set_direct_conv), the path both replaced. Threads: OMP_NUM_THREADS (default: all
 // cores). Not a test: it asserts nothing.
 #include <omp.h>
 
@@ -109,17 +111,23 @@ int main() {
     const Tensor xd = x.detach(), wd = w.detach();
 
     std::map<std::string, double> ms;
-    // the three ops with the direct kernel, then through im2col + GEMM (the path it replaced)
-    for (const bool direct : {true, false}) {
-      kernels::cpu::conv::set_direct_conv(direct);
-      const std::string suffix = direct ? "" : " im2col";
+    // the three ops as they run by default (Winograd where it fits, else the direct kernel), then
+    // with Winograd off (the direct kernel), then through im2col + GEMM (the path both replaced)
+    struct Path {
+      const char* suffix;
+      bool winograd, direct;
+    };
+    for (const Path& path : {Path{"", true, true}, Path{" direct", false, true}, Path{" im2col", false, false}}) {
+      kernels::cpu::conv::set_winograd_conv(path.winograd);
+      kernels::cpu::conv::set_direct_conv(path.direct);
+      const std::string suffix = path.suffix;
       ms["forward" + suffix] = 1e3 * bench::seconds_per_call(
                                          [&] {
                                            NoGradGuard ng;
                                            bench::keep(F::conv2d(x, w, {}, {1, 1}, {1, 1}));
                                          },
                                          20);
-      ms[(direct ? "backward_input" : "bwd_input") + suffix] =
+      ms[(suffix.empty() ? "backward_input" : "bwd_input") + suffix] =
           1e3 * bench::seconds_per_call(
                     [&] {
                       Attrs a = attrs;
@@ -127,7 +135,7 @@ int main() {
                       bench::keep(call1(OpId::Conv2dBackwardInput, {g, wd}, a));
                     },
                     20);
-      ms[(direct ? "backward_weight" : "bwd_weight") + suffix] =
+      ms[(suffix.empty() ? "backward_weight" : "bwd_weight") + suffix] =
           1e3 * bench::seconds_per_call(
                     [&] {
                       Attrs a = attrs;
@@ -136,6 +144,7 @@ int main() {
                     },
                     20);
     }
+    kernels::cpu::conv::set_winograd_conv(true);
     kernels::cpu::conv::set_direct_conv(true);
     ms["forward+backward"] = 1e3 * bench::seconds_per_call(
                                        [&] {
@@ -147,8 +156,9 @@ int main() {
     char shapes[64];
     std::snprintf(shapes, sizeof shapes, "(%lld,%lld,%lld,%lld)*(%lld,%lld,3,3)", (long long)l.x[0], (long long)l.x[1],
                   (long long)l.x[2], (long long)l.x[3], (long long)l.w[0], (long long)l.w[1]);
-    for (const char* c : {"forward", "forward im2col", "backward_input", "bwd_input im2col", "backward_weight",
-                          "bwd_weight im2col", "forward+backward"})
+    for (const char* c :
+         {"forward", "forward direct", "forward im2col", "backward_input", "bwd_input direct", "bwd_input im2col",
+          "backward_weight", "bwd_weight direct", "bwd_weight im2col", "forward+backward"})
       row(torch, index, l.name, shapes, c, ms[c]);
     ++index;
   }

@@ -29,6 +29,10 @@ namespace brisk::kernels::cpu {
 // Stride-1 "same" F32 convs on the AVX-512 path (3x3 / padding 1 and the like, the CNN's) skip
 // what follows in all three ops: DirectConv (Note [Direct conv], kernels/cpu/conv_direct.cpp)
 // reads the input from row-padded copies, with no im2col, no col2im and no packed B panel.
+// Of those, 3x3 / padding 1 convs with at least 16 input and output channels (the CNN's second
+// layer; not its first, 1 -> 32) take the Winograd F(2x2, 3x3) kernel instead (Note [Winograd
+// conv], kernels/cpu/conv_winograd.cpp), 2.25x fewer multiply-adds, in all three ops, where the
+// batch runs on one thread or shares out by samples.
 // Everything else lowers to GEMM as follows.
 // conv2d for one sample and group is a matrix product: y (Og, Ho*Wo) = w (Og, K) @ col
 // (K, Ho*Wo), where K = Cg*kh*kw and col (im2col) holds, for each weight tap, the input
@@ -152,6 +156,22 @@ std::optional<DirectConv::Geometry> direct_geometry(const Conv& p, bool input_gr
 // each GEMM split across the threads).
 bool per_sample(int64_t B, int nt) { return nt > 1 && (B % nt == 0 || B >= 4 * nt); }
 
+// The WinogradConv problem of conv p's forward and weight gradient, or (input_grad) of its
+// input gradient: 3x3, padding 1, stride 1, ungrouped, where WinogradConv::fits and the batch
+// runs on one thread or shares out in whole samples (smaller batches take the direct kernel,
+// which splits each sample across the threads).
+std::optional<WinogradConv::Geometry> winograd_geometry(const Conv& p, bool input_grad) {
+  const bool shape = p.groups == 1 && p.kh == 3 && p.kw == 3 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 &&
+                     p.ph == 1 && p.pw == 1;
+  if (!shape) return std::nullopt;
+  const int nt = conv_threads(p.macs());
+  if (nt > 1 && !per_sample(p.B, nt)) return std::nullopt;
+  const WinogradConv::Geometry geo =
+      input_grad ? WinogradConv::Geometry{p.O, p.C, p.H, p.W} : WinogradConv::Geometry{p.C, p.O, p.H, p.W};
+  if (!WinogradConv::fits(geo)) return std::nullopt;
+  return geo;
+}
+
 // Runs body(b, gemm_threads) for every sample b (see Note [CPU conv]).
 template <class F>
 void for_each_sample(int64_t B, double macs, F&& body) {
@@ -187,6 +207,12 @@ void conv_forward(const Tensor& x_t, const Tensor& w_t, const Acc* bias, const T
   Acc* y = static_cast<Acc*>(y_t.data_ptr());
   const int64_t K = p.K(), P = p.P();
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
+    if (const auto geo = winograd_geometry(p, false)) {  // Note [Winograd conv]
+      const WinogradConv conv(*geo, w, false);
+      for_each_sample(p.B, p.macs(),
+                      [&](int64_t b, int) { conv.run(x.data + b * x.sB, x.sC, x.sH, x.sW, bias, y + b * p.O * P); });
+      return;
+    }
     if (const auto geo = direct_geometry(p, false)) {
       const DirectConv conv(*geo, w, false);
       for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
@@ -219,6 +245,12 @@ void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_
   const int64_t K = p.K(), P = p.P(), HW = p.H * p.W;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
     // gx = conv(g padded by (kh - 1 - ph, kw - 1 - pw), w flipped and transposed): Note [Direct conv]
+    if (const auto geo = winograd_geometry(p, true)) {
+      const WinogradConv conv(*geo, w, true);
+      for_each_sample(p.B, p.macs(),
+                      [&](int64_t b, int) { conv.run(g + b * p.O * P, P, p.Wo, 1, nullptr, gx + b * p.C * HW); });
+      return;
+    }
     if (const auto geo = direct_geometry(p, true)) {
       const DirectConv conv(*geo, w, true);
       for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
@@ -242,6 +274,31 @@ void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_
   });
 }
 
+// gw (O, C, 3, 3) dense = the weight gradient through the Winograd transforms (Note [Winograd
+// conv]): each thread sums its samples' transformed gradient, thread 0 adds up the others' and
+// transforms the sum back.
+void winograd_backward_weight(const Input<float>& x, const float* g, float* gw, const Conv& p,
+                              const WinogradConv& conv) {
+  const int64_t n = conv.transformed_size();
+  const int nt = conv_threads(p.macs()), team = per_sample(p.B, nt) ? nt : 1;
+  std::vector<float*> partial(size_t(team), nullptr);
+#pragma omp parallel num_threads(team)
+  {
+    const int t = omp_get_thread_num(), size = omp_get_num_threads();
+    float* acc = t_partial.get<float>(n);
+    partial[size_t(t)] = acc;
+    std::fill_n(acc, n, 0.f);
+    conv.weight_grad(x.data, x.sB, x.sC, x.sH, x.sW, g, p.B * t / size, p.B * (t + 1) / size, acc);
+#pragma omp barrier
+    const int64_t lo = n * t / size, hi = n * (t + 1) / size;
+    for (int s = 1; s < size; ++s) {
+      const float* src = partial[size_t(s)];
+      for (int64_t i = lo; i < hi; ++i) partial[0][i] += src[i];
+    }
+  }
+  conv.weight_grad_finish(partial[0], gw);
+}
+
 // gw (O, Cg, kh, kw) dense = sum over b of g[b] (Og, P) @ col[b]^T (P, K), per group.
 // g (B, O, Ho, Wo) dense; x (B, C, H, W) any strides. g, x and the columns: T; gw: Acc.
 template <class T, class Acc = T>
@@ -251,6 +308,12 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
   Acc* gw = static_cast<Acc*>(gw_t.data_ptr());
   const int64_t K = p.K(), P = p.P(), n_w = p.O * K;
   const bool direct = p.pointwise() && x.planes_dense(p);
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
+    if (const auto geo = winograd_geometry(p, false)) {
+      winograd_backward_weight(x, g, gw, p, WinogradConv(*geo, nullptr, false));
+      return;
+    }
+  }
   // The direct kernel (Note [Direct conv]) where it fits: no im2col, no packing.
   std::optional<DirectConv> direct_conv;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {

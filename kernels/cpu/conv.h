@@ -3,8 +3,8 @@
 // workspace, the threading rule, and the depthwise entry points. See Note [CPU conv] in
 // kernels/cpu/conv.cpp.
 // Not here: the GEMM path (kernels/cpu/conv.cpp), the depthwise loops
-// (kernels/cpu/conv_depthwise.cpp), the direct kernel (kernels/cpu/conv_direct.cpp), shapes and
-// checks (engine/ops/conv.cpp).
+// (kernels/cpu/conv_depthwise.cpp), the direct and Winograd kernels (kernels/cpu/conv_direct.cpp,
+// kernels/cpu/conv_winograd.cpp), shapes and checks (engine/ops/conv.cpp).
 #pragma once
 
 #include <omp.h>
@@ -161,6 +161,50 @@ class DirectConv {
 
   // The kw copies of one sample's input (Note [Direct conv]) into copies (kw * copy_ floats).
   void make_copies(const float* in, int64_t sC, int64_t sH, int64_t sW, float* copies) const;
+};
+
+// ---- Winograd F(2x2, 3x3) convolution (kernels/cpu/conv_winograd.cpp, Note [Winograd conv]):
+// one 3x3, padding 1, stride 1, ungrouped F32 conv per sample, in (Ci, H, W) -> out (Co, H, W),
+// on the AVX-512 path, in 2.25x fewer multiply-adds than the direct kernel. Forward with the
+// weights as they are, input gradient with them flipped and transposed (as DirectConv), weight
+// gradient through the transformed domain.
+
+// Whether WinogradConv may run at all (on at start-up unless BRISK_CONV=direct or im2col);
+// off, its convs take the direct kernel. Process-wide and thread-safe.
+void set_winograd_conv(bool enabled);
+bool winograd_conv_enabled();
+
+class WinogradConv {
+ public:
+  struct Geometry {
+    int64_t Ci = 0, Co = 0, H = 0, W = 0;
+  };
+  // Whether it takes this problem: enabled, the AVX-512 GEMM path active, at least 16 input
+  // and output channels, planes of at least 4 x 4 (and buffers of a sane size).
+  static bool fits(const Geometry& g);
+  // Transforms w: (Co, Ci, 3, 3) dense, or with `flipped` (Ci, Co, 3, 3) dense used as
+  // w'(o, c, i, j) = w(c, o, 2 - i, 2 - j); null for the weight gradient alone.
+  WinogradConv(const Geometry& g, const float* w, bool flipped);
+  // out (Co, H, W) dense = conv(in (Ci, H, W) with strides (sC, sH, sW)) + bias (Co, or null).
+  // On the calling thread.
+  void run(const float* in, int64_t sC, int64_t sH, int64_t sW, const float* bias, float* out) const;
+  // Floats of the transformed weight gradient (dU, [16][Ci rounded up to 16][Co rounded up]).
+  int64_t transformed_size() const { return 16 * cp_ * op_; }
+  // du (transformed_size(), zeroed by the caller) += the transformed weight gradient of samples
+  // [b0, b1): in (B, Ci, H, W) with strides (sB, sC, sH, sW), g (B, Co, H, W) dense. On the
+  // calling thread; sum the threads' du and call weight_grad_finish once.
+  void weight_grad(const float* in, int64_t sB, int64_t sC, int64_t sH, int64_t sW, const float* g, int64_t b0,
+                   int64_t b1, float* du) const;
+  // gw (Co, Ci, 3, 3) dense = the weight gradient of the transformed one du.
+  void weight_grad_finish(const float* du, float* gw) const;
+
+ private:
+  Geometry g_;
+  int64_t cp_ = 0, op_ = 0;     // channels rounded up to vectors of 16
+  int64_t th_ = 0, tw_ = 0;     // 2 x 2 output tiles per column and row
+  int64_t rows_per_block_ = 0;  // tile rows transformed at once
+  std::vector<float> u_;        // [16][cp_][op_]: G g G^T
+  int64_t grid_floats() const;  // the padded channels-last input of one sample
 };
 
 }  // namespace brisk::kernels::cpu::conv
