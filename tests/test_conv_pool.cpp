@@ -294,6 +294,46 @@ TEST_CASE("conv2d: the Winograd F(2x2, 3x3) kernel (forward, input and weight gr
     const double wtol = 2e-6 * std::sqrt(double(c.B * c.H * c.W));
     CHECK_MESSAGE(allclose(w32.grad().to(DType::F64), w64.grad(), wtol, wtol), "C ", c.C, " O ", c.O, " W ", c.W);
   }
+  // Non-finite inputs: an inf makes every output it reaches non-finite, as in F64, and may reach
+  // through the transforms the other outputs of the 2 x 2 tiles whose 4 x 4 input tile holds it
+  // (where inf - inf meet: a NaN; cuDNN's Winograd does the same), but nothing else; the weight
+  // gradient goes non-finite in that input channel's taps only. Finite outputs match F64.
+  {
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> v = uniform_values({2, 16, 8, 8}, -1, 1, 950).to_vector<double>();
+    v[size_t(((1 * 16 + 3) * 8 + 5) * 8 + 2)] = inf;  // sample 1, channel 3, row 5, column 2
+    const Tensor x64 = from_vector(v, {2, 16, 8, 8}, DType::F64);
+    const Tensor w64 = leaf(uniform_values({16, 16, 3, 3}, -1, 1, 951)), w32 = leaf(w64.detach().to(DType::F32));
+    const Tensor y64 = F::conv2d(x64, w64, {}, {1, 1}, {1, 1}), y32 = F::conv2d(x64.to(DType::F32), w32, {}, {1, 1}, {1, 1});
+    const std::vector<double> a = y32.detach().to(DType::F64).to_vector<double>(), b = y64.detach().to_vector<double>();
+    int64_t bad = 0, outside = 0, nonfinite = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const int64_t col = int64_t(i % 8), row = int64_t(i / 8 % 8), sample = int64_t(i / (8 * 8 * 16));
+      const bool in_tiles = sample == 1 && row >= 4 && row <= 7 && col <= 3;  // tile rows 2-3, tile columns 0-1
+      nonfinite += !std::isfinite(a[i]);
+      if (!std::isfinite(b[i])) {
+        bad += std::isfinite(a[i]);  // where F64 is non-finite, so is F32
+      } else if (!std::isfinite(a[i])) {
+        outside += !in_tiles;
+      } else {
+        bad += !(std::abs(a[i] - b[i]) < 1e-5);
+      }
+    }
+    CHECK(bad == 0);
+    CHECK(outside == 0);
+    CHECK(nonfinite >= 9 * 16);  // its 3 x 3 reach, at most the 4 x 4 outputs of its tiles, x 16 channels
+    CHECK(nonfinite <= 16 * 16);
+    const Tensor g = uniform_values(y64.sizes(), 0.5, 1, 952);
+    y64.backward(g);
+    y32.backward(g.to(DType::F32));
+    const std::vector<double> ga = w32.grad().to(DType::F64).to_vector<double>(), gb = w64.grad().to_vector<double>();
+    int64_t wrong = 0;
+    for (size_t i = 0; i < ga.size(); ++i) {
+      const bool channel3 = (i / 9) % 16 == 3;
+      wrong += channel3 ? std::isfinite(ga[i]) : !(std::abs(ga[i] - gb[i]) < 1e-4);
+    }
+    CHECK(wrong == 0);
+  }
   // What it leaves to the direct kernel: fewer than 16 channels either way, planes under 4 x 4;
   // and nothing while switched off (BRISK_CONV=direct or im2col at start-up).
   CHECK_FALSE(WinogradConv::fits({15, 32, 14, 14}));
