@@ -304,7 +304,8 @@ TEST_CASE("conv2d: the Winograd F(2x2, 3x3) kernel (forward, input and weight gr
     v[size_t(((1 * 16 + 3) * 8 + 5) * 8 + 2)] = inf;  // sample 1, channel 3, row 5, column 2
     const Tensor x64 = from_vector(v, {2, 16, 8, 8}, DType::F64);
     const Tensor w64 = leaf(uniform_values({16, 16, 3, 3}, -1, 1, 951)), w32 = leaf(w64.detach().to(DType::F32));
-    const Tensor y64 = F::conv2d(x64, w64, {}, {1, 1}, {1, 1}), y32 = F::conv2d(x64.to(DType::F32), w32, {}, {1, 1}, {1, 1});
+    const Tensor y64 = F::conv2d(x64, w64, {}, {1, 1}, {1, 1}),
+                 y32 = F::conv2d(x64.to(DType::F32), w32, {}, {1, 1}, {1, 1});
     const std::vector<double> a = y32.detach().to(DType::F64).to_vector<double>(), b = y64.detach().to_vector<double>();
     int64_t bad = 0, outside = 0, nonfinite = 0;
     for (size_t i = 0; i < a.size(); ++i) {
