@@ -341,18 +341,34 @@ void Compose::apply(const Tensor& input, float* dst, uint64_t seed, uint64_t epo
     double inv_s = std_.empty() ? 1.0 : 1.0 / std_[std_.size() == 1 ? 0 : size_t(ch)];
     // v_out = raw * a + b: scaling and normalization folded into one multiply-add.
     const float a = float(scale * inv_s), b = float(-m * inv_s);
+    // Output column x reads source column sx = (flip ? ow - 1 - x : x) + d; the columns
+    // [x_lo, x_hi) meet the input, the others (and rows outside it) the zero padding, b after
+    // the multiply-add. Branch-free inner loops, so they vectorize.
+    const int64_t d = off_x - pad;
+    const int64_t x_lo = std::clamp<int64_t>(flip ? ow + d - iw : -d, 0, ow);
+    const int64_t x_hi = std::clamp<int64_t>(flip ? ow + d : iw - d, x_lo, ow);
     for (int64_t y = 0; y < oh; ++y) {
       int64_t sy = y + off_y - pad;
       float* row = dst + (ch * oh + y) * ow;
-      for (int64_t x = 0; x < ow; ++x) {
-        int64_t xx = flip ? ow - 1 - x : x;
-        int64_t sx = xx + off_x - pad;
-        float raw = 0;
-        if (sy >= 0 && sy < ih && sx >= 0 && sx < iw) {
-          int64_t k = (ch * ih + sy) * iw + sx;
-          raw = s8 ? float(s8[k]) : s32[k];
+      const float zero = 0.0f * a + b;
+      if (sy < 0 || sy >= ih) {
+        std::fill_n(row, ow, zero);
+      } else {
+        std::fill_n(row, x_lo, zero);
+        std::fill(row + x_hi, row + ow, zero);
+        const int64_t base = (ch * ih + sy) * iw;
+        if (!flip) {  // row[x] = src[base + x + d]
+          if (s8) {
+            const uint8_t* r = s8 + base + d;
+            for (int64_t x = x_lo; x < x_hi; ++x) row[x] = float(r[x]) * a + b;
+          } else {
+            const float* r = s32 + base + d;
+            for (int64_t x = x_lo; x < x_hi; ++x) row[x] = r[x] * a + b;
+          }
+        } else {  // row[x] = src[base + ow - 1 - x + d]
+          const int64_t last = base + ow - 1 + d;
+          for (int64_t x = x_lo; x < x_hi; ++x) row[x] = (s8 ? float(s8[last - x]) : s32[last - x]) * a + b;
         }
-        row[x] = raw * a + b;
       }
       if (y >= ey0 && y < ey1) {
         for (int64_t x = ex0; x < ex1; ++x) row[x] = erase_value;

@@ -219,6 +219,60 @@ TEST_CASE("data: the fused transform equals the step-by-step computation") {
   CHECK_THROWS_AS(Compose({to_tensor(), random_crop(2, 2)}), Error);  // out of fusable order
 }
 
+TEST_CASE("data: random crop with padding and flip read each output from one consistent source pixel") {
+  // Distinct input values (index + 1) so each output names the pixel it came from: over many
+  // samples, every output is the pixel at one (row, column) offset, flipped or not, per sample,
+  // where that pixel exists, and the padding elsewhere; U8 input gives the same picture scaled
+  // by 1 / 255. Crops narrower and wider than the input (padding 3 on a 7-wide plane).
+  const int64_t C = 2, H = 5, W = 7;
+  std::vector<double> vals(size_t(C * H * W));
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = double(i + 1);
+  const Tensor f32 = from_vector(vals, {C, H, W}, DType::F32), u8 = from_vector(vals, {C, H, W}, DType::U8);
+  for (const auto& [oh, ow, pad] : {std::tuple<int64_t, int64_t, int64_t>{5, 7, 2}, {3, 4, 3}, {9, 11, 3}}) {
+    Compose t({random_crop(oh, ow, pad), random_horizontal_flip(0.5), to_tensor()});
+    int flips = 0, unpinned = 0;
+    for (uint64_t index = 0; index < 40; ++index) {
+      std::vector<float> out(size_t(C * oh * ow)), out8(out.size());
+      t.apply(f32, out.data(), 7, 1, index);
+      t.apply(u8, out8.data(), 7, 1, index);
+      // the sample's offsets from the first two horizontally adjacent real pixels
+      int64_t dy = 0, dx = 0;
+      int flip = -1;
+      for (int64_t y = 0; y < oh && flip < 0; ++y) {
+        for (int64_t x = 0; x + 1 < ow && flip < 0; ++x) {
+          const float a = out[size_t(y * ow + x)], b = out[size_t(y * ow + x + 1)];
+          if (a == 0 || b == 0) continue;
+          const int64_t k = int64_t(a) - 1;
+          flip = int64_t(b) - 1 == k + 1 ? 0 : 1;
+          dy = k / W - y;
+          dx = flip ? k % W + x : k % W - x;
+        }
+      }
+      if (flip < 0) {  // the crop met at most one input column (all padding, or one column): nothing to pin
+        ++unpinned;
+        continue;
+      }
+      flips += flip;
+      int64_t wrong = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        for (int64_t y = 0; y < oh; ++y) {
+          for (int64_t x = 0; x < ow; ++x) {
+            const int64_t sy = y + dy, sx = flip ? dx - x : x + dx, i = (c * oh + y) * ow + x;
+            const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
+            const float want = inside ? float((c * H + sy) * W + sx + 1) : 0.0f;
+            wrong += out[size_t(i)] != want;
+            wrong += out8[size_t(i)] != want * float(1.0 / 255.0);
+          }
+        }
+      }
+      CHECK_MESSAGE(wrong == 0, "crop ", oh, "x", ow, " padding ", pad, " index ", index);
+    }
+    CHECK(unpinned <= 25);  // at least 15 samples pinned
+    CHECK(flips > 2);       // both directions were drawn
+    CHECK(flips < 38 - unpinned);
+  }
+}
+
 TEST_CASE("data: batch transforms on tensors (any device)") {
   Tensor b = ones({2, 3, 2, 2});
   Tensor n = normalize_batch(b, {0.5, 0.5, 0.5}, {0.5, 0.5, 0.5});
