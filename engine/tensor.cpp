@@ -36,6 +36,11 @@ int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  // An empty tensor is contiguous whatever its strides, as in PyTorch (its zero-size dim breaks
+  // the stride chain: empty((2, 0, 5, 5)) has strides (25, 25, 5, 1)).
+  for (int64_t s : impl_->sizes) {
+    if (s == 0) return true;
+  }
   int64_t expected = 1;
   for (int i = dim() - 1; i >= 0; --i) {
     int64_t s = impl_->sizes[i];

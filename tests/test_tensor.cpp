@@ -78,6 +78,24 @@ TEST_CASE("factories: zeros, ones, full, from_vector, from_blob") {
   CHECK(freed);
 }
 
+TEST_CASE("factories: a zero-size dim anywhere gives an empty tensor, contiguous as in PyTorch") {
+  // A zero-size middle dim once made the random factories refuse their own output ("must be
+  // contiguous": empty((2, 0, 5, 5)) has strides (25, 25, 5, 1)).
+  for (const Shape& s : {Shape{2, 0, 5, 5}, Shape{0, 3}, Shape{3, 0}, Shape{1, 0, 1}}) {
+    for (const Tensor& t : {randn(s), rand(s), zeros(s), ones(s, DType::I64), randint(0, 5, s), empty(s)}) {
+      CHECK(t.sizes() == s);
+      CHECK(t.numel() == 0);
+      CHECK(t.is_contiguous());
+      CHECK(t.to_vector<double>().empty());
+    }
+  }
+  // an empty strided view, too; a non-empty one still is not
+  const Tensor x = zeros({2, 3, 4}).transpose(0, 2);
+  CHECK_FALSE(x.is_contiguous());
+  CHECK(x.slice(1, 1, 1).is_contiguous());
+  CHECK(x.slice(1, 1, 1).contiguous().numel() == 0);
+}
+
 TEST_CASE("views: share storage, compute strides, and copy only when asked") {
   Tensor x = from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
   Tensor t = x.transpose(0, 1);
