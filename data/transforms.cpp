@@ -347,10 +347,10 @@ void Compose::apply(const Tensor& input, float* dst, uint64_t seed, uint64_t epo
     const int64_t d = off_x - pad;
     const int64_t x_lo = std::clamp<int64_t>(flip ? ow + d - iw : -d, 0, ow);
     const int64_t x_hi = std::clamp<int64_t>(flip ? ow + d : iw - d, x_lo, ow);
+    const float zero = 0.0f * a + b;  // what the padding becomes
     for (int64_t y = 0; y < oh; ++y) {
       int64_t sy = y + off_y - pad;
       float* row = dst + (ch * oh + y) * ow;
-      const float zero = 0.0f * a + b;
       if (sy < 0 || sy >= ih) {
         std::fill_n(row, ow, zero);
       } else {

@@ -335,6 +335,15 @@ TEST_CASE("conv2d: the Winograd F(2x2, 3x3) kernel (forward, input and weight gr
     }
     CHECK(wrong == 0);
   }
+  // An empty batch (PyTorch: an empty output, zero weight gradient, an empty input gradient).
+  {
+    const Tensor x = leaf(zeros({0, 16, 8, 8})), w = leaf(uniform_values({16, 16, 3, 3}, -1, 1, 953, DType::F32));
+    const Tensor y = F::conv2d(x, w, {}, {1, 1}, {1, 1});
+    CHECK(y.sizes() == Shape{0, 16, 8, 8});
+    y.backward(zeros(y.sizes()));
+    CHECK(equal(w.grad(), zeros({16, 16, 3, 3})));
+    CHECK(x.grad().sizes() == Shape{0, 16, 8, 8});
+  }
   // What it leaves to the direct kernel: fewer than 16 channels either way, planes under 4 x 4;
   // and nothing while switched off (BRISK_CONV=direct or im2col at start-up).
   CHECK_FALSE(WinogradConv::fits({15, 32, 14, 14}));

@@ -127,22 +127,15 @@ int main() {
                                            bench::keep(F::conv2d(x, w, {}, {1, 1}, {1, 1}));
                                          },
                                          20);
-      ms[(suffix.empty() ? "backward_input" : "bwd_input") + suffix] =
-          1e3 * bench::seconds_per_call(
-                    [&] {
-                      Attrs a = attrs;
-                      a.shape = l.x;
-                      bench::keep(call1(OpId::Conv2dBackwardInput, {g, wd}, a));
-                    },
-                    20);
+      // one backward op (its output's shape in attrs.shape), ms per call
+      auto backward_ms = [&](OpId op, const Tensor& other, const Shape& shape) {
+        Attrs a = attrs;
+        a.shape = shape;
+        return 1e3 * bench::seconds_per_call([&] { bench::keep(call1(op, {g, other}, a)); }, 20);
+      };
+      ms[(suffix.empty() ? "backward_input" : "bwd_input") + suffix] = backward_ms(OpId::Conv2dBackwardInput, wd, l.x);
       ms[(suffix.empty() ? "backward_weight" : "bwd_weight") + suffix] =
-          1e3 * bench::seconds_per_call(
-                    [&] {
-                      Attrs a = attrs;
-                      a.shape = l.w;
-                      bench::keep(call1(OpId::Conv2dBackwardWeight, {g, xd}, a));
-                    },
-                    20);
+          backward_ms(OpId::Conv2dBackwardWeight, xd, l.w);
     }
     kernels::cpu::conv::set_winograd_conv(true);
     kernels::cpu::conv::set_direct_conv(true);

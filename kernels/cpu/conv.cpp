@@ -58,6 +58,28 @@ using namespace conv;
 // This thread's share of a weight gradient.
 thread_local Workspace t_partial;
 
+// out (n) = the sum over a team of `team` threads of what add(b0, b1, acc) adds into a zeroed
+// acc (n) for samples [b0, b1) of B: each thread sums its share of the samples into its own
+// partial (thread 0, the caller, into out), then each adds up one slice of the partials.
+template <class Acc, class F>
+void sum_over_threads(int team, int64_t B, int64_t n, Acc* out, F&& add) {
+  std::vector<Acc*> partial(size_t(team), nullptr);
+#pragma omp parallel num_threads(team)
+  {
+    const int t = omp_get_thread_num(), size = omp_get_num_threads();
+    Acc* acc = t == 0 ? out : t_partial.get<Acc>(n);
+    partial[size_t(t)] = acc;
+    std::fill(acc, acc + n, Acc(0));
+    add(B * t / size, B * (t + 1) / size, acc);
+#pragma omp barrier
+    const int64_t lo = n * t / size, hi = n * (t + 1) / size;
+    for (int s = 1; s < size; ++s) {
+      const Acc* src = partial[size_t(s)];
+      for (int64_t i = lo; i < hi; ++i) out[i] += src[i];
+    }
+  }
+}
+
 // Note: rows are short (14 pixels in the Fashion-MNIST CNN), so these loops avoid a library
 // call per row (memcpy per row cost a third of the conv) and copy a tap's rows as one run
 // where flat_rows() allows, zeroing the padding columns afterwards.
@@ -275,28 +297,15 @@ void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_
 }
 
 // gw (O, C, 3, 3) dense = the weight gradient through the Winograd transforms (Note [Winograd
-// conv]): each thread sums its samples' transformed gradient, thread 0 adds up the others' and
-// transforms the sum back.
+// conv]): the threads' transformed gradients summed, then transformed back once.
 void winograd_backward_weight(const Input<float>& x, const float* g, float* gw, const Conv& p,
                               const WinogradConv& conv) {
-  const int64_t n = conv.transformed_size();
   const int nt = conv_threads(p.macs()), team = per_sample(p.B, nt) ? nt : 1;
-  std::vector<float*> partial(size_t(team), nullptr);
-#pragma omp parallel num_threads(team)
-  {
-    const int t = omp_get_thread_num(), size = omp_get_num_threads();
-    float* acc = t_partial.get<float>(n);
-    partial[size_t(t)] = acc;
-    std::fill_n(acc, n, 0.f);
-    conv.weight_grad(x.data, x.sB, x.sC, x.sH, x.sW, g, p.B * t / size, p.B * (t + 1) / size, acc);
-#pragma omp barrier
-    const int64_t lo = n * t / size, hi = n * (t + 1) / size;
-    for (int s = 1; s < size; ++s) {
-      const float* src = partial[size_t(s)];
-      for (int64_t i = lo; i < hi; ++i) partial[0][i] += src[i];
-    }
-  }
-  conv.weight_grad_finish(partial[0], gw);
+  std::vector<float> du(size_t(conv.transformed_size()));
+  sum_over_threads(team, p.B, conv.transformed_size(), du.data(), [&](int64_t b0, int64_t b1, float* acc) {
+    conv.weight_grad(x.data, x.sB, x.sC, x.sH, x.sW, g, b0, b1, acc);
+  });
+  conv.weight_grad_finish(du.data(), gw);
 }
 
 // gw (O, Cg, kh, kw) dense = sum over b of g[b] (Og, P) @ col[b]^T (P, K), per group.
@@ -343,24 +352,7 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
     add_samples(0, p.B, gw, nt > 1 ? 0 : 1);
     return;
   }
-  // Each thread sums its samples into its own partial (thread 0 into gw), then each thread
-  // adds up one slice of the partials.
-  std::vector<Acc*> partial(size_t(nt), nullptr);
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num();
-    const int team = omp_get_num_threads();
-    Acc* acc = t == 0 ? gw : t_partial.get<Acc>(n_w);
-    partial[size_t(t)] = acc;
-    std::fill(acc, acc + n_w, Acc(0));
-    add_samples(p.B * t / team, p.B * (t + 1) / team, acc, 1);
-#pragma omp barrier
-    const int64_t lo = n_w * t / team, hi = n_w * (t + 1) / team;
-    for (int s = 1; s < team; ++s) {
-      const Acc* src = partial[size_t(s)];
-      for (int64_t i = lo; i < hi; ++i) gw[i] += src[i];
-    }
-  }
+  sum_over_threads(nt, p.B, n_w, gw, [&](int64_t b0, int64_t b1, Acc* acc) { add_samples(b0, b1, acc, 1); });
 }
 
 // Whether a conv with output `out` runs in BF16 through gemm_bf16 (see Note [CPU conv]).

@@ -126,6 +126,11 @@ void depthwise_backward_weight(const Tensor& g, const Tensor& x, const Tensor& g
 // the AVX-512 path. conv2d's forward runs it with the weights as they are; its input gradient
 // with the output gradient as input and the weights flipped and transposed.
 
+// The fast kernels BRISK_CONV allows at start-up: "im2col" neither, "direct" the direct
+// kernel only, anything else (or unset) both. Read by the two switches below.
+enum class ConvKernels { All, Direct, Im2col };
+ConvKernels conv_kernels_from_env();
+
 // Whether DirectConv may run at all (on at start-up unless BRISK_CONV=im2col); off, every conv
 // takes im2col + GEMM. Process-wide and thread-safe; benchmarks set it to time both paths.
 void set_direct_conv(bool enabled);

@@ -155,14 +155,18 @@ __attribute__((target("avx512f"))) void wgrad_tile(int nb, const float* const* g
 }
 
 std::atomic<bool>& direct_enabled() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("BRISK_CONV");
-    return !(v && std::string_view(v) == "im2col");
-  }()};
+  static std::atomic<bool> on{conv_kernels_from_env() != ConvKernels::Im2col};
   return on;
 }
 
 }  // namespace
+
+ConvKernels conv_kernels_from_env() {
+  const char* v = std::getenv("BRISK_CONV");
+  if (v && std::string_view(v) == "im2col") return ConvKernels::Im2col;
+  if (v && std::string_view(v) == "direct") return ConvKernels::Direct;
+  return ConvKernels::All;
+}
 
 void set_direct_conv(bool enabled) { direct_enabled().store(enabled); }
 bool direct_conv_enabled() { return direct_enabled().load(); }

@@ -9,9 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -65,10 +63,7 @@ constexpr int64_t kBlockBytes = 640 << 10;  // V + M + output block per tile blo
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 std::atomic<bool>& winograd_enabled() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("BRISK_CONV");
-    return !(v && (std::string_view(v) == "im2col" || std::string_view(v) == "direct"));
-  }()};
+  static std::atomic<bool> on{conv_kernels_from_env() == ConvKernels::All};
   return on;
 }
 
