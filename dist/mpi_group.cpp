@@ -34,7 +34,7 @@ namespace brisk::dist {
 // Point-to-point calls are non-blocking requests the thread polls (a blocking send would stall
 // an exchange in which both ranks send first), against the same deadline. mpirun must leave the
 // survivors running for them to report: Open MPI 4 kills the whole job when one rank dies
-// unless started with `--enable-recovery` (tests/dist/run.sh does; the README says so). MPI
+// unless started with `--enable-recovery` (tests/dist/run.sh does; docs/distributed.md says so). MPI
 // errors come back as error codes (MPI_ERRORS_RETURN) and end the call the same way.
 
 namespace {

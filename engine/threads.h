@@ -2,7 +2,7 @@
 // convolution, elementwise and reduction kernels): set_num_threads as torch.set_num_threads.
 // The data loader's workers are separate (data::LoaderOptions::num_workers). Not here: the
 // spin policy of idle OpenMP threads, which libgomp reads once at start from OMP_WAIT_POLICY
-// (README, "Performance": set OMP_WAIT_POLICY=passive on shared or oversubscribed machines).
+// (docs/performance.md: set OMP_WAIT_POLICY=passive on shared or oversubscribed machines).
 #pragma once
 
 namespace brisk {

@@ -243,7 +243,8 @@ struct MaskedFill {
 };
 
 // ---- THE list of elementwise kernels, registered by both backends from this one place:
-// kernels/cpu/elementwise.cpp (all), kernels/cuda/elementwise.cu (Unary, Binary) and
+// kernels/cpu/elementwise_unary.cpp, kernels/cpu/elementwise_binary.cpp and
+// kernels/cpu/compare.cpp, kernels/cuda/elementwise.cu (Unary, Binary) and
 // kernels/cuda/compare.cu (Compare). An entry names the op, its functor and the dtypes it has
 // kernels for:
 //   Unary<op, functor, dtypes>   out = f(x)

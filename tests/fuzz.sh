@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/fuzz.sh: builds the libFuzzer targets of tests/fuzz (clang, ASan+UBSan, in build-fuzz/)
-# and runs each on a scratch copy of its seed corpus, then prints one line per target: runs,
+# tests/fuzz.sh: builds the libFuzzer targets of tests/fuzz (clang, ASan+UBSan, in build-asan/,
+# the sanitizer build tests/run.sh's ASan suite also uses; cmake/setup.sh) and runs each on a scratch copy of its seed corpus, then prints one line per target: runs,
 # exec/s, findings (crash / timeout / OOM / leak files libFuzzer wrote to
 # build-fuzz/findings/<target>/ during this run), peak RSS and wall time. Exits non-zero when
 # anything was found. Not the unit tests (tests/run.sh) and never writes to tests/fuzz/corpus.
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=$ROOT/build-fuzz
-BUILD=$OUT/build
+BUILD=$ROOT/build-asan
 
 RUNS=1000000
 MAX_TIME=${FUZZ_TIME:-0}
@@ -44,21 +44,10 @@ TARGETS=("${ALL_TARGETS[@]}")
 mkdir -p "$OUT/logs"
 if [ "$BUILD_STEP" = 1 ]; then
   # clang, its runtimes (libFuzzer, sanitizers: only recommended by clang) and libomp.
-  missing=()
-  for p in clang libclang-rt-dev libomp-dev libstb-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ] || ! command -v clang++ >/dev/null 2>&1; then
-    echo "== installing: ${missing[*]:-clang}"
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]:-clang}"
-  fi
-  LAUNCHER=()
-  command -v ccache >/dev/null 2>&1 && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-    "${LAUNCHER[@]}" -DBRISK_FUZZ=ON -DBRISK_CUDA=OFF -DBRISK_TESTS=OFF -DBRISK_EXAMPLES=OFF \
-    >"$OUT/configure.log" 2>&1 || { cat "$OUT/configure.log"; exit 1; }
-  cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target fuzz_all >"$OUT/build.log" 2>&1 || {
-    tail -40 "$OUT/build.log"; echo "tests/fuzz.sh: build failed (log: $OUT/build.log)"; exit 1; }
+  source cmake/setup.sh
+  brisk_install "${BRISK_PACKAGES[@]}" "${BRISK_TEST_PACKAGES[@]}"
+  brisk_configure_asan "$BUILD"
+  brisk_build "$BUILD" fuzz_all
 fi
 
 # libFuzzer reports through the sanitizers: stop at the first error, with stacks; one OpenMP

@@ -19,6 +19,7 @@
 
 #include "engine/functions.h"
 #include "nn/module.h"
+#include "tests/paths.h"
 
 namespace brisk::test {
 
@@ -26,7 +27,7 @@ using json = nlohmann::json;
 
 // tests/data/<relative>, parsed; a missing file fails the test naming the script that makes it.
 inline json read_reference(const std::string& relative) {
-  const std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / "data" / relative;
+  const std::filesystem::path path = ::brisk::test::data_dir() / relative;
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "tests/data/" << relative << " is missing (made by a tests/make_*_reference.py script)");
   return json::parse(in);
@@ -67,7 +68,7 @@ inline double rel_err(const Tensor& x, const json& ref) {
 }
 
 // The worst output / gradient errors of one case in one dtype, printed when the environment
-// sets BRISK_PRINT_PARITY (the numbers of the README's parity tables).
+// sets BRISK_PRINT_PARITY (the parity numbers of docs/what-works.md).
 struct Worst {
   double out = 0, grad = 0;
   void print(const json& c, DType dt) const {

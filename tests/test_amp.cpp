@@ -20,6 +20,7 @@
 #include "optim/clip.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"
+#include "tests/paths.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
 
@@ -265,7 +266,7 @@ TEST_CASE("master weights: Adam state is F32 and the master travels in state_dic
 // ---- GradScaler
 
 TEST_CASE("GradScaler: PyTorch's golden trace (scales, skipped steps, gradients, parameters)") {
-  std::ifstream in(fs::path(__FILE__).parent_path() / "data" / "amp" / "grad_scaler.json");
+  std::ifstream in(::brisk::test::data_dir() / "amp" / "grad_scaler.json");
   REQUIRE(in.good());
   const json ref = json::parse(in);
   const json& o = ref["options"];

@@ -32,6 +32,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 #include "test_util.h"
+#include "tests/paths.h"
 #include "train/checkpoint.h"
 
 extern char** environ;
@@ -501,13 +502,12 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
 }
 
-#ifdef BRISK_CHECKPOINT_CHILD
 namespace {
 
 // Starts the child; returns its pid.
 pid_t spawn_child(const std::vector<std::string>& args) {
   std::vector<char*> argv;
-  std::string exe = BRISK_CHECKPOINT_CHILD;
+  std::string exe = brisk::test::checkpoint_child().string();
   argv.push_back(exe.data());
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());
@@ -580,4 +580,3 @@ TEST_CASE("checkpoint: a run SIGKILLed at random moments and restarted ends bit-
   INFO("SIGKILLs from outside: ", kills);
   CHECK(slurp(out) == ref);  // the final weights, bit for bit
 }
-#endif

@@ -16,6 +16,7 @@
 
 #include "engine/functions.h"
 #include "nn/ctc.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -24,7 +25,7 @@ namespace F = brisk::nn::functional;
 namespace {
 
 json load_ctc_reference() {
-  std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / "data" / "ctc" / "ctc.json";
+  std::filesystem::path path = ::brisk::test::data_dir() / "ctc" / "ctc.json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in);

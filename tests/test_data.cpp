@@ -17,6 +17,7 @@
 #include "data/readers.h"
 #include "engine/allocator.h"
 #include "test_util.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using namespace brisk::data;
@@ -528,7 +529,7 @@ TEST_CASE("data: read_image checks PNG and JPEG structure before stb_image sees 
         std::string::npos);
   // Real JPEGs (baseline and progressive, made by cjpeg from an 8 x 4 red | blue image) decode
   // with their colours (JPEG is lossy: within a few levels).
-  const fs::path images = fs::path(__FILE__).parent_path() / "data" / "images";
+  const fs::path images = ::brisk::test::data_dir() / "images";
   for (const char* name : {"red_blue_8x4.jpg", "red_blue_8x4_progressive.jpg"}) {
     CAPTURE(name);
     Tensor img = read_image((images / name).string());

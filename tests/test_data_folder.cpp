@@ -18,6 +18,7 @@
 #include "data/dataloader.h"
 #include "data/readers.h"
 #include "engine/functions.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 namespace fs = std::filesystem;
@@ -66,7 +67,7 @@ struct TempDir {
 };
 
 bool image_decoding_built() {
-  fs::path jpg = fs::path(__FILE__).parent_path() / "data" / "images" / "red_blue_8x4.jpg";
+  fs::path jpg = ::brisk::test::data_dir() / "images" / "red_blue_8x4.jpg";
   try {
     data::read_image(jpg.string(), 3);
   } catch (const Error& e) {

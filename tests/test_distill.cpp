@@ -19,6 +19,7 @@
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "optim/adam.h"
+#include "tests/paths.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
@@ -31,7 +32,7 @@ namespace {
 
 const json& reference() {
   static const json ref = [] {
-    std::ifstream in(std::filesystem::path(__FILE__).parent_path() / "data" / "distill" / "reference.json");
+    std::ifstream in(::brisk::test::data_dir() / "distill" / "reference.json");
     REQUIRE_MESSAGE(in.good(), "tests/data/distill/reference.json is missing (tests/make_distill_reference.py)");
     return json::parse(in);
   }();

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "opcheck/spec.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using opcheck::mT;
@@ -112,7 +113,7 @@ bool same(const Tensor& got, const Tensor& want, double tol) {
 }  // namespace
 
 TEST_CASE("linalg: outputs and gradients match PyTorch 1.13 on the committed cases") {
-  const std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / "data" / "linalg" / "linalg.json";
+  const std::filesystem::path path = ::brisk::test::data_dir() / "linalg" / "linalg.json";
   std::ifstream file(path);
   REQUIRE_MESSAGE(file.good(), "missing reference file ", path.string());
   const json data = json::parse(file);

@@ -15,6 +15,7 @@
 #include "engine/functions.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -23,7 +24,7 @@ namespace F = brisk::nn::functional;
 namespace {
 
 json load_ce_reference() {
-  std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / "data" / "item8" / "cross_entropy.json";
+  std::filesystem::path path = ::brisk::test::data_dir() / "item8" / "cross_entropy.json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in);

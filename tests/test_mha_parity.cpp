@@ -18,6 +18,7 @@
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "nn/layers.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -25,7 +26,7 @@ using json = nlohmann::json;
 namespace {
 
 json load_mha_reference() {
-  std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / "data" / "item8" / "mha.json";
+  std::filesystem::path path = ::brisk::test::data_dir() / "item8" / "mha.json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in);

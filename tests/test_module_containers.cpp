@@ -16,6 +16,7 @@
 #include "engine/grad_mode.h"
 #include "nn/layers.h"
 #include "nn/module.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -53,7 +54,7 @@ struct ContainerNet : nn::Module {
 };
 
 json load_containers() {
-  std::filesystem::path path = std::filesystem::path(__FILE__).parent_path() / "data" / "item8" / "containers.json";
+  std::filesystem::path path = ::brisk::test::data_dir() / "item8" / "containers.json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in)["cases"][0];

@@ -22,6 +22,7 @@
 #include "nn/layers.h"
 #include "nn/module.h"
 #include "optim/optim.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 json load_reference(const char* name) {
-  fs::path path = fs::path(__FILE__).parent_path() / "data" / "optim" / name;
+  fs::path path = ::brisk::test::data_dir() / "optim" / name;
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in);

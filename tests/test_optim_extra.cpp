@@ -15,6 +15,7 @@
 
 #include "engine/functions.h"
 #include "optim/optim.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 json load_extra_reference() {
-  fs::path path = fs::path(__FILE__).parent_path() / "data" / "optim_extra" / "optimizers.json";
+  fs::path path = ::brisk::test::data_dir() / "optim_extra" / "optimizers.json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in);

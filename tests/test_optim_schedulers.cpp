@@ -19,6 +19,7 @@
 
 #include "engine/functions.h"
 #include "optim/optim.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 namespace {
 
 json load_schedulers() {
-  fs::path path = fs::path(__FILE__).parent_path() / "data" / "optim" / "schedulers.json";
+  fs::path path = ::brisk::test::data_dir() / "optim" / "schedulers.json";
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in);

@@ -30,6 +30,7 @@
 #include "nn/models/simple.h"
 #include "nn/models/vision.h"
 #include "nn/serialize_module.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 namespace fs = std::filesystem;
@@ -40,7 +41,7 @@ namespace {
 constexpr double kOutputTol = 1e-5;
 constexpr double kGradTol = 1e-4;
 
-fs::path data_dir() { return fs::path(__FILE__).parent_path() / "data" / "parity"; }
+fs::path data_dir() { return ::brisk::test::data_dir() / "parity"; }
 
 SafetensorsFile load_reference(const std::string& name) {
   fs::path path = data_dir() / name;

@@ -21,6 +21,7 @@
 #include "nn/models/vision.h"
 #include "nn/prune.h"
 #include "nn/prune_channels.h"
+#include "tests/paths.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
@@ -32,7 +33,7 @@ using json = nlohmann::json;
 namespace {
 
 json reference() {
-  std::ifstream in(fs::path(__FILE__).parent_path() / "data" / "prune" / "prune.json");
+  std::ifstream in(::brisk::test::data_dir() / "prune" / "prune.json");
   REQUIRE(in.good());
   return json::parse(in);
 }

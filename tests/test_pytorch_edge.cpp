@@ -22,6 +22,7 @@
 #include "brisk.h"
 #include "engine/dispatch.h"
 #include "nn/functional.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 using json = nlohmann::json;
@@ -423,7 +424,7 @@ std::vector<std::string> run_case(const json& c) {
 }
 
 json load_family(const char* name) {
-  const fs::path path = fs::path(__FILE__).parent_path() / "data" / "edge" / (std::string(name) + ".json");
+  const fs::path path = ::brisk::test::data_dir() / "edge" / (std::string(name) + ".json");
   std::ifstream in(path);
   REQUIRE_MESSAGE(in.good(), "missing reference file ", path.string());
   return json::parse(in);

@@ -16,6 +16,7 @@
 
 #include "brisk.h"
 #include "nn/quantize.h"
+#include "tests/paths.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
@@ -27,7 +28,7 @@ namespace {
 
 const json& reference() {
   static const json ref = [] {
-    std::ifstream in(fs::path(__FILE__).parent_path() / "data" / "quantize" / "reference.json");
+    std::ifstream in(::brisk::test::data_dir() / "quantize" / "reference.json");
     REQUIRE(in.good());
     return json::parse(in);
   }();

@@ -89,7 +89,7 @@ Tensor run(const json& c, std::map<std::string, Tensor>& in, Tensor& indices) {
   return {};
 }
 
-// Worst errors over all cases of one dtype, printed under BRISK_PRINT_PARITY (README numbers).
+// Worst errors over all cases of one dtype, printed under BRISK_PRINT_PARITY (docs/what-works.md numbers).
 struct Worst {
   double out = 0, grad = 0;
 };

@@ -24,6 +24,7 @@
 #include "nn/module.h"
 #include "nn/serialize_module.h"
 #include "test_util.h"
+#include "tests/paths.h"
 
 using namespace brisk;
 namespace fs = std::filesystem;
@@ -120,7 +121,7 @@ NamedTensors reference_tensors() {
   };
 }
 
-fs::path data_dir() { return fs::path(__FILE__).parent_path() / "data" / "safetensors"; }
+fs::path data_dir() { return ::brisk::test::data_dir() / "safetensors"; }
 
 }  // namespace
 

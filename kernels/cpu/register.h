@@ -4,18 +4,21 @@
 
 namespace brisk::kernels::cpu {
 
-void register_backend();      // kernels/cpu/cpu_backend.cpp
-void register_elementwise();  // kernels/cpu/elementwise.cpp
-void register_reduce();       // kernels/cpu/reduce.cpp
-void register_scan();         // kernels/cpu/scan.cpp (cumsum, cumprod, argsort)
-void register_linalg();       // kernels/cpu/gemm.cpp
-void register_shape();        // kernels/cpu/shape.cpp
-void register_index();        // kernels/cpu/index.cpp
-void register_random();       // kernels/cpu/random.cpp
-void register_conv();         // kernels/cpu/conv.cpp (conv2d and its backward ops; depthwise in conv_depthwise.cpp)
-void register_pool();         // kernels/cpu/pool.cpp (max, average, adaptive pooling)
-void register_norm();         // kernels/cpu/norm.cpp
-void register_amp();          // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
+void register_backend();             // kernels/cpu/cpu_backend.cpp
+void register_elementwise();         // kernels/cpu/elementwise.cpp (cast, fill)
+void register_elementwise_unary();   // kernels/cpu/elementwise_unary.cpp
+void register_elementwise_binary();  // kernels/cpu/elementwise_binary.cpp
+void register_compare();             // kernels/cpu/compare.cpp (comparisons, where, masked_fill)
+void register_reduce();              // kernels/cpu/reduce.cpp
+void register_scan();                // kernels/cpu/scan.cpp (cumsum, cumprod, argsort)
+void register_linalg();              // kernels/cpu/gemm.cpp
+void register_shape();               // kernels/cpu/shape.cpp
+void register_index();               // kernels/cpu/index.cpp
+void register_random();              // kernels/cpu/random.cpp
+void register_conv();  // kernels/cpu/conv.cpp (conv2d and its backward ops; depthwise in conv_depthwise.cpp)
+void register_pool();  // kernels/cpu/pool.cpp (max, average, adaptive pooling)
+void register_norm();  // kernels/cpu/norm.cpp
+void register_amp();   // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
 
 // kernels/cpu/linalg_decomp.cpp: solve, cholesky, slogdet, qr, eigh
 void register_linalg_decomp();
@@ -23,6 +26,9 @@ void register_linalg_decomp();
 inline void register_all() {
   register_backend();
   register_elementwise();
+  register_elementwise_unary();
+  register_elementwise_binary();
+  register_compare();
   register_reduce();
   register_scan();
   register_linalg();

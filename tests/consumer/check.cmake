@@ -1,10 +1,12 @@
 # tests/consumer/check.cmake: installs the built brisk into a scratch prefix, extracts the
-# README's C++ examples, builds each as a separate project with find_package(brisk), runs it.
+# marked C++ examples of README.md and docs/*.md, builds each as a separate project with
+# find_package(brisk), runs it.
 # In a CUDA build (CUDA_ROOT set: the toolkit's folder) it also shows Note [Backend libraries]
 # (init.cpp): the CPU-only program has no CUDA library among its dependencies and builds and
 # runs with the toolkit hidden (tests/consumer/no_cuda.sh, a private mount namespace); the same
 # example with the `cuda` component registers the CUDA backend; pkg-config's brisk-cuda too.
-# Inputs: BUILD (brisk build dir), SRC (source dir), WORK (scratch dir), CUDA_ROOT (optional).
+# Inputs: BUILD (brisk build dir), SRC (source dir), WORK (scratch dir), CUDA_ROOT (optional),
+# CXX (the build's C++ compiler: a sanitizer build's library links only with its own compiler).
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix
@@ -28,22 +30,34 @@ function(consumer name main cuda)
   file(MAKE_DIRECTORY ${dir})
   run_checked("${name}: configure" ${dir} ${CMAKE_COMMAND} -S ${SRC}/tests/consumer -B ${dir}/build -G Ninja
               -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCONSUMER_MAIN=${main} -DCONSUMER_CUDA=${cuda}
-              -DCMAKE_BUILD_TYPE=Release)
+              -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX})
   run_checked("${name}: build" ${dir} ${CMAKE_COMMAND} --build ${dir}/build)
   # Run in its own folder: the training example writes its files there.
-  run_checked("the README's ${name}" ${dir} ${dir}/build/consumer)
+  run_checked("the documented ${name}" ${dir} ${dir}/build/consumer)
   message("${name}: ${run_output}")
   run_checked("${name}: backends" ${dir} ${dir}/build/backends)
   message("${name}: ${run_output}")
 endfunction()
 
-file(READ ${SRC}/README.md readme)
+# The marked C++ blocks live in README.md (the first example) and in the docs pages
+# (docs/training.md, docs/kernel-research.md); each is looked for file by file, README.md first.
+file(GLOB doc_pages ${SRC}/docs/*.md)
+list(SORT doc_pages)
+set(doc_files ${SRC}/README.md ${doc_pages})
 
-# Each marked C++ block of the README is built as its own find_package(brisk) program and run.
+# Each marked C++ block is built as its own find_package(brisk) program and run.
 foreach(example readme-example readme-example-train readme-example-opcheck)
-  string(REGEX MATCH "<!-- ${example} -->[^`]*```cpp\n(.*)```[^`]*<!-- /${example} -->" found "${readme}")
+  set(found "")
+  foreach(doc ${doc_files})
+    file(READ ${doc} text)
+    string(REGEX MATCH "<!-- ${example} -->[^`]*```cpp\n(.*)```[^`]*<!-- /${example} -->" found "${text}")
+    if(found)
+      break()
+    endif()
+  endforeach()
   if(NOT found)
-    message(FATAL_ERROR "README.md has no <!-- ${example} --> C++ block")
+    string(REPLACE ";" ", " looked "${doc_files}")
+    message(FATAL_ERROR "no <!-- ${example} --> C++ block in README.md or docs/*.md (looked in ${looked})")
   endif()
   file(WRITE ${WORK}/${example}.cpp "${CMAKE_MATCH_1}")
   consumer(${example} ${WORK}/${example}.cpp OFF)
@@ -52,7 +66,7 @@ endforeach()
 # The same first example built without CMake, by pkg-config's flags (cmake/brisk.pc.in, and
 # cmake/brisk-cuda.pc.in in a CUDA build).
 find_program(PKG_CONFIG pkg-config)
-find_program(CXX_COMPILER NAMES c++ g++)
+set(CXX_COMPILER ${CXX})
 if(PKG_CONFIG AND CXX_COMPILER)
   file(GLOB pcdirs ${WORK}/prefix/lib*/pkgconfig)
   set(ENV{PKG_CONFIG_PATH} "${pcdirs}")
