@@ -36,6 +36,20 @@ F make(const Attrs& attrs) {
   }
 }
 
+// Note [Scalars into integer dtypes]
+// A double attribute (the value of fill and masked_fill) becomes an element of an integer
+// dtype through int64, wrapping to the dtype's width (-7 in U8 is 249), as the x86 conversion
+// did before; converting a double straight to an integer type it does not fit is undefined
+// behaviour (UBSan's float-cast-overflow found it). Floating dtypes and Bool convert directly.
+template <class T>
+BRISK_HD T scalar_as(double v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return static_cast<T>(static_cast<int64_t>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
 // A table of one-line functors, easier to scan aligned:
 // clang-format off
 // ---- unary
@@ -237,7 +251,7 @@ struct MaskedFill {
   double value;
   static MaskedFill from(const Attrs& a) { return {a.a}; }
   template <class T> BRISK_HD T operator()(T x, bool m) const {
-    const T v = T(value);
+    const T v = scalar_as<T>(value);
     return m ? v : x;
   }
 };

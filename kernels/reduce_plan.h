@@ -58,19 +58,22 @@ struct ReducePlan {
 };
 
 // x's dims split by `mask`. y is the output: with x's rank (keepdim, softmax) or the kept dims.
+// An input without elements reads nothing: its strides are taken as 0, so that no offset is
+// applied to its null data pointer (undefined behaviour; UBSan found it).
 inline ReducePlan make_plan(const Tensor& x, const Tensor& y, uint32_t mask) {
   ReducePlan p;
   const bool same_rank = y.dim() == x.dim();
+  const bool empty = x.numel() == 0;
   int yd = 0;
   for (int d = 0; d < x.dim(); ++d) {
     const int64_t s = x.sizes()[d];
     const bool reduced = (mask >> d) & 1u;
     if (reduced) {
-      p.red.add(s, x.strides()[d], 0);
+      p.red.add(s, empty ? 0 : x.strides()[d], 0);
       p.n_red *= s;
       if (same_rank) ++yd;
     } else {
-      p.kept.add(s, x.strides()[d], y.strides()[yd]);
+      p.kept.add(s, empty ? 0 : x.strides()[d], y.strides()[yd]);
       p.n_out *= s;
       ++yd;
     }

@@ -56,6 +56,9 @@ class TransformerDecoderLayer : public Module {
   Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = {}, const Tensor& memory_mask = {},
                  const Tensor& tgt_key_padding_mask = {}, const Tensor& memory_key_padding_mask = {},
                  bool tgt_is_causal = false, bool memory_is_causal = false);
+  // The one-tensor forward stays Module's (a decoder layer needs memory: calling it is an error
+  // naming the module), visible beside the overload above.
+  using Module::forward;
   int64_t d_model, nhead;
   TransformerOptions options;
 };

@@ -152,8 +152,8 @@ void add_resize_op_specs(std::vector<OpSpec>& specs) {
                                    std::tuple{"(1, 1)", Shape{2, 2, 5, 6}, Pair{1, 1}}}) {
     specs.push_back(spec(
         std::string("adaptive_max_pool2d ") + label, {OpId::AdaptiveMaxPool2d},
-        [out](const Ts& in) { return F::adaptive_max_pool2d(in[0], out); },
-        [out](const Ts& in) { return adaptive_max_ref(in[0], out); }, {{"uniform values", {vals(shape, 70)}}},
+        [out = out](const Ts& in) { return F::adaptive_max_pool2d(in[0], out); },
+        [out = out](const Ts& in) { return adaptive_max_ref(in[0], out); }, {{"uniform values", {vals(shape, 70)}}},
         {DType::F32, DType::F16, DType::BF16}));
   }
 

@@ -46,9 +46,6 @@ void adagrad_reference(const AdagradOptions& o, const Tensor& param, const Tenso
   p.add_(g / denom * -clr);
 }
 
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
-
 // One tensor's elements [begin, end): the reference's arithmetic, element by element, in
 // blocks of three loops (sums, square roots, update). See Note [Square roots in fused loops].
 template <class T>
@@ -77,8 +74,6 @@ void adagrad_kernel(const AdagradOptions& o, double clr, T* p, const T* g, T* su
     }
   }
 }
-
-#pragma GCC pop_options
 
 template <class T>
 void adagrad_fused(const AdagradOptions& o, const std::vector<Optimizer::Slot*>& slots) {

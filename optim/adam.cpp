@@ -79,9 +79,6 @@ void adam_reference(const AdamHyper& h, const Tensor& param, const Tensor& grad,
   p.add_(exp_avg / denom * -s.step_size);
 }
 
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
-
 // One tensor's elements [begin, end): the reference's arithmetic, element by element, in
 // blocks of three loops (moments, square roots, update). See Note [Square roots in fused loops].
 // vmax is null without amsgrad.
@@ -126,8 +123,6 @@ void adam_kernel(const AdamHyper& h, const AdamStepScalars& s, T* p, const T* g,
     }
   }
 }
-
-#pragma GCC pop_options
 
 template <class T>
 void adam_fused(const AdamHyper& h, const std::vector<Optimizer::Slot*>& slots) {

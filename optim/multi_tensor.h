@@ -21,10 +21,10 @@ namespace brisk::optim::detail {
 // Note [Fused steps match the reference]
 // Every fused loop performs its reference's arithmetic in the same order, rounding where a
 // tensor op would round: scalars become the tensor's dtype as the ops convert them (T(beta1)),
-// and the loops are compiled with fp-contract=off so that no a * b + c turns into one fused
-// multiply-add (the reference rounds between the multiply and the add: they are two ops).
-// On the CPU the two paths then agree bit for bit; the tests allow 1e-7 relative. (The
-// pragma is GCC's, the project's compiler; clang needs -ffp-contract=off for the same.)
+// and the files of the fused loops (optim/{adam,adagrad,rmsprop,sgd}.cpp) are compiled with
+// -ffp-contract=off (CMakeLists.txt, for GCC and clang alike) so that no a * b + c turns into
+// one fused multiply-add (the reference rounds between the multiply and the add: they are two
+// ops). On the CPU the two paths then agree bit for bit; the tests allow 1e-7 relative.
 // The CUDA kernels do the same with round-to-nearest intrinsics (Note [Fused CUDA steps round
 // like the reference] in kernels/cuda/optim.cu), per-parameter step scalars included.
 

@@ -64,9 +64,6 @@ void rmsprop_reference(const RMSpropOptions& o, const Tensor& param, const Tenso
   }
 }
 
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
-
 // One tensor's elements [begin, end): the reference's arithmetic, element by element, in
 // blocks of three loops (averages, square roots, update). See Note [Square roots in fused
 // loops]. grad_avg is null unless centered, buf null without momentum.
@@ -112,8 +109,6 @@ void rmsprop_kernel(const RMSpropOptions& o, T* p, const T* g, T* square_avg, T*
     }
   }
 }
-
-#pragma GCC pop_options
 
 template <class T>
 void rmsprop_fused(const RMSpropOptions& o, const std::vector<Optimizer::Slot*>& slots) {

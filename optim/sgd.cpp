@@ -42,9 +42,6 @@ void sgd_reference(const SGDOptions& o, const Tensor& param, const Tensor& grad,
   p.add_(d * -o.lr);
 }
 
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")  // See Note [Fused steps match the reference]
-
 // One tensor's elements [begin, end): the reference's arithmetic, element by element.
 template <class T>
 void sgd_kernel(const SGDOptions& o, T* p, const T* g, T* buf, bool first, int64_t begin, int64_t end) {
@@ -63,8 +60,6 @@ void sgd_kernel(const SGDOptions& o, T* p, const T* g, T* buf, bool first, int64
     p[i] = p[i] + d * neg_lr;
   }
 }
-
-#pragma GCC pop_options
 
 template <class T>
 void sgd_fused(const SGDOptions& o, const std::vector<Optimizer::Slot*>& slots) {

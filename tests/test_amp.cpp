@@ -316,7 +316,8 @@ TEST_CASE("GradScaler: PyTorch's golden trace (scales, skipped steps, gradients,
   }
   CHECK(scaler.skipped_steps() == skipped);
   const optim::Scalars sd = scaler.state_dict();
-  for (const auto& [k, v] : ref["state_dict"].items()) CHECK_MESSAGE(sd.at(k) == v.get<double>(), k);
+  for (const auto& item : ref["state_dict"].items())
+    CHECK_MESSAGE(sd.at(item.key()) == item.value().get<double>(), item.key());
 }
 
 TEST_CASE("GradScaler: defaults, misuse errors and a disabled scaler") {

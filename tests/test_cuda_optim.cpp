@@ -127,7 +127,9 @@ double state_dev(const std::vector<Tensor>& pa, const optim::Optimizer& a, const
   optim::OptimizerState sb = b.state_dict();
   std::map<std::string, Tensor> by_name(sb.tensors.begin(), sb.tensors.end());
   CHECK(sa.tensors.size() == sb.tensors.size());
-  for (const auto& [key, t] : sa.tensors) {
+  for (const auto& named : sa.tensors) {
+    const std::string& key = named.first;
+    const Tensor& t = named.second;
     auto it = by_name.find(key);
     REQUIRE_MESSAGE(it != by_name.end(), "state buffer ", key, " exists on one side only");
     worst = std::max(worst, mixed_dev(t, it->second));

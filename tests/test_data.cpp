@@ -229,7 +229,8 @@ TEST_CASE("data: random crop with padding and flip read each output from one con
   std::vector<double> vals(size_t(C * H * W));
   for (size_t i = 0; i < vals.size(); ++i) vals[i] = double(i + 1);
   const Tensor f32 = from_vector(vals, {C, H, W}, DType::F32), u8 = from_vector(vals, {C, H, W}, DType::U8);
-  for (const auto& [oh, ow, pad] : {std::tuple<int64_t, int64_t, int64_t>{5, 7, 2}, {3, 4, 3}, {9, 11, 3}}) {
+  for (const auto& geometry : {std::tuple<int64_t, int64_t, int64_t>{5, 7, 2}, {3, 4, 3}, {9, 11, 3}}) {
+    const int64_t oh = std::get<0>(geometry), ow = std::get<1>(geometry), pad = std::get<2>(geometry);
     Compose t({random_crop(oh, ow, pad), random_horizontal_flip(0.5), to_tensor()});
     int flips = 0, unpinned = 0;
     for (uint64_t index = 0; index < 40; ++index) {
@@ -553,7 +554,7 @@ TEST_CASE("data: read_image checks PNG and JPEG structure before stb_image sees 
 }
 
 TEST_CASE("data: Fashion-MNIST loads from the installed package") {
-  if (!fs::exists(std::string(FashionMNIST::kDefaultRoot) + "/t10k-images-idx3-ubyte.gz")) {
+  if (!fs::exists(fs::path(FashionMNIST::kDefaultRoot) / "t10k-images-idx3-ubyte.gz")) {
     MESSAGE("dataset-fashion-mnist is not installed; skipped");
     return;
   }

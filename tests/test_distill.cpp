@@ -216,8 +216,8 @@ TEST_CASE("distill: Distiller runs the teacher in eval mode under no_grad and re
   CHECK(teacher->submodule("2").is_training());
   CHECK_FALSE(teacher->submodule("3").is_training());
   // No gradient reached the teacher; every student parameter got one.
-  for (auto& [name, p] : teacher->named_parameters()) CHECK_MESSAGE(!p.grad().defined(), name);
-  for (auto& [name, p] : student->named_parameters()) CHECK_MESSAGE(p.grad().defined(), name);
+  for (auto& np : teacher->named_parameters()) CHECK_MESSAGE(!np.second.grad().defined(), np.first);
+  for (auto& np : student->named_parameters()) CHECK_MESSAGE(np.second.grad().defined(), np.first);
   // The total is the mix of the two parts, and the parts are the functions'.
   CHECK(l.total.item<double>() ==
         doctest::Approx(0.7 * l.soft.item<double>() + 0.3 * l.hard.item<double>()).epsilon(1e-6));
@@ -278,7 +278,7 @@ TEST_CASE("distill: feature matching trains the adapter and the student towards 
     feature_last = l.features.item<double>();
   }
   CHECK(feature_last < 0.5 * feature0);
-  for (auto& [name, p] : teacher->named_parameters()) CHECK_MESSAGE(!p.grad().defined(), name);
+  for (auto& np : teacher->named_parameters()) CHECK_MESSAGE(!np.second.grad().defined(), np.first);
 }
 
 TEST_CASE("distill: the hooks are removed and the modules keep nothing of the Distiller") {

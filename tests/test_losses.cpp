@@ -52,7 +52,9 @@ TEST_CASE("losses: BCE, Huber, cosine, triplet, NLL, L1, SmoothL1, BCEWithLogits
   const json ref = test::read_reference("losses/losses.json");
   int checked = 0;
   for (const json& c : ref["cases"]) {
-    for (const auto& [rname, rr] : c["reductions"].items()) {
+    for (const auto& reduction : c["reductions"].items()) {
+      const std::string& rname = reduction.key();
+      const json& rr = reduction.value();
       CAPTURE(c["name"].get<std::string>());
       CAPTURE(rname);
       std::map<std::string, Tensor> in;
@@ -63,7 +65,9 @@ TEST_CASE("losses: BCE, Huber, cosine, triplet, NLL, L1, SmoothL1, BCEWithLogits
       Tensor loss = run(c, in, reduction_of(rname));
       CHECK(allclose(loss, tensor_of(rr["loss"]), 1e-12, 1e-12));
       (loss * tensor_of(rr["cot"])).sum().backward();
-      for (const auto& [k, g] : rr["grads"].items()) {
+      for (const auto& grad : rr["grads"].items()) {
+        const std::string& k = grad.key();
+        const json& g = grad.value();
         CAPTURE(k);
         REQUIRE(in[k].grad().defined());
         CHECK(allclose(in[k].grad(), tensor_of(g), 1e-10, 1e-12));

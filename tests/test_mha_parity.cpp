@@ -60,7 +60,9 @@ void check_mha_case(const json& c, DType dtype, double out_tol, double grad_tol)
   mha.to(dtype);
   {
     NoGradGuard no_grad;
-    for (auto& [pname, p] : mha.named_parameters()) {
+    for (auto& np : mha.named_parameters()) {
+      const std::string& pname = np.first;
+      Tensor& p = np.second;
       REQUIRE_MESSAGE(c["params"].contains(pname), name, ": PyTorch has no parameter ", pname);
       p.copy_(from_vector(c["params"][pname].get<std::vector<double>>(), p.sizes(), dtype));
     }
@@ -92,7 +94,9 @@ void check_mha_case(const json& c, DType dtype, double out_tol, double grad_tol)
   Tensor r_out = from_vector(c["r_out"].get<std::vector<double>>(), r.output.sizes(), dtype);
   Tensor r_w = from_vector(c["r_weights"].get<std::vector<double>>(), r.weights.sizes(), dtype);
   (sum(r.output * r_out) + sum(r.weights * r_w)).backward();
-  for (auto& [pname, p] : mha.named_parameters()) {
+  for (auto& np : mha.named_parameters()) {
+    const std::string& pname = np.first;
+    const Tensor& p = np.second;
     REQUIRE(p.grad().defined());
     double dev = mha_dev(p.grad(), c["grad_params"][pname], floor);
     CHECK_MESSAGE(dev <= grad_tol, name, ": grad of ", pname, " ", dev);

@@ -103,15 +103,18 @@ TEST_CASE("optimx: a ModuleList / ModuleDict model with PyTorch's weights gives 
   CHECK(max_abs_diff(cls, ref["cls"]) <= 1e-12);
   CHECK(max_abs_diff(aux, ref["aux"]) <= 1e-12);
   (sum(cls) + sum(aux) * 2.0).backward();
-  for (auto& [name, p] : net.named_parameters()) {
+  for (auto& np : net.named_parameters()) {
+    const std::string& name = np.first;
+    const Tensor& p = np.second;
     REQUIRE_MESSAGE(p.grad().defined(), name);
     CHECK_MESSAGE(max_abs_diff(p.grad(), ref["grads"][name]) <= 1e-12, name);
   }
   // to() reaches every child of the containers.
   net.to(DType::F32);
-  for (auto& [name, p] : net.named_parameters()) CHECK_MESSAGE(p.dtype() == DType::F32, name);
-  for (auto& [name, b] : net.named_buffers()) {
-    if (name.find("num_batches_tracked") == std::string::npos) CHECK_MESSAGE(b.dtype() == DType::F32, name);
+  for (auto& np : net.named_parameters()) CHECK_MESSAGE(np.second.dtype() == DType::F32, np.first);
+  for (auto& nb : net.named_buffers()) {
+    if (nb.first.find("num_batches_tracked") == std::string::npos)
+      CHECK_MESSAGE(nb.second.dtype() == DType::F32, nb.first);
   }
   CHECK(net.blocks->is_training());
   net.eval();

@@ -85,7 +85,9 @@ void check_case(const json& c, DType dt, double out_tol, double grad_tol) {
   std::map<std::string, Tensor> out = run(*m, c["config"]["kind"], x);
   Worst worst;
   Tensor loss = zeros({}, dt);
-  for (auto& [k, ref] : c["outputs"].items()) {
+  for (auto& output : c["outputs"].items()) {
+    const std::string& k = output.key();
+    const json& ref = output.value();
     const double e = rel_err(out[k], ref);
     CHECK_MESSAGE(e <= out_tol, c["name"], " ", k, " ", dtype_name(dt), " ", e);
     worst.out = std::max(worst.out, e);

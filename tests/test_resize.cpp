@@ -114,7 +114,9 @@ void check_parity(DType dt, double out_tol, double grad_tol, std::map<std::strin
     }
     (out * cast(tensor_of(c["cot"], DType::F32), dt)).sum().backward();
     double e_grad = 0;
-    for (const auto& [k, g] : c["grads"].items()) {
+    for (const auto& grad : c["grads"].items()) {
+      const std::string& k = grad.key();
+      const json& g = grad.value();
       CAPTURE(k);
       REQUIRE(in[k].grad().defined());
       e_grad = std::max(e_grad, rel_err(in[k].grad(), g));

@@ -293,7 +293,9 @@ TEST_CASE("safetensors: the file written by PyTorch's safetensors loads with the
   CHECK(f.metadata.at("writer") == "torch");
   NamedTensors expected = reference_tensors();
   CHECK(f.tensors.size() == expected.size());
-  for (const auto& [name, t] : expected) {
+  for (const auto& named : expected) {
+    const std::string& name = named.first;
+    const Tensor& t = named.second;
     CAPTURE(name);
     CHECK(same_bytes(find(f.tensors, name), t));
   }
@@ -582,7 +584,9 @@ TEST_CASE("safetensors: save_module and load_module move a module's state_dict t
   Tensor held = scale;  // an optimizer's reference must see the loaded values
   nn::LoadReport report = nn::load_module(b, path);
   CHECK(report.ok());
-  for (const auto& [name, t] : a.state_dict()) {
+  for (const auto& named : a.state_dict()) {
+    const std::string& name = named.first;
+    const Tensor& t = named.second;
     CAPTURE(name);
     CHECK(equal(find(b.state_dict(), name), t));
   }

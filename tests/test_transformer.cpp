@@ -261,8 +261,11 @@ TEST_CASE("transformer: InstanceNorm2d tracks running statistics as PyTorch and 
     norm(tensor_of(c["inputs"]["x1"], DType::F32));
     norm(tensor_of(c["inputs"]["x2"], DType::F32));
   }
-  for (auto& [k, t] : norm.state_dict())
-    CHECK_MESSAGE(rel_err(t, c["after_train"][k]) <= 1e-6, k, " ", rel_err(t, c["after_train"][k]));
+  for (auto& named : norm.state_dict()) {
+    const std::string& k = named.first;
+    CHECK_MESSAGE(rel_err(named.second, c["after_train"][k]) <= 1e-6, k, " ",
+                  rel_err(named.second, c["after_train"][k]));
+  }
   norm.eval();
   Tensor y = norm(tensor_of(c["inputs"]["x3"], DType::F32));
   CHECK(rel_err(y, c["outputs"]["eval_output"]) <= 1e-5);

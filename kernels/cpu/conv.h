@@ -110,7 +110,11 @@ struct Input {
   const T* data;
   int64_t sB, sC, sH, sW;
   explicit Input(const Tensor& x)
-      : data(static_cast<const T*>(x.data_ptr())), sB(x.stride(0)), sC(x.stride(1)), sH(x.stride(2)), sW(x.stride(3)) {}
+      : data(static_cast<const T*>(x.data_ptr())), sB(x.stride(0)), sC(x.stride(1)), sH(x.stride(2)), sW(x.stride(3)) {
+    // An input without elements (no channels) has no data: zero strides keep every offset off
+    // the null pointer (offsetting it is undefined behaviour; UBSan found it). Nothing is read.
+    if (x.numel() == 0) sB = sC = sH = sW = 0;
+  }
   // Whether the (pointwise) col matrix of a sample is the input itself: each plane dense.
   bool planes_dense(const Conv& p) const { return sW == 1 && (sH == p.W || p.H == 1); }
 };

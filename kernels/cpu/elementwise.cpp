@@ -27,8 +27,8 @@ void cast_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 void fill_kernel(std::span<const Tensor>, std::span<Tensor> out, const Attrs& attrs) {
   dispatch_all(out[0].dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
-    const double v = attrs.a;
-    elementwise<T>(out[0], {}, [v]() { return static_cast<compute_t<T>>(v); });
+    const compute_t<T> v = F::scalar_as<compute_t<T>>(attrs.a);
+    elementwise<T>(out[0], {}, [v]() { return v; });
   });
 }
 

@@ -59,7 +59,7 @@ void masked_fill_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
   uint64_t bits = 0;
   dispatch_all(out[0].dtype(), "masked_fill", [&](auto tag) {
     using T = decltype(tag);
-    T v = static_cast<T>(static_cast<compute_t<T>>(attrs.a));
+    T v = static_cast<T>(F::scalar_as<compute_t<T>>(attrs.a));
     std::memcpy(&bits, &v, sizeof(T));
   });
   dispatch_by_size(out[0].element_size(), "masked_fill", [&](auto tag) {

@@ -133,7 +133,7 @@ void fill_kernel(std::span<const Tensor>, std::span<Tensor> out, const Attrs& at
   uint64_t bits = 0;
   dispatch_all(y.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
-    T v = static_cast<T>(static_cast<compute_t<T>>(attrs.a));
+    T v = static_cast<T>(F::scalar_as<compute_t<T>>(attrs.a));
     std::memcpy(&bits, &v, sizeof(T));
   });
   if (bits == 0 && y.is_contiguous()) {
