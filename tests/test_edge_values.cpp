@@ -259,3 +259,22 @@ TEST_CASE("edge values: integer sums wrap around as PyTorch's do, never overflow
   y.data<int64_t>()[0] = std::numeric_limits<int64_t>::min();
   CHECK(sum(y).item<int64_t>() == std::numeric_limits<int64_t>::max() - 1);
 }
+
+TEST_CASE("edge values: a negative value filled into U8 wraps through int64, as before, with no undefined conversion") {
+  // Note [Scalars into integer dtypes] (kernels/functors.h): found by the clang UBSan build.
+  const Tensor x = zeros({4}, DType::U8);
+  const Tensor mask = from_vector({1, 0, 1, 0}, {4}, DType::Bool);
+  CHECK(masked_fill(x, mask, -7).to_vector<int64_t>() == std::vector<int64_t>{249, 0, 249, 0});
+  CHECK(full({3}, -7, DType::U8).to_vector<int64_t>() == std::vector<int64_t>{249, 249, 249});
+  CHECK(full({2}, -7, DType::I8).to_vector<int64_t>() == std::vector<int64_t>{-7, -7});
+  CHECK(full({2}, 300, DType::U8).to_vector<int64_t>() == std::vector<int64_t>{44, 44});
+}
+
+TEST_CASE("edge values: reductions and convs of inputs without elements read nothing") {
+  // Offsets into an empty input's null data were undefined behaviour (clang UBSan build).
+  const Tensor x = zeros({2, 0, 3});
+  CHECK(equal(sum(x, {1}), zeros({2, 3})));
+  CHECK(equal(logsumexp(x, {1}), full({2, 3}, -INFINITY)));
+  const Tensor img = zeros({2, 0, 5, 5}), w = zeros({3, 0, 3, 3}), b = full({3}, 0.5);
+  CHECK(equal(nn::functional::conv2d(img, w, b, {1, 1}, {1, 1}, {1, 1}, 1), full({2, 3, 5, 5}, 0.5)));
+}
