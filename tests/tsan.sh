@@ -29,7 +29,7 @@ if [ "$BUILD_STEP" = 1 ]; then
   # of this pass (Note [Test build speed] in docs/DECISIONS.md).
   source cmake/setup.sh
   brisk_configure "$OUT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-    -DBRISK_TSAN=ON -DBRISK_CUDA=OFF -DBRISK_EXAMPLES=OFF -DBRISK_TESTS=ON
+    -DBRISK_TSAN=ON -DBRISK_CUDA=OFF -DBRISK_EXAMPLES=OFF -DBRISK_TESTS=ON -DBRISK_NATIVE=OFF
   brisk_build "$OUT/build" brisk_tsan_tests
 fi
 

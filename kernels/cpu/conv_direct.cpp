@@ -131,7 +131,7 @@ __attribute__((target("avx512f"))) void wgrad_tile(int nb, const float* const* g
     const float* c0 = copies_s[s];
     // one multiply-add step over outputs q .. q + 15, g and B read under mask m: past n, B
     // holds other planes' values, and 0 * inf there would put a NaN into a finite sum
-    auto step = [&](int64_t q, __mmask16 m) __attribute__((always_inline)) {
+    auto step = [&](int64_t q, __mmask16 m) __attribute__((always_inline, target("avx512f"))) {
       __m512 bv[NK];
 #pragma GCC unroll 8
       for (int t = 0; t < NK; ++t) bv[t] = _mm512_maskz_loadu_ps(m, c0 + off[t] + q);

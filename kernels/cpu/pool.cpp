@@ -102,8 +102,9 @@ void max_pool_plane_2x2(const T* xp, T* yp, int64_t* ip, const PoolProblem& p) {
 // auto-vectorized loop). Each horizontal pair of inputs is one 32-bit lane: its halves shifted
 // into floats are compared as the scalar kernel compares (NaN wins, the first of equal values
 // wins), and the winner's bits are copied, never rounded. Same results as max_pool_plane_2x2.
-__attribute__((target("avx512f,avx512bw"))) void max_pool_plane_2x2_bf16_avx512(const BFloat16* xp, BFloat16* yp,
-                                                                                int64_t* ip, const PoolProblem& p) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void max_pool_plane_2x2_bf16_avx512(const BFloat16* xp,
+                                                                                         BFloat16* yp, int64_t* ip,
+                                                                                         const PoolProblem& p) {
   const int64_t W = p.W, Wo = p.Wo;
   const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
   const __m512i lane = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -124,7 +125,8 @@ __attribute__((target("avx512f,avx512bw"))) void max_pool_plane_2x2_bf16_avx512(
                    v3 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi_mask));
       __m512 best = v0;
       __m512i raw = b0, off = _mm512_setzero_si512();
-      auto take = [&](__m512 v, __m512i bits, int32_t o) {
+      // A lambda does not inherit its function's target: it names it (BRISK_NATIVE=OFF builds).
+      auto take = [&](__m512 v, __m512i bits, int32_t o) __attribute__((target("avx512f,avx512bw,avx512vl"))) {
         const __mmask16 t = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
         best = _mm512_mask_mov_ps(best, t, v);
         raw = _mm512_mask_mov_epi32(raw, t, bits);
@@ -169,7 +171,7 @@ __attribute__((target("avx512f"))) void max_pool_plane_2x2_f32_avx512(const floa
       const __m512 v2 = _mm512_permutex2var_ps(c0, even, c1), v3 = _mm512_permutex2var_ps(c0, odd, c1);
       __m512 best = v0;
       __m512i off = _mm512_setzero_si512();
-      auto take = [&](__m512 v, int32_t o) {
+      auto take = [&](__m512 v, int32_t o) __attribute__((target("avx512f"))) {
         const __mmask16 t = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
         best = _mm512_mask_mov_ps(best, t, v);
         off = _mm512_mask_mov_epi32(off, t, _mm512_set1_epi32(o));
@@ -194,7 +196,8 @@ bool has_avx512f() {
 }
 
 bool has_avx512bw() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool ok =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return ok;
 }
 
