@@ -197,15 +197,20 @@ struct PowScalar {
 struct Identity { template <class T> BRISK_HD T operator()(T x) const { return x; } };
 
 // ---- binary
+// a + alpha * b in one rounding for floating types, as PyTorch's kernels compute it (-inf +
+// 2.5 * 3e38 is -inf, not inf - inf = NaN); the compiler's contraction must not decide it.
+template <class T> BRISK_HD T add_scaled(T a, T alpha, T b) {
+  if constexpr (std::is_floating_point_v<T>) return std::fma(alpha, b, a); else return a + alpha * b;
+}
 struct Add {
   double alpha = 1;
   static Add from(const Attrs& a) { return {a.a}; }
-  template <class T> BRISK_HD T operator()(T a, T b) const { return alpha == 1 ? a + b : a + T(alpha) * b; }
+  template <class T> BRISK_HD T operator()(T a, T b) const { return alpha == 1 ? a + b : add_scaled(a, T(alpha), b); }
 };
 struct Sub {
   double alpha = 1;
   static Sub from(const Attrs& a) { return {a.a}; }
-  template <class T> BRISK_HD T operator()(T a, T b) const { return alpha == 1 ? a - b : a - T(alpha) * b; }
+  template <class T> BRISK_HD T operator()(T a, T b) const { return alpha == 1 ? a - b : add_scaled(a, T(-T(alpha)), b); }
 };
 struct Mul {
   template <class T> BRISK_HD T operator()(T a, T b) const {

@@ -278,3 +278,12 @@ TEST_CASE("edge values: reductions and convs of inputs without elements read not
   const Tensor img = zeros({2, 0, 5, 5}), w = zeros({3, 0, 3, 3}), b = full({3}, 0.5);
   CHECK(equal(nn::functional::conv2d(img, w, b, {1, 1}, {1, 1}, {1, 1}, 1), full({2, 3, 5, 5}, 0.5)));
 }
+
+TEST_CASE("edge values: add and sub with alpha round once, as PyTorch (-inf + 2.5 * 3e38 is -inf)") {
+  // Without an FMA the product overflowed to inf first and gave inf - inf = NaN (BRISK_NATIVE=OFF).
+  const Tensor a = from_vector({-INFINITY, 1.0}, {2}), b = from_vector({3e38, 3e38}, {2});
+  const std::vector<float> added = add(a, b, 2.5).to_vector<float>();
+  CHECK(added[0] == -INFINITY);
+  CHECK(added[1] == INFINITY);
+  CHECK(sub(a, b, -3).to_vector<float>()[0] == -INFINITY);
+}
