@@ -36,7 +36,7 @@ fi
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 log=$OUT/test.log
-echo "== tsan: brisk_tsan_tests -tc=\"$CASES\" (log ${log#"$ROOT"/})"
+echo "   brisk_tsan_tests -tc=\"$CASES\" (log ${log#"$ROOT"/})"
 rc=0
 "$OUT/build/tests/brisk_tsan_tests" --no-intro=true -tc="$CASES" >"$log" 2>&1 || rc=$?
 if grep -q "WARNING: ThreadSanitizer" "$log" || [ "$rc" -ne 0 ]; then
@@ -44,5 +44,5 @@ if grep -q "WARNING: ThreadSanitizer" "$log" || [ "$rc" -ne 0 ]; then
   echo "tests/tsan.sh: FAILED (exit $rc; log $log)"
   exit 1
 fi
-grep -E "^\[doctest\] (test cases|assertions)" "$log" || true
+grep -E "^\[doctest\] (test cases|assertions)" "$log" | sed "s/^/   /" || true
 echo "tests/tsan.sh: no data races"
