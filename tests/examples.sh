@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/examples.sh BUILD: the examples that have no ctest smoke test, each run for real on
 # Fashion-MNIST from the Release build folder BUILD (tests/run.sh --full): the main job for one
-# epoch with the CNN and with the MLP (and its --resume), mixed precision, the tabular example,
+# epoch with the CNN, the MLP stopped after one of two epochs and resumed, mixed precision, the tabular example,
 # explain mode and the environment report. One line per example with its wall time; its output
 # goes to BUILD/examples-full/<name>.log, shown when it fails.
 # Not here: the examples with smoke tests (examples/*/CMakeLists.txt, run by ctest).
@@ -26,7 +26,7 @@ run() {  # name, command...: runs it in OUT with its log; fails showing the log'
 
 E=$BUILD/examples
 run main-cnn "$E/fashion_mnist" --epochs 1 --out "$OUT/cnn"
-run main-mlp "$E/fashion_mnist" --model mlp --epochs 1 --out "$OUT/mlp"
+run main-mlp "$E/fashion_mnist" --model mlp --epochs 2 --stop-after 1 --out "$OUT/mlp"
 run main-mlp-resume "$E/fashion_mnist" --model mlp --epochs 2 --out "$OUT/mlp" --resume
 run amp "$E/amp" --epochs 1 --limit 10000
 run tabular "$E/tabular" --epochs 2 --out "$OUT/tabular"
