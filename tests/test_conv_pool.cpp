@@ -111,8 +111,9 @@ TEST_CASE("max_pool2d: the F32 2x2 kernel (AVX-512 where present) equals the F64
 TEST_CASE("conv2d: large batches (threaded paths) match the same samples one at a time") {
   // Big enough for the OpenMP splits; F64 so the comparison is tight. One sample at a time runs
   // the unsplit path, which the conv specs check against direct loops.
-  auto check = [](const Shape& xs, const Shape& ws, int64_t groups, uint64_t seed) {
-    const F::Pair stride{1, 1}, padding{1, 1}, dilation{1, 1};
+  auto check = [](const Shape& xs, const Shape& ws, int64_t groups, uint64_t seed, F::Pair stride = {1, 1},
+                  F::Pair padding = {1, 1}) {
+    const F::Pair dilation{1, 1};
     const Tensor x = leaf(uniform_values(xs, -1, 1, seed)), w = leaf(uniform_values(ws, -1, 1, seed + 1));
     const Tensor y = F::conv2d(x, w, {}, stride, padding, dilation, groups);
     const Tensor g = uniform_values(y.sizes(), -1, 1, seed + 2);
@@ -131,6 +132,11 @@ TEST_CASE("conv2d: large batches (threaded paths) match the same samples one at 
   SUBCASE("im2col + GEMM, 3x3, padding 1") { check({8, 6, 12, 12}, {16, 6, 3, 3}, 1, 70); }
   SUBCASE("im2col + GEMM, batch 3 (GEMMs split across threads)") { check({3, 8, 12, 12}, {16, 8, 3, 3}, 1, 73); }
   SUBCASE("depthwise, channel multiplier 2") { check({8, 16, 24, 24}, {32, 1, 3, 3}, 16, 76); }
+  // Note [Batch-folded conv]: planes under 1024 output pixels fold the batch into the GEMM's N,
+  // in chunks of at most 2^22 column entries (here K * P = 576 * 961: chunks of 7 and 2).
+  SUBCASE("batch folded into N, two chunks") { check({9, 64, 31, 31}, {8, 64, 3, 3}, 1, 79); }
+  SUBCASE("batch folded, stride 2 onto 1x1 planes, groups 2") { check({5, 8, 2, 2}, {6, 4, 3, 3}, 2, 82, {2, 2}); }
+  SUBCASE("batch folded, 1x1 stride 2 (a ResNet downsample)") { check({4, 6, 7, 7}, {10, 6, 1, 1}, 1, 85, {2, 2}, {0, 0}); }
 }
 
 TEST_CASE("conv2d: the direct F32 kernel (forward, input and weight gradients) equals the F64 path") {
