@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/dispatch.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 
@@ -229,6 +230,8 @@ LSTMResult RNNBase::run(const Tensor& input, const Tensor& h0, const Tensor& c0)
   const Tensor h_init = initial(h0, "h0", h_out);
   const Tensor c_init = lstm ? initial(c0, "c0", hidden_size) : Tensor();
 
+  if (fused(x)) return run_fused(x, h_init, c_init, unbatched);
+
   // The sequence as T per-step tensors (B, F); see Note [Per-step tensors].
   std::vector<Tensor> seq(static_cast<size_t>(steps));
   for (int64_t t = 0; t < steps; ++t) seq[size_t(t)] = x.select(0, t);
@@ -285,6 +288,82 @@ LSTMResult RNNBase::run(const Tensor& input, const Tensor& h0, const Tensor& c0)
   }
   return r;
 }
+
+// Note [Fused recurrent layers] (kernels/cpu/recurrent.cpp): LSTM (without a projection) and
+// GRU layers in F32 / F64 on a device with the fused kernels run one lstm_sequence /
+// gru_sequence op per layer and direction after one input projection over the whole
+// sequence; everything else (RNN, proj_size, 16-bit dtypes, devices without those kernels)
+// takes the per-step ops below. Both give the same values and gradients (tests/test_recurrent.cpp).
+bool RNNBase::fused(const Tensor& x) const {
+  const OpId op = mode_ == Mode::Lstm ? OpId::LstmSequence : OpId::GruSequence;
+  const bool kind = (mode_ == Mode::Lstm && options.proj_size == 0) || mode_ == Mode::Gru;
+  return kind && (x.dtype() == DType::F32 || x.dtype() == DType::F64) && op_def(op).kernels[int(x.device().type)];
+}
+
+LSTMResult RNNBase::run_fused(const Tensor& x, const Tensor& h_init, const Tensor& c_init, bool unbatched) {
+  const bool lstm = mode_ == Mode::Lstm;
+  const int64_t dirs = options.bidirectional ? 2 : 1;
+  Tensor seq = x;  // (T, B, F)
+  std::vector<Tensor> h_final, c_final;
+  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+    std::vector<Tensor> dir_outs;
+    for (int64_t d = 0; d < dirs; ++d) {
+      const std::string sfx = "_l" + std::to_string(layer) + (d == 1 ? "_reverse" : "");
+      const Tensor& w_ih = parameter("weight_ih" + sfx);
+      const Tensor& w_hh = parameter("weight_hh" + sfx);
+      Tensor b_ih = maybe_parameter("bias_ih" + sfx), b_hh = maybe_parameter("bias_hh" + sfx);
+      const int64_t k = layer * dirs + d;
+      if (lstm) {  // both biases go into the input projection
+        const Tensor bias = b_ih.defined() ? b_ih + b_hh : Tensor();
+        const Tensor gx = F::linear(seq, w_ih, bias);  // (T, B, 4H)
+        LSTMResult r = F::lstm_sequence(gx, w_hh, h_init.select(0, k), c_init.select(0, k), d == 1);
+        dir_outs.push_back(r.output);
+        h_final.push_back(r.h_n);
+        c_final.push_back(r.c_n);
+      } else {
+        if (!b_hh.defined()) b_hh = zeros({w_hh.size(0)}, x.dtype(), x.device());
+        const Tensor gx = F::linear(seq, w_ih, b_ih);  // (T, B, 3H)
+        RNNResult r = F::gru_sequence(gx, w_hh, b_hh, h_init.select(0, k), d == 1);
+        dir_outs.push_back(r.output);
+        h_final.push_back(r.h_n);
+      }
+    }
+    seq = dirs == 1 ? dir_outs[0] : cat(dir_outs, 2);  // (T, B, D * H)
+    if (layer + 1 < options.num_layers && options.dropout > 0) seq = F::dropout(seq, options.dropout, is_training());
+  }
+  LSTMResult r;
+  r.output = unbatched ? seq.squeeze(1) : (options.batch_first ? seq.transpose(0, 1) : seq);
+  r.h_n = stack(h_final, 0);
+  if (lstm) r.c_n = stack(c_final, 0);
+  if (unbatched) {
+    r.h_n = r.h_n.squeeze(1);
+    if (lstm) r.c_n = r.c_n.squeeze(1);
+  }
+  return r;
+}
+
+namespace functional {
+
+LSTMResult lstm_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& h0, const Tensor& c0, bool reverse) {
+  Attrs a;
+  a.flag = reverse;
+  const Tensor in[4] = {gx, w_hh, h0, c0};
+  Tensor out[3];  // y, c, gates
+  call(OpId::LstmSequence, in, a, out);
+  const int64_t last = reverse ? 0 : gx.size(0) - 1;
+  return {out[0], out[0].select(0, last), out[1].select(0, last)};
+}
+
+RNNResult gru_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& b_hh, const Tensor& h0, bool reverse) {
+  Attrs a;
+  a.flag = reverse;
+  const Tensor in[4] = {gx, w_hh, b_hh, h0};
+  Tensor out[2];  // y, saved
+  call(OpId::GruSequence, in, a, out);
+  return {out[0], out[0].select(0, reverse ? 0 : gx.size(0) - 1)};
+}
+
+}  // namespace functional
 
 namespace {
 

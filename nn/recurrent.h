@@ -3,7 +3,8 @@
 // batch_first, dropout between layers, optional initial state). Parameter names, shapes, gate
 // order (LSTM i, f, g, o; GRU r, z, n) and init (U(-1/sqrt(hidden), 1/sqrt(hidden))) are
 // PyTorch's, so a PyTorch state_dict loads unchanged. Written with engine ops (linear, sigmoid,
-// tanh, cat, stack), so autograd needs nothing of its own.
+// tanh, cat, stack), so autograd needs nothing of its own; LSTM and GRU layers run the fused
+// sequence ops below where the device has them (Note [Fused recurrent layers]).
 // Not here: a fused cuDNN RNN or packed (variable-length) sequences.
 //
 //   nn::LSTM lstm(10, 20, {.num_layers = 2, .batch_first = true, .bidirectional = true});
@@ -103,6 +104,10 @@ class RNNBase : public Module {
 
  private:
   Mode mode_;
+  // Whether the fused sequence ops take this layer (Note [Fused recurrent layers]).
+  bool fused(const Tensor& x) const;
+  // run() through them: x (T, B, in), states (L * D, B, *) checked and defined.
+  LSTMResult run_fused(const Tensor& x, const Tensor& h_init, const Tensor& c_init, bool unbatched);
 };
 
 // torch.nn.RNN (Elman RNN, tanh or relu).
@@ -128,5 +133,22 @@ class GRU : public RNNBase {
   using RNNBase::forward;
   RNNResult forward(const Tensor& input, const Tensor& h0);
 };
+
+// ---- the fused sequence ops (Note [Fused recurrent layers] in kernels/cpu/recurrent.cpp): one
+// layer and direction over a whole sequence, F32 / F64, on devices with their kernels (the
+// CPU). reverse runs t = T-1 .. 0 (a bidirectional layer's second direction).
+namespace functional {
+
+// gx (T, B, 4H) = x W_ih^T + b_ih + b_hh, w_hh (4H, H), h0 and c0 (B, H) -> output (T, B, H),
+// h_n, c_n (B, H); gates in PyTorch's order i, f, g, o.
+LSTMResult lstm_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& h0, const Tensor& c0,
+                         bool reverse = false);
+
+// gx (T, B, 3H) = x W_ih^T + b_ih, w_hh (3H, H), b_hh (3H), h0 (B, H) -> output (T, B, H),
+// h_n (B, H); gates r, z, n with n = tanh(gx_n + r * (h W_hn^T + b_hn)).
+RNNResult gru_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& b_hh, const Tensor& h0,
+                       bool reverse = false);
+
+}  // namespace functional
 
 }  // namespace brisk::nn
