@@ -57,8 +57,14 @@ void lstm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Device dev = c.device;
   const Shape& gx = c.in_specs[0].sizes;
   const TensorSpec seq{{gx[0], gx[1], gx[2] / 4}, c.in_specs[0].dtype};
-  const Tensor in[8] = {or_zeros(c.grads[0], seq, dev), or_zeros(c.grads[1], seq, dev), c.outputs[2], c.outputs[1],
-                        c.outputs[0], c.inputs[1], c.inputs[2], c.inputs[3]};
+  const Tensor in[8] = {or_zeros(c.grads[0], seq, dev),
+                        or_zeros(c.grads[1], seq, dev),
+                        c.outputs[2],
+                        c.outputs[1],
+                        c.outputs[0],
+                        c.inputs[1],
+                        c.inputs[2],
+                        c.inputs[3]};
   Tensor out[4];
   call(OpId::LstmSequenceBackward, in, c.attrs, out);
   for (int i = 0; i < 4; ++i) {

@@ -10,7 +10,8 @@
 // ops (self time) of each model's training step on the most threads.
 //
 // Usage: bench_models [--models a,b,..] [--threads 1,2] [--modes train,infer] [--steps N]
-//                     [--warmup N] [--no-torch] [--no-profile]
+//                     [--warmup N] [--no-torch] [--no-profile] [--top N] [--by-shape]
+// (--top: profiler rows per model, default 5; --by-shape: grouped by input shapes too.)
 // Models: resnet18_32 resnet18_224 resnet50_32 resnet50_224 vgg11_32 mobilenet_v2_32
 //         mobilenet_v2_224 lstm_lm gru_lm transformer gpt2 (default: all).
 // FLOPs: 2 x multiply-adds of the Conv2d, Linear, LSTM/GRU and attention products; a training
@@ -82,9 +83,7 @@ class RecurrentLM : public nn::Module {
     }
     register_module("head", std::make_shared<nn::Linear>(512, 96));
   }
-  Tensor forward(const Tensor& idx) override {
-    return (*child("head"))((*child("rnn"))((*child("embed"))(idx)));
-  }
+  Tensor forward(const Tensor& idx) override { return (*child("head"))((*child("rnn"))((*child("embed"))(idx))); }
 
  private:
   bool lstm_;
@@ -99,9 +98,7 @@ class EncoderLM : public nn::Module {
                                    256, 4, 4, nn::TransformerOptions{.dim_feedforward = 1024, .batch_first = true}));
     register_module("head", std::make_shared<nn::Linear>(256, 1000));
   }
-  Tensor forward(const Tensor& idx) override {
-    return (*child("head"))((*child("encoder"))((*child("embed"))(idx)));
-  }
+  Tensor forward(const Tensor& idx) override { return (*child("head"))((*child("encoder"))((*child("embed"))(idx))); }
 };
 
 struct Built {
@@ -166,8 +163,7 @@ double forward_flops(const std::string& name, nn::Module& model, const Tensor& x
     if (t != "Conv2d" && t != "Linear" && t != "HFConv1D") continue;
     hooks.emplace_back(m, m->register_forward_hook([&total](nn::Module& mod, const Tensor&, Tensor& out) {
       const Tensor& w = mod.parameter("weight");  // per output: Linear in, Conv2d in / groups * kh * kw
-      const double per_output =
-          mod.type_name() == "HFConv1D" ? double(w.size(0)) : double(w.numel() / w.size(0));
+      const double per_output = mod.type_name() == "HFConv1D" ? double(w.size(0)) : double(w.numel() / w.size(0));
       total += 2.0 * double(out.numel()) * per_output;
     }));
   }
@@ -195,8 +191,8 @@ int64_t peak_rss_mb() {
 }
 
 // The child: one model, mode and thread count; prints "RESULT ms=.. flops=.. rss_mb=..".
-int run_child(const std::string& name, const std::string& mode, int threads, int steps, int warmup,
-              bool profile) {
+int run_child(const std::string& name, const std::string& mode, int threads, int steps, int warmup, bool profile,
+              int top, bool by_shape) {
   set_num_threads(threads);
   manual_seed(0);
   const Case* c = nullptr;
@@ -231,15 +227,16 @@ int run_child(const std::string& name, const std::string& mode, int threads, int
   std::sort(t.begin(), t.end());
   std::printf("RESULT ms=%.3f flops=%.6g rss_mb=%lld\n", 1e3 * t[t.size() / 2], flops, (long long)peak_rss_mb());
   if (profile) {
-    profiler::Profiler prof(profiler::ProfilerOptions{.record_shapes = false});
+    profiler::Profiler prof(profiler::ProfilerOptions{.record_shapes = by_shape});
     step();
     const profiler::Profile p = prof.stop();
     int shown = 0;
-    for (const profiler::OpStats& s : p.key_averages()) {
+    for (const profiler::OpStats& s : p.key_averages(by_shape)) {
       if (s.kind == profiler::EventKind::Range) continue;
-      std::printf("PROFILE %s %s %lld %.3f %.1f\n", s.name.c_str(), profiler::event_kind_name(s.kind),
-                  (long long)s.count, 1e-6 * double(s.self_ns), 100.0 * double(s.self_ns) / double(p.wall_ns()));
-      if (++shown == 5) break;
+      std::printf("PROFILE %s %s %lld %.3f %.1f%s%s\n", s.name.c_str(), profiler::event_kind_name(s.kind),
+                  (long long)s.count, 1e-6 * double(s.self_ns), 100.0 * double(s.self_ns) / double(p.wall_ns()),
+                  by_shape ? " " : "", s.shapes.c_str());
+      if (++shown == top) break;
     }
   }
   std::fflush(stdout);
@@ -298,7 +295,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> models, modes = {"train", "infer"};
   std::vector<int> threads = {1, 2};
   int steps = 5, warmup = 2;
-  bool torch = true, profile = true;
+  bool torch = true, profile = true, by_shape = false;
+  int top = 5;
   for (const Case& c : zoo()) models.push_back(c.name);
   std::string child_model, child_mode;
   int child_threads = 0;
@@ -323,6 +321,10 @@ int main(int argc, char** argv) {
       torch = false;
     } else if (k == "--no-profile") {
       profile = false;
+    } else if (k == "--top") {
+      top = std::max(1, std::stoi(value()));
+    } else if (k == "--by-shape") {
+      by_shape = true;
     } else if (k == "--child") {  // internal: --child MODEL MODE THREADS
       child_model = value();
       child_mode = value();
@@ -333,7 +335,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!child_model.empty()) return run_child(child_model, child_mode, child_threads, steps, warmup, profile);
+  if (!child_model.empty())
+    return run_child(child_model, child_mode, child_threads, steps, warmup, profile, top, by_shape);
 
   setenv("OMP_WAIT_POLICY", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "passive", 1);
   const std::string py = torch ? python_for_torch() : "";
@@ -342,11 +345,13 @@ int main(int argc, char** argv) {
   const int max_threads = *std::max_element(threads.begin(), threads.end());
   std::map<int, double> peak;
   for (int t : threads) peak[t] = bench::fma_peak(t);
-  std::printf("bench_models: %d steps after %d warm-up, median; %ld cores; PyTorch %s%s; OMP_WAIT_POLICY=%s\n",
-              steps, warmup, sysconf(_SC_NPROCESSORS_ONLN), torch_version.c_str(),
+  std::printf("bench_models: %d steps after %d warm-up, median; %ld cores; PyTorch %s%s; OMP_WAIT_POLICY=%s\n", steps,
+              warmup, sysconf(_SC_NPROCESSORS_ONLN), torch_version.c_str(),
               py.empty() ? "" : (" (" + py + ", OPENBLAS_* unset)").c_str(), std::getenv("OMP_WAIT_POLICY"));
   for (int t : threads) std::printf("F32 FMA peak, %d thread(s): %.0f GFLOP/s\n", t, peak[t]);
-  std::printf("\n| model | mode | batch | thr | brisk ms | PyTorch ms | brisk/PT | GFLOP | brisk %%peak | PT %%peak | RSS MB brisk / PT |\n");
+  std::printf(
+      "\n| model | mode | batch | thr | brisk ms | PyTorch ms | brisk/PT | GFLOP | brisk %%peak | PT %%peak | RSS MB "
+      "brisk / PT |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::fflush(stdout);
   std::string exe(4096, '\0');
@@ -364,9 +369,10 @@ int main(int argc, char** argv) {
     for (const std::string& mode : modes) {
       for (int t : threads) {
         const bool prof = profile && mode == "train" && t == max_threads;
-        const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup);
-        const std::string mine =
-            capture(exe + " --child " + m + " " + mode + " " + std::to_string(t) + args + (prof ? "" : " --no-profile"));
+        const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
+                                 " --top " + std::to_string(top) + (by_shape ? " --by-shape" : "");
+        const std::string mine = capture(exe + " --child " + m + " " + mode + " " + std::to_string(t) + args +
+                                         (prof ? "" : " --no-profile"));
         std::string theirs;
         if (!py.empty()) {
           theirs = capture("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=" + std::to_string(t) + " " +
@@ -377,7 +383,9 @@ int main(int argc, char** argv) {
         const double tms = result_field(theirs, "ms");
         const double rss = result_field(mine, "rss_mb"), trss = result_field(theirs, "rss_mb");
         const int64_t batch = mode == "train" ? c->train_batch : c->infer_batch;
-        auto pct = [&](double t_ms) { return t_ms > 0 && peak[t] > 0 ? 100.0 * flops / (t_ms * 1e-3) / (peak[t] * 1e9) : -1.0; };
+        auto pct = [&](double t_ms) {
+          return t_ms > 0 && peak[t] > 0 ? 100.0 * flops / (t_ms * 1e-3) / (peak[t] * 1e9) : -1.0;
+        };
         auto num = [](double v, const char* fmt) {
           if (v < 0) return std::string("n/a");
           char buf[64];
@@ -390,12 +398,14 @@ int main(int argc, char** argv) {
                     num(pct(ms), "%.0f").c_str(), num(pct(tms), "%.0f").c_str(), num(rss, "%.0f").c_str(),
                     num(trss, "%.0f").c_str());
         std::fflush(stdout);
-        if (ms < 0) std::fprintf(stderr, "bench_models: brisk %s %s failed:\n%s\n", m.c_str(), mode.c_str(), mine.c_str());
+        if (ms < 0)
+          std::fprintf(stderr, "bench_models: brisk %s %s failed:\n%s\n", m.c_str(), mode.c_str(), mine.c_str());
         if (!py.empty() && tms < 0) {
           std::fprintf(stderr, "bench_models: PyTorch %s %s failed:\n%s\n", m.c_str(), mode.c_str(), theirs.c_str());
         }
         if (prof) {
-          std::string lines = "\n" + m + ", training step on " + std::to_string(t) + " thread(s), brisk's top 5 by self time:\n";
+          std::string lines =
+              "\n" + m + ", training step on " + std::to_string(t) + " thread(s), brisk's top 5 by self time:\n";
           std::stringstream in(mine);
           std::string line;
           while (std::getline(in, line)) {
@@ -403,11 +413,13 @@ int main(int argc, char** argv) {
             char name[256], kind[32];
             long long calls = 0;
             double self_ms = 0, share = 0;
-            if (std::sscanf(line.c_str(), "PROFILE %255s %31s %lld %lf %lf", name, kind, &calls, &self_ms, &share) == 5) {
+            int used = 0;
+            if (std::sscanf(line.c_str(), "PROFILE %255s %31s %lld %lf %lf%n", name, kind, &calls, &self_ms, &share,
+                            &used) == 5) {
               char buf[512];
-              std::snprintf(buf, sizeof buf, "  %-34s %-8s %6lld calls %9.2f ms %5.1f%%\n", name, kind, calls, self_ms,
+              std::snprintf(buf, sizeof buf, "  %-34s %-8s %6lld calls %9.2f ms %5.1f%%", name, kind, calls, self_ms,
                             share);
-              lines += buf;
+              lines += buf + line.substr(size_t(used)) + "\n";
             }
           }
           profiles.push_back(lines);

@@ -250,9 +250,10 @@ constexpr int64_t kFoldElems = int64_t(1) << 22;
 // Scratch of the folded path besides the columns: the (O, nb*P) output or gathered gradient.
 thread_local Workspace t_fold;
 
-
 // Samples per chunk: as many as keep the columns within kFoldElems (at least one).
-int64_t fold_chunk(const Conv& p) { return std::clamp<int64_t>(kFoldElems / std::max<int64_t>(1, p.K() * p.P()), 1, p.B); }
+int64_t fold_chunk(const Conv& p) {
+  return std::clamp<int64_t>(kFoldElems / std::max<int64_t>(1, p.K() * p.P()), 1, p.B);
+}
 
 // Runs body(i) for i in [0, n), shared out across the threads when the conv is big enough.
 template <class F>
@@ -326,7 +327,8 @@ void conv_backward_input_folded(const T* g, const T* w, Acc* gx, const Conv& p) 
       // gcols (K, N) = w[group]^T (K, Og) @ g[group] (Og, N)
       gemm_into<T, Acc>({w + grp * p.Og * K, K, p.Og, 1, K}, {gg + grp * p.Og * N, p.Og, N, N, 1}, {cols, K, N, N, 1},
                         false, 0);
-      for_each_index(nb, p.macs(), [&](int64_t i) { col2im(cols + i * P, p, gx + ((b0 + i) * p.C + grp * p.Cg) * HW, N); });
+      for_each_index(nb, p.macs(),
+                     [&](int64_t i) { col2im(cols + i * P, p, gx + ((b0 + i) * p.C + grp * p.Cg) * HW, N); });
     }
   }
 }

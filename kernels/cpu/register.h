@@ -15,11 +15,11 @@ void register_linalg();              // kernels/cpu/gemm.cpp
 void register_shape();               // kernels/cpu/shape.cpp
 void register_index();               // kernels/cpu/index.cpp
 void register_random();              // kernels/cpu/random.cpp
-void register_conv();  // kernels/cpu/conv.cpp (conv2d and its backward ops; depthwise in conv_depthwise.cpp)
-void register_pool();  // kernels/cpu/pool.cpp (max, average, adaptive pooling)
-void register_norm();  // kernels/cpu/norm.cpp
+void register_conv();       // kernels/cpu/conv.cpp (conv2d and its backward ops; depthwise in conv_depthwise.cpp)
+void register_pool();       // kernels/cpu/pool.cpp (max, average, adaptive pooling)
+void register_norm();       // kernels/cpu/norm.cpp
 void register_recurrent();  // kernels/cpu/recurrent.cpp (lstm_sequence, gru_sequence, their backward ops)
-void register_amp();   // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
+void register_amp();        // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
 
 // kernels/cpu/linalg_decomp.cpp: solve, cholesky, slogdet, qr, eigh
 void register_linalg_decomp();
