@@ -270,3 +270,33 @@ TEST_CASE("gemm_f32: bad sizes and an output without a unit stride are errors") 
                          brisk::Error);
   });
 }
+
+// Note [Packed B]: b packed once, then multiplied by several a's; against the F64 product and,
+// bitwise, against gemm_f32_avx512 on the same operands (the same slices in the same order).
+TEST_CASE("gemm_f32: PackedB multiplies like the one-call GEMM, on 1 and 2 threads, past KC and MC") {
+  if (f32_gemm_path() != F32GemmPath::Avx512) return;  // no AVX-512 here
+  std::mt19937 rng(29);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{32, 2048, 512},
+                         {7, 50, 3},
+                         {1409, 37, 300},
+                         {1, 97, 1},
+                         {33, 1536, 513}}) {
+    for (Layout lb : {Layout::RowMajor, Layout::ColMajor, Layout::General}) {
+      const Mat b(k, n, lb, rng, 1);
+      const PackedB packed(k, n, b.ref.data, b.ref.row_stride, b.ref.col_stride);
+      for (int threads : {1, 2}) {
+        for (bool accumulate : {false, true}) {
+          const Mat a(m, k, threads == 1 ? Layout::RowMajor : Layout::ColPadded, rng);
+          Mat c(m, n, Layout::RowMajor, rng);
+          Mat once = c;
+          std::vector<double> c0(c.store.begin(), c.store.begin() + m * n);
+          packed.multiply(m, a.ref.data, a.ref.row_stride, a.ref.col_stride, c.ref.data, n, accumulate, threads);
+          check_product(a, b, c0, c, accumulate);
+          gemm_f32_avx512(m, n, k, a.ref.data, a.ref.row_stride, a.ref.col_stride, b.ref.data, b.ref.row_stride,
+                          b.ref.col_stride, once.ref.data, n, accumulate, threads);
+          CHECK(c.store == once.store);
+        }
+      }
+    }
+  }
+}

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/scratch.h"
 
@@ -402,6 +403,68 @@ void run_team(const Problem& pr, const Plan& plan, int tid, int threads) {
 }
 
 }  // namespace
+
+// Note [Packed B]
+// A recurrent layer multiplies the same W_hh^T (H, 4H) by a new (B, H) state at every step:
+// with B = 32 the product is thin and packing the 4 MiB of B costs as much as its FMAs, step
+// after step. PackedB packs every KC slice of b once, in the layout run_whole() builds
+// (slice pc at pc * n_pad, sub-panel r of it at r * kc * NR), and multiply() packs only A, in
+// chunks of up to MC * threads rows, then runs the same tiles; the sums are the same as
+// gemm_f32_avx512's, slice by slice. (Measured: see Note [Fused recurrent layers].)
+PackedB::PackedB(int64_t k, int64_t n, const float* b, int64_t b_rs, int64_t b_cs)
+    : k_(k), n_(n), kc_(k > 0 ? ceil_div(k, ceil_div(k, kKC)) : 1), n_pad_(round_up(n, kNR)) {
+  bytes_ = size_t(round_up(std::max<int64_t>(k * n_pad_, 1), 16)) * sizeof(float);
+  data_ = static_cast<float*>(cpu_allocator().allocate(bytes_));
+  const int64_t np = ceil_div(n, kNR);
+  for (int64_t pc = 0; pc < k; pc += kc_) {
+    const int64_t kc = std::min(kc_, k - pc);
+    for (int64_t r = 0; r < np; ++r)
+      pack_b_panel({b + pc * b_rs, b_rs, b_cs}, kc, n, r, data_ + pc * n_pad_ + r * kc * kNR);
+  }
+}
+
+PackedB::~PackedB() { cpu_allocator().deallocate(data_, bytes_); }
+
+void PackedB::multiply(int64_t m, const float* a, int64_t a_rs, int64_t a_cs, float* c, int64_t ldc, bool accumulate,
+                       int threads) const {
+  if (m == 0 || n_ == 0) return;
+  if (k_ == 0) {
+    if (!accumulate) {
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n_, 0.0f);
+    }
+    return;
+  }
+  if (threads <= 0) threads = omp_in_parallel() ? 1 : gemm_threads(m, n_, k_);
+  const Problem pr{m, n_, k_, {a, a_rs, a_cs}, {nullptr, 0, 0}, c, ldc, accumulate};
+  const int64_t mc_max = std::min(round_up(m, kMR), kMC * threads);
+  float* abuf = t_panels.get<float>(round_up(k_ * mc_max, 16));
+  auto run = [&](int tid, int team) {
+    for (int64_t ic = 0; ic < m; ic += mc_max) {
+      const int64_t mc = std::min(mc_max, m - ic), mp = ceil_div(mc, kMR), m_pad = mp * kMR;
+      const int64_t slices = ceil_div(k_, kc_);
+      for (int64_t item = tid; item < slices * mp; item += team) {
+        const int64_t pc = (item / mp) * kc_, ip = item % mp, kc = std::min(kc_, k_ - pc);
+        pack_a_panel({pr.a.at(ic, pc), pr.a.rs, pr.a.cs}, mc, kc, ip, abuf + pc * m_pad + ip * kc * kMR);
+      }
+      if (team > 1) {
+#pragma omp barrier
+      }
+      for (int64_t pc = 0; pc < k_; pc += kc_) {
+        const int64_t kc = std::min(kc_, k_ - pc);
+        compute_tile(pr, abuf + pc * m_pad, data_ + pc * n_pad_, ic, mc, 0, n_, kc, accumulate || pc > 0, tid, team);
+      }
+      if (team > 1) {  // the next chunk repacks abuf
+#pragma omp barrier
+      }
+    }
+  };
+  if (threads == 1) {
+    run(0, 1);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  run(omp_get_thread_num(), omp_get_num_threads());
+}
 
 void set_f32_gemm_path(F32GemmPath path) { requested_path().store(int(path)); }
 

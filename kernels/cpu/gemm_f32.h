@@ -7,6 +7,7 @@
 // batching and broadcasting (the matmul kernel).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace brisk::kernels::cpu {
@@ -32,5 +33,29 @@ const char* f32_gemm_path_name(F32GemmPath path);
 // threads: the team size (1: the calling thread; callers pick it with gemm_threads()).
 void gemm_f32_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
                      int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate, int threads);
+
+// A right-hand operand b (k, n) packed once for many products a @ b with the AVX-512 kernel:
+// a weight used at every step of a sequence (the recurrent W_hh of kernels/cpu/recurrent.cpp),
+// which gemm_f32_avx512 would pack again at every call (Note [Packed B]). Holds its own
+// buffer; b may be freed after construction. Only on a CPU with AVX-512 (f32_gemm_path()).
+class PackedB {
+ public:
+  // b (k, n): element (p, j) at b[p * b_rs + j * b_cs], any strides.
+  PackedB(int64_t k, int64_t n, const float* b, int64_t b_rs, int64_t b_cs);
+  ~PackedB();
+  PackedB(const PackedB&) = delete;
+  PackedB& operator=(const PackedB&) = delete;
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  // c (m, n), row stride ldc, (+)= a (m, k) @ b, a with any strides; threads: 0 picks (as
+  // gemm_threads), 1 the calling thread. c must not overlap a.
+  void multiply(int64_t m, const float* a, int64_t a_rs, int64_t a_cs, float* c, int64_t ldc, bool accumulate,
+                int threads = 0) const;
+
+ private:
+  int64_t k_ = 0, n_ = 0, kc_ = 0, n_pad_ = 0;
+  float* data_ = nullptr;  // every KC slice of b, each as the driver's packed panels
+  size_t bytes_ = 0;
+};
 
 }  // namespace brisk::kernels::cpu

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "engine/op.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/scratch.h"
@@ -110,6 +112,31 @@ void for_rows(int64_t B, int64_t H, F&& body) {
   }
 }
 
+// The weight of the per-step product, c (m, N) (+)= a (m, K) @ b (K, N): packed once for the
+// whole sequence where F32 runs brisk's AVX-512 GEMM (Note [Packed B] in gemm_f32.cpp), else
+// handed to gemm() at each step.
+template <class T>
+class StepWeight {
+ public:
+  StepWeight(int64_t K, int64_t N, const T* b, int64_t b_rs, int64_t b_cs) : K_(K), N_(N), b_{b, K, N, b_rs, b_cs} {
+    if constexpr (std::is_same_v<T, float>) {
+      if (f32_gemm_path() == F32GemmPath::Avx512) packed_ = std::make_unique<PackedB>(K, N, b, b_rs, b_cs);
+    }
+  }
+  // a (m, K) dense, c (m, N) dense.
+  void multiply(const T* a, int64_t m, T* c, bool accumulate) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed_) return packed_->multiply(m, a, K_, 1, c, N_, accumulate);
+    }
+    gemm<T>({a, m, K_, K_, 1}, b_, {c, m, N_, N_, 1}, accumulate, 0);
+  }
+
+ private:
+  int64_t K_, N_;
+  MatrixRef<const T> b_;
+  std::unique_ptr<PackedB> packed_;
+};
+
 // The step order: step s runs time t(s); the step before s reads the state step s - 1 wrote.
 struct Order {
   int64_t T;
@@ -150,10 +177,11 @@ void lstm_forward(std::span<const Tensor> in, std::span<Tensor> out, bool revers
   const T* h_prev = static_cast<const T*>(h0_t.data_ptr());
   const T* c_prev = static_cast<const T*>(c0_t.data_ptr());
   const Order order{T_, reverse};
+  const StepWeight<T> w_ht(H, G, w, 1, H);  // W_hh^T (H, 4H)
   for (int64_t s = 0; s < T_; ++s) {
     const int64_t t = order.t(s);
     T* g = gates + t * B * G;
-    gemm<T>({h_prev, B, H, H, 1}, {w, H, G, 1, H}, {g, B, G, G, 1}, true, 0);  // += h W_hh^T
+    w_ht.multiply(h_prev, B, g, true);  // += h W_hh^T
     T* yt = y + t * B * H;
     T* ct = cs + t * B * H;
     for_rows<T>(B, H, [&](int64_t b, T*) {
@@ -191,6 +219,7 @@ void lstm_backward(std::span<const Tensor> in, std::span<Tensor> out, bool rever
   std::fill_n(dh, B * H, T(0));
   std::fill_n(dc, B * H, T(0));
   const Order order{T_, reverse};
+  const StepWeight<T> w_n(G, H, w, H, 1);  // W_hh (4H, H)
   for (int64_t s = T_ - 1; s >= 0; --s) {
     const int64_t t = order.t(s);
     const T* cp_all = s > 0 ? cs + order.t(s - 1) * B * H : c0;
@@ -215,7 +244,7 @@ void lstm_backward(std::span<const Tensor> in, std::span<Tensor> out, bool rever
         dcb[j] = dct * f;
       }
     });
-    gemm<T>({dgx + t * B * G, B, G, G, 1}, {w, G, H, H, 1}, {dh, B, H, H, 1}, false, 0);  // dh_prev = dg W_hh
+    w_n.multiply(dgx + t * B * G, B, dh, false);  // dh_prev = dg W_hh
   }
   recurrent_weight_grad(dgx, y, h0, T_, B, H, G, reverse, static_cast<T*>(dw_o.dense.data_ptr()));
   for (const DenseOut* o : {&dgx_o, &dw_o, &dh0_o, &dc0_o}) o->finish();
@@ -237,10 +266,11 @@ void gru_forward(std::span<const Tensor> in, std::span<Tensor> out, bool reverse
   std::vector<T> gh(size_t(B * G));
   const T* h_prev = static_cast<const T*>(h0_t.data_ptr());
   const Order order{T_, reverse};
+  const StepWeight<T> w_ht(H, G, w, 1, H);  // W_hh^T (H, 3H)
   for (int64_t s = 0; s < T_; ++s) {
     const int64_t t = order.t(s);
     for (int64_t b = 0; b < B; ++b) std::copy_n(bias, G, gh.data() + b * G);
-    gemm<T>({h_prev, B, H, H, 1}, {w, H, G, 1, H}, {gh.data(), B, G, G, 1}, true, 0);  // += h W_hh^T
+    w_ht.multiply(h_prev, B, gh.data(), true);  // += h W_hh^T
     T* yt = y + t * B * H;
     for_rows<T>(B, H, [&](int64_t b, T*) {
       const T* x = gx + (t * B + b) * G;
@@ -281,6 +311,7 @@ void gru_backward(std::span<const Tensor> in, std::span<Tensor> out, bool revers
   Tensor dgh_t = make_empty({T_, B, G}, dt, Device::cpu());  // gradient of h W_hh^T + b_hh per step
   T* dgh = static_cast<T*>(dgh_t.data_ptr());
   const Order order{T_, reverse};
+  const StepWeight<T> w_n(G, H, w, H, 1);  // W_hh (3H, H)
   for (int64_t s = T_ - 1; s >= 0; --s) {
     const int64_t t = order.t(s);
     const T* hp_all = s > 0 ? y + order.t(s - 1) * B * H : h0;
@@ -304,7 +335,7 @@ void gru_backward(std::span<const Tensor> in, std::span<Tensor> out, bool revers
         dhb[j] = dht * z;
       }
     });
-    gemm<T>({dgh + t * B * G, B, G, G, 1}, {w, G, H, H, 1}, {dh, B, H, H, 1}, true, 0);  // += dgh W_hh
+    w_n.multiply(dgh + t * B * G, B, dh, true);  // += dgh W_hh
   }
   recurrent_weight_grad(dgh, y, h0, T_, B, H, G, reverse, static_cast<T*>(dw_o.dense.data_ptr()));
   T* db = static_cast<T*>(db_o.dense.data_ptr());
