@@ -54,13 +54,20 @@ void matmul_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Shape &a_shape = c.in_specs[0].sizes, &b_shape = c.in_specs[1].sizes;
   if (c.needs_grad(0)) gi[0] = sum_to(matmul(g, mT(b)), a_shape);
   if (c.needs_grad(1)) {
-    if (b_shape.size() == 2 && a_shape.size() > 2) {
+    // A column-major 2-D b is a transposed weight (linear's x @ W^T): its gradient is made as
+    // (g2^T @ a2)^T, a transposed view of a product in W's own layout, so the transpose's
+    // backward hands W a dense gradient instead of a weight-sized copy (VGG-11's classifier
+    // copied 4096 x 25088 floats per step; GPT-2's tied head 50257 x 768).
+    const bool b_col_major = b_shape.size() == 2 && b.defined() && b.stride(0) == 1 && b_shape[1] > 1 &&
+                             b.stride(1) == b_shape[0];
+    if (b_shape.size() == 2 && (a_shape.size() > 2 || b_col_major)) {
       // (B..., M, K) @ (K, N): fold the batch into rows, gb = a2^T @ g2, one (K, N) product
       // instead of a (B, K, N) stack to sum.
       const int64_t k = a_shape.back(), n = b_shape.back();
       int64_t rows = 1;
       for (int d = 0; d + 1 < a_shape.size(); ++d) rows *= a_shape[d];
-      gi[1] = matmul(mT(reshape(a, {rows, k})), reshape(g, {rows, n}));
+      const Tensor a2 = reshape(a, {rows, k}), g2 = reshape(g, {rows, n});
+      gi[1] = b_col_major ? mT(matmul(mT(g2), a2)) : matmul(mT(a2), g2);
     } else {
       gi[1] = sum_to(matmul(mT(a), g), b_shape);
     }

@@ -163,12 +163,16 @@ void col2im(T* col, const Conv& p, T* x, int64_t ld) {
   }
 }
 
-// Whether the GEMM path folds the batch into N (Note [Batch-folded conv]), and the planes
-// below which a foldable conv skips the direct and Winograd kernels for it.
+// Whether the GEMM path folds the batch into N (Note [Batch-folded conv]), and whether a
+// foldable conv skips the direct and Winograd kernels for it: planes under kTinyPlane pixels,
+// or under kSmallPlane with a weight too big to stay in cache across the samples (those
+// kernels work sample by sample, and Winograd's transformed weights are 16 * C * O floats).
 constexpr int64_t kFoldPixels = 1024;
-constexpr int64_t kSmallPlane = 16;
+constexpr int64_t kTinyPlane = 16, kSmallPlane = 256, kCachedWeight = 128 * 128;
 bool batch_folded(const Conv& p) { return p.P() < kFoldPixels && p.B > 1 && !p.depthwise(); }
-bool small_foldable(const Conv& p) { return batch_folded(p) && p.P() < kSmallPlane; }
+bool small_foldable(const Conv& p) {
+  return batch_folded(p) && (p.P() < kTinyPlane || (p.P() < kSmallPlane && p.C * p.O >= kCachedWeight));
+}
 
 // The DirectConv problem of conv p's forward and weight gradient, or (input_grad) of its input
 // gradient, the adjoint "same" conv from g to gx; nullopt where the direct kernel does not
@@ -241,11 +245,11 @@ MatrixRef<const T> columns(const Input<T>& x, const Conv& p, bool direct, int64_
 // gradient one gcols = w^T @ g (g gathered to (O, nb*P)), col2im per sample, and the weight
 // gradient one gw += g (Og, nb*P) @ cols^T per chunk, split over the GEMM's threads with no
 // per-thread partial sums. Chunks hold at most kFoldElems column entries. im2col, gathers and
-// scatters share out samples across the threads. Planes under kSmallPlane pixels (3x3 and
-// smaller) take this path even where the direct or Winograd kernel would fit: those kernels
-// work sample by sample and reached 6-15% of peak there (ResNet-18 at 32x32: training step
-// 542 -> 194 ms, inference 277 -> 81 ms on one thread, Xeon with AMX).
-constexpr int64_t kFoldElems = int64_t(1) << 22;
+// scatters share out samples across the threads. Planes under kTinyPlane pixels, and planes
+// under kSmallPlane whose weight is past kCachedWeight, take this path even where the direct
+// or Winograd kernel would fit: those kernels work sample by sample and reached 6-15% of peak
+// there (ResNet-18 at 32x32, one thread, Xeon with AMX: training step 542 -> 169 ms, inference
+// 277 -> 62 ms; at 224x224 the 7x7 and 14x14 planes of 256-512 channels: 628 -> 392 ms).
 
 // Scratch of the folded path besides the columns: the (O, nb*P) output or gathered gradient.
 thread_local Workspace t_fold;
