@@ -250,6 +250,7 @@ MatrixRef<const T> columns(const Input<T>& x, const Conv& p, bool direct, int64_
 // or Winograd kernel would fit: those kernels work sample by sample and reached 6-15% of peak
 // there (ResNet-18 at 32x32, one thread, Xeon with AMX: training step 542 -> 169 ms, inference
 // 277 -> 62 ms; at 224x224 the 7x7 and 14x14 planes of 256-512 channels: 628 -> 392 ms).
+constexpr int64_t kFoldElems = int64_t(1) << 22;
 
 // Scratch of the folded path besides the columns: the (O, nb*P) output or gathered gradient.
 thread_local Workspace t_fold;
