@@ -42,27 +42,40 @@ void sgd_reference(const SGDOptions& o, const Tensor& param, const Tensor& grad,
   p.add_(d * -o.lr);
 }
 
-// One tensor's elements [begin, end): the reference's arithmetic, element by element.
+// One tensor's elements [begin, end): the reference's arithmetic, element by element. The
+// options are read into plain locals first and the momentum cases are separate loops: reading
+// SGDOptions' Option<> fields inside the loop kept it scalar, 3.4 ns per element (34 ms for 10M
+// floats, 5x the reference step's tensor ops; bench_optim).
 template <class T>
-void sgd_kernel(const SGDOptions& o, T* p, const T* g, T* buf, bool first, int64_t begin, int64_t end) {
-  const T wd = T(o.weight_decay);
-  const T momentum = T(o.momentum);
-  const T one_minus_dampening = T(1 - o.dampening);
-  const T neg_lr = T(-o.lr);
-  for (int64_t i = begin; i < end; ++i) {
-    T d = o.maximize ? -g[i] : g[i];
-    if (o.weight_decay != 0) d = d + p[i] * wd;
-    if (o.momentum != 0) {
-      T b = first ? d : buf[i] * momentum + d * one_minus_dampening;
-      buf[i] = b;
-      d = o.nesterov ? d + b * momentum : b;
+void sgd_kernel(const kernels::SgdHyper& h, T* p, const T* g, T* buf, bool first, int64_t begin, int64_t end) {
+  const T wd = T(h.weight_decay), momentum = T(h.momentum), one_minus_dampening = T(1 - h.dampening);
+  const T neg_lr = T(-h.lr);
+  const bool maximize = h.maximize, decay = h.weight_decay != 0, nesterov = h.nesterov;
+  auto direction = [&](int64_t i) {
+    T d = maximize ? -g[i] : g[i];
+    if (decay) d = d + p[i] * wd;
+    return d;
+  };
+  if (h.momentum == 0) {
+    for (int64_t i = begin; i < end; ++i) p[i] = p[i] + direction(i) * neg_lr;
+  } else if (first) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T d = direction(i);
+      buf[i] = d;
+      p[i] = p[i] + (nesterov ? d + d * momentum : d) * neg_lr;
     }
-    p[i] = p[i] + d * neg_lr;
+  } else {
+    for (int64_t i = begin; i < end; ++i) {
+      const T d = direction(i);
+      const T b = buf[i] * momentum + d * one_minus_dampening;
+      buf[i] = b;
+      p[i] = p[i] + (nesterov ? d + b * momentum : b) * neg_lr;
+    }
   }
 }
 
 template <class T>
-void sgd_fused(const SGDOptions& o, const std::vector<Optimizer::Slot*>& slots) {
+void sgd_fused(const SGDOptions& o, const kernels::SgdHyper& h, const std::vector<Optimizer::Slot*>& slots) {
   std::vector<int64_t> numels;
   std::vector<bool> first;
   for (Optimizer::Slot* s : slots) {
@@ -74,7 +87,7 @@ void sgd_fused(const SGDOptions& o, const std::vector<Optimizer::Slot*>& slots) 
   detail::for_each_chunk(numels, [&](int64_t i, int64_t begin, int64_t end) {
     Optimizer::Slot& s = *slots[i];
     T* buf = o.momentum != 0 ? s.state->buffers["momentum_buffer"].data<T>() : nullptr;
-    sgd_kernel<T>(o, s.param.data<T>(), s.grad.data<T>(), buf, first[i], begin, end);
+    sgd_kernel<T>(h, s.param.data<T>(), s.grad.data<T>(), buf, first[i], begin, end);
   });
 }
 
@@ -102,8 +115,8 @@ void SGD::step_group(size_t g, std::vector<Slot>& slots) {
         break;
     }
   }
-  if (!f32.empty()) sgd_fused<float>(o, f32);
-  if (!f64.empty()) sgd_fused<double>(o, f64);
+  if (!f32.empty()) sgd_fused<float>(o, h, f32);
+  if (!f64.empty()) sgd_fused<double>(o, h, f64);
   on_device.run(h);
 }
 

@@ -204,13 +204,21 @@ int run_child(const std::string& name, const std::string& mode, int threads, int
   Built b = build(name, train ? c->train_batch : c->infer_batch);
   b.model->train(train);
   const double flops = forward_flops(name, *b.model, b.x) * (train ? 3 : 1);
+  std::vector<double> phase[3];  // forward (with the loss), backward, optimizer (zero_grad and step)
   auto step = [&] {
     if (train) {
+      const double t0 = bench::now_s();
       b.opt->zero_grad();
       Tensor loss = loss_of(b, (*b.model)(b.x));
+      const double t1 = bench::now_s();
       loss.backward();
+      const double t2 = bench::now_s();
       b.opt->step();
       bench::keep(loss.item<float>());
+      const double t3 = bench::now_s();
+      phase[0].push_back(t1 - t0);
+      phase[1].push_back(t2 - t1);
+      phase[2].push_back(t3 - t2);
     } else {
       NoGradGuard no_grad;
       Tensor out = (*b.model)(b.x);
@@ -226,6 +234,12 @@ int run_child(const std::string& name, const std::string& mode, int threads, int
   }
   std::sort(t.begin(), t.end());
   std::printf("RESULT ms=%.3f flops=%.6g rss_mb=%lld\n", 1e3 * t[t.size() / 2], flops, (long long)peak_rss_mb());
+  if (train) {
+    for (auto& v : phase) std::sort(v.begin(), v.end());
+    auto med = [](const std::vector<double>& v) { return 1e3 * v[v.size() / 2]; };
+    std::printf("PHASES forward %.1f ms, backward %.1f ms, optimizer %.1f ms (medians over all steps)\n",
+                med(phase[0]), med(phase[1]), med(phase[2]));
+  }
   if (profile) {
     profiler::Profiler prof(profiler::ProfilerOptions{.record_shapes = by_shape});
     step();
@@ -404,8 +418,10 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "bench_models: PyTorch %s %s failed:\n%s\n", m.c_str(), mode.c_str(), theirs.c_str());
         }
         if (prof) {
-          std::string lines =
-              "\n" + m + ", training step on " + std::to_string(t) + " thread(s), brisk's top 5 by self time:\n";
+          std::string lines = "\n" + m + ", training step on " + std::to_string(t) + " thread(s): ";
+          const size_t ph = mine.find("PHASES ");
+          if (ph != std::string::npos) lines += mine.substr(ph + 7, mine.find('\n', ph) - ph - 7);
+          lines += "; brisk's top ops by self time:\n";
           std::stringstream in(mine);
           std::string line;
           while (std::getline(in, line)) {
