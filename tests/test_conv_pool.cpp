@@ -136,6 +136,8 @@ TEST_CASE("conv2d: large batches (threaded paths) match the same samples one at 
   // in chunks of at most 2^22 column entries (here K * P = 576 * 961: chunks of 7 and 2).
   SUBCASE("batch folded into N, two chunks") { check({9, 64, 31, 31}, {8, 64, 3, 3}, 1, 79); }
   SUBCASE("batch folded, stride 2 onto 1x1 planes, groups 2") { check({5, 8, 2, 2}, {6, 4, 3, 3}, 2, 82, {2, 2}); }
+  // Note [Live taps]: on 1x1 planes a 3x3 / padding 1 conv keeps only its centre tap.
+  SUBCASE("batch folded, 3x3 on 1x1 planes: one live tap") { check({4, 6, 1, 1}, {5, 6, 3, 3}, 1, 88); }
   SUBCASE("batch folded, 1x1 stride 2 (a ResNet downsample)") {
     check({4, 6, 7, 7}, {10, 6, 1, 1}, 1, 85, {2, 2}, {0, 0});
   }

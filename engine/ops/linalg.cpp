@@ -58,8 +58,8 @@ void matmul_bw(const BackwardCtx& c, std::span<Tensor> gi) {
     // (g2^T @ a2)^T, a transposed view of a product in W's own layout, so the transpose's
     // backward hands W a dense gradient instead of a weight-sized copy (VGG-11's classifier
     // copied 4096 x 25088 floats per step; GPT-2's tied head 50257 x 768).
-    const bool b_col_major = b_shape.size() == 2 && b.defined() && b.stride(0) == 1 && b_shape[1] > 1 &&
-                             b.stride(1) == b_shape[0];
+    const bool b_col_major =
+        b_shape.size() == 2 && b.defined() && b.stride(0) == 1 && b_shape[1] > 1 && b.stride(1) == b_shape[0];
     if (b_shape.size() == 2 && (a_shape.size() > 2 || b_col_major)) {
       // (B..., M, K) @ (K, N): fold the batch into rows, gb = a2^T @ g2, one (K, N) product
       // instead of a (B, K, N) stack to sum.

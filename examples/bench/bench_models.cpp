@@ -237,8 +237,8 @@ int run_child(const std::string& name, const std::string& mode, int threads, int
   if (train) {
     for (auto& v : phase) std::sort(v.begin(), v.end());
     auto med = [](const std::vector<double>& v) { return 1e3 * v[v.size() / 2]; };
-    std::printf("PHASES forward %.1f ms, backward %.1f ms, optimizer %.1f ms (medians over all steps)\n",
-                med(phase[0]), med(phase[1]), med(phase[2]));
+    std::printf("PHASES forward %.1f ms, backward %.1f ms, optimizer %.1f ms (medians over all steps)\n", med(phase[0]),
+                med(phase[1]), med(phase[2]));
   }
   if (profile) {
     profiler::Profiler prof(profiler::ProfilerOptions{.record_shapes = by_shape});

@@ -84,79 +84,97 @@ void sum_over_threads(int team, int64_t B, int64_t n, Acc* out, F&& add) {
 // call per row (memcpy per row cost a third of the conv) and copy a tap's rows as one run
 // where flat_rows() allows, zeroing the padding columns afterwards.
 
-// col (K, Ho*Wo) of one sample and group, rows `ld` apart (P, or wider where the columns of
-// several samples sit side by side). x: the group's first channel, strides (sC, sH, sW).
+// The kernel taps a conv's columns hold, in the order of the weight's (kh, kw) grid: all of
+// them, or (live) only those that meet the input at some output pixel (Note [Live taps]).
+struct ColumnTaps {
+  std::vector<Tap> tap;
+  std::vector<int64_t> index;  // each tap's position i * kw + j in the grid
+  int64_t size() const { return int64_t(tap.size()); }
+};
+
+ColumnTaps column_taps(const Conv& p, bool live_only) {
+  ColumnTaps t;
+  for (int64_t i = 0; i < p.kh; ++i) {
+    for (int64_t j = 0; j < p.kw; ++j) {
+      const Tap tap(p, i, j);
+      if (live_only && (tap.oh_lo == tap.oh_hi || tap.lo == tap.hi)) continue;
+      t.tap.push_back(tap);
+      t.index.push_back(i * p.kw + j);
+    }
+  }
+  return t;
+}
+
+// col (Cg * taps, Ho*Wo) of one sample and group, row c * taps.size() + l for channel c and
+// tap l, rows `ld` apart (P, or wider where the columns of several samples sit side by side).
+// x: the group's first channel, strides (sC, sH, sW).
 template <class T>
-void im2col(const T* x, int64_t sC, int64_t sH, int64_t sW, const Conv& p, T* col, int64_t ld) {
-  const int64_t P = p.P(), Wo = p.Wo;
+void im2col(const T* x, int64_t sC, int64_t sH, int64_t sW, const Conv& p, const ColumnTaps& taps, T* col, int64_t ld) {
+  const int64_t P = p.P(), Wo = p.Wo, L = taps.size();
   const bool flat = flat_rows(p) && sW == 1 && sH == p.W;
   for (int64_t c = 0; c < p.Cg; ++c) {
-    for (int64_t i = 0; i < p.kh; ++i) {
-      for (int64_t j = 0; j < p.kw; ++j) {
-        const Tap t(p, i, j);
-        T* row = col + ((c * p.kh + i) * p.kw + j) * ld;
-        for (int64_t k = 0; k < t.oh_lo * Wo; ++k) row[k] = T(0);
-        for (int64_t k = t.oh_hi * Wo; k < P; ++k) row[k] = T(0);
-        const int64_t n = t.oh_hi - t.oh_lo;
-        if (n == 0) continue;
-        T* r = row + t.oh_lo * Wo;
-        const T* src = x + c * sC + (t.oh_lo * p.sh + t.off_h) * sH;  // the input row of output row oh_lo
-        // flat only where the tap meets some column: with lo == hi (a kernel wider than the
-        // padded row reaches) the run would start outside the input
-        if (flat && t.lo < t.hi) {
+    for (int64_t l = 0; l < L; ++l) {
+      const Tap& t = taps.tap[size_t(l)];
+      T* row = col + (c * L + l) * ld;
+      for (int64_t k = 0; k < t.oh_lo * Wo; ++k) row[k] = T(0);
+      for (int64_t k = t.oh_hi * Wo; k < P; ++k) row[k] = T(0);
+      const int64_t n = t.oh_hi - t.oh_lo;
+      if (n == 0) continue;
+      T* r = row + t.oh_lo * Wo;
+      const T* src = x + c * sC + (t.oh_lo * p.sh + t.off_h) * sH;  // the input row of output row oh_lo
+      // flat only where the tap meets some column: with lo == hi (a kernel wider than the
+      // padded row reaches) the run would start outside the input
+      if (flat && t.lo < t.hi) {
+        const T* s = src + t.off_w;
+        for (int64_t k = t.lo; k < (n - 1) * Wo + t.hi; ++k) r[k] = s[k];
+        for (int64_t q = 0; q < n; ++q) {
+          for (int64_t ow = 0; ow < t.lo; ++ow) r[q * Wo + ow] = T(0);
+          for (int64_t ow = t.hi; ow < Wo; ++ow) r[q * Wo + ow] = T(0);
+        }
+        continue;
+      }
+      for (int64_t q = 0; q < n; ++q, r += Wo, src += p.sh * sH) {
+        for (int64_t ow = 0; ow < t.lo; ++ow) r[ow] = T(0);
+        if (p.sw == 1 && sW == 1) {
           const T* s = src + t.off_w;
-          for (int64_t k = t.lo; k < (n - 1) * Wo + t.hi; ++k) r[k] = s[k];
-          for (int64_t q = 0; q < n; ++q) {
-            for (int64_t ow = 0; ow < t.lo; ++ow) r[q * Wo + ow] = T(0);
-            for (int64_t ow = t.hi; ow < Wo; ++ow) r[q * Wo + ow] = T(0);
-          }
-          continue;
+          for (int64_t ow = t.lo; ow < t.hi; ++ow) r[ow] = s[ow];
+        } else {
+          for (int64_t ow = t.lo; ow < t.hi; ++ow) r[ow] = src[(ow * p.sw + t.off_w) * sW];
         }
-        for (int64_t q = 0; q < n; ++q, r += Wo, src += p.sh * sH) {
-          for (int64_t ow = 0; ow < t.lo; ++ow) r[ow] = T(0);
-          if (p.sw == 1 && sW == 1) {
-            const T* s = src + t.off_w;
-            for (int64_t ow = t.lo; ow < t.hi; ++ow) r[ow] = s[ow];
-          } else {
-            for (int64_t ow = t.lo; ow < t.hi; ++ow) r[ow] = src[(ow * p.sw + t.off_w) * sW];
-          }
-          for (int64_t ow = t.hi; ow < Wo; ++ow) r[ow] = T(0);
-        }
+        for (int64_t ow = t.hi; ow < Wo; ++ow) r[ow] = T(0);
       }
     }
   }
 }
 
-// The adjoint of im2col: x (Cg, H, W) dense += col (K, Ho*Wo), rows `ld` apart, scattered
-// back. The padding entries of col are overwritten (zeroed) on the flat path.
+// The adjoint of im2col: x (Cg, H, W) dense += col (Cg * taps, Ho*Wo), rows `ld` apart,
+// scattered back. The padding entries of col are overwritten (zeroed) on the flat path.
 template <class T>
-void col2im(T* col, const Conv& p, T* x, int64_t ld) {
-  const int64_t Wo = p.Wo;
+void col2im(T* col, const Conv& p, const ColumnTaps& taps, T* x, int64_t ld) {
+  const int64_t Wo = p.Wo, L = taps.size();
   const bool flat = flat_rows(p);
   for (int64_t c = 0; c < p.Cg; ++c) {
-    for (int64_t i = 0; i < p.kh; ++i) {
-      for (int64_t j = 0; j < p.kw; ++j) {
-        const Tap t(p, i, j);
-        const int64_t n = t.oh_hi - t.oh_lo;
-        if (n == 0) continue;
-        T* r = col + ((c * p.kh + i) * p.kw + j) * ld + t.oh_lo * Wo;
-        T* dst = x + (c * p.H + t.oh_lo * p.sh + t.off_h) * p.W;  // the input row of output row oh_lo
-        if (flat && t.lo < t.hi) {                                // (as in im2col: else the run would write outside gx)
-          for (int64_t q = 0; q < n; ++q) {
-            for (int64_t ow = 0; ow < t.lo; ++ow) r[q * Wo + ow] = T(0);
-            for (int64_t ow = t.hi; ow < Wo; ++ow) r[q * Wo + ow] = T(0);
-          }
-          T* d = dst + t.off_w;
-          for (int64_t k = t.lo; k < (n - 1) * Wo + t.hi; ++k) d[k] += r[k];
-          continue;
+    for (int64_t l = 0; l < L; ++l) {
+      const Tap& t = taps.tap[size_t(l)];
+      const int64_t n = t.oh_hi - t.oh_lo;
+      if (n == 0) continue;
+      T* r = col + (c * L + l) * ld + t.oh_lo * Wo;
+      T* dst = x + (c * p.H + t.oh_lo * p.sh + t.off_h) * p.W;  // the input row of output row oh_lo
+      if (flat && t.lo < t.hi) {                                // (as in im2col: else the run would write outside gx)
+        for (int64_t q = 0; q < n; ++q) {
+          for (int64_t ow = 0; ow < t.lo; ++ow) r[q * Wo + ow] = T(0);
+          for (int64_t ow = t.hi; ow < Wo; ++ow) r[q * Wo + ow] = T(0);
         }
-        for (int64_t q = 0; q < n; ++q, r += Wo, dst += p.sh * p.W) {
-          if (p.sw == 1) {
-            T* d = dst + t.off_w;
-            for (int64_t ow = t.lo; ow < t.hi; ++ow) d[ow] += r[ow];
-          } else {
-            for (int64_t ow = t.lo; ow < t.hi; ++ow) dst[ow * p.sw + t.off_w] += r[ow];
-          }
+        T* d = dst + t.off_w;
+        for (int64_t k = t.lo; k < (n - 1) * Wo + t.hi; ++k) d[k] += r[k];
+        continue;
+      }
+      for (int64_t q = 0; q < n; ++q, r += Wo, dst += p.sh * p.W) {
+        if (p.sw == 1) {
+          T* d = dst + t.off_w;
+          for (int64_t ow = t.lo; ow < t.hi; ++ow) d[ow] += r[ow];
+        } else {
+          for (int64_t ow = t.lo; ow < t.hi; ++ow) dst[ow * p.sw + t.off_w] += r[ow];
         }
       }
     }
@@ -222,13 +240,14 @@ void for_each_sample(int64_t B, double macs, F&& body) {
 // The col matrix (K, Ho*Wo) of sample b, group g: the input itself for a pointwise conv,
 // else im2col into `cols`.
 template <class T>
-MatrixRef<const T> columns(const Input<T>& x, const Conv& p, bool direct, int64_t b, int64_t g, T* cols) {
+MatrixRef<const T> columns(const Input<T>& x, const Conv& p, const ColumnTaps& taps, bool direct, int64_t b, int64_t g,
+                           T* cols) {
   const T* xg = x.data + b * x.sB + g * p.Cg * x.sC;
   if (direct) return {xg, p.K(), p.P(), x.sC, 1};
   if constexpr (std::is_same_v<T, BFloat16>) {  // copied as raw bits: BFloat16(0) would round a float per entry
-    im2col(reinterpret_cast<const uint16_t*>(xg), x.sC, x.sH, x.sW, p, reinterpret_cast<uint16_t*>(cols), p.P());
+    im2col(reinterpret_cast<const uint16_t*>(xg), x.sC, x.sH, x.sW, p, taps, reinterpret_cast<uint16_t*>(cols), p.P());
   } else {
-    im2col(xg, x.sC, x.sH, x.sW, p, cols, p.P());
+    im2col(xg, x.sC, x.sH, x.sW, p, taps, cols, p.P());
   }
   return {cols, p.K(), p.P(), p.P(), 1};
 }
@@ -272,16 +291,50 @@ void for_each_index(int64_t n, double macs, F&& body) {
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
-// cols (K, nb*P) = the columns of samples [b0, b0 + nb), group g, side by side.
+// Note [Live taps]
+// On planes smaller than the kernel's reach some taps meet only padding: a 3x3 / padding 1
+// conv on 1x1 planes (ResNet's last stage at 32x32 inputs) reads the input through its centre
+// tap alone, so 8 of every 9 rows of its columns are zeros and 8/9 of its GEMM multiplies
+// them. The folded path keeps only the live taps: the columns hold Cg * L rows, the weight is
+// gathered to (O, Cg * L) for forward and input gradient, and the weight gradient is computed
+// at (O, Cg * L) and scattered back with zeros for the dead taps (their true gradient: their
+// columns are all zero).
+
+// The folded path's operands over the live taps: the taps and, where some are dead, the
+// weight gathered to (O, Cg * L).
 template <class T>
-void im2col_chunk(const Input<T>& x, const Conv& p, int64_t b0, int64_t nb, int64_t g, T* cols) {
+struct LiveWeight {
+  ColumnTaps taps;
+  int64_t K = 0;  // Cg * L
+  std::vector<T> gathered;
+  const T* w = nullptr;  // (O, K): the weight itself when every tap is live
+  LiveWeight(const Conv& p, const T* weight) : taps(column_taps(p, true)), K(p.Cg * taps.size()), w(weight) {
+    if (taps.size() == p.kh * p.kw || !weight) return;
+    const int64_t L = taps.size(), KK = p.kh * p.kw;
+    gathered.resize(size_t(p.O * K));
+    for (int64_t o = 0; o < p.O; ++o) {
+      for (int64_t c = 0; c < p.Cg; ++c) {
+        for (int64_t l = 0; l < L; ++l) {
+          gathered[size_t(o * K + c * L + l)] = weight[(o * p.Cg + c) * KK + taps.index[size_t(l)]];
+        }
+      }
+    }
+    w = gathered.data();
+  }
+};
+
+// cols (K, nb*P) = the columns of samples [b0, b0 + nb), group g, over `taps`, side by side.
+template <class T>
+void im2col_chunk(const Input<T>& x, const Conv& p, const ColumnTaps& taps, int64_t b0, int64_t nb, int64_t g,
+                  T* cols) {
   const int64_t P = p.P(), ld = nb * P;
   for_each_index(nb, p.macs(), [&](int64_t i) {
     const T* xg = x.data + (b0 + i) * x.sB + g * p.Cg * x.sC;
     if constexpr (std::is_same_v<T, BFloat16>) {  // raw bits, as in columns()
-      im2col(reinterpret_cast<const uint16_t*>(xg), x.sC, x.sH, x.sW, p, reinterpret_cast<uint16_t*>(cols + i * P), ld);
+      im2col(reinterpret_cast<const uint16_t*>(xg), x.sC, x.sH, x.sW, p, taps,
+             reinterpret_cast<uint16_t*>(cols + i * P), ld);
     } else {
-      im2col(xg, x.sC, x.sH, x.sW, p, cols + i * P, ld);
+      im2col(xg, x.sC, x.sH, x.sW, p, taps, cols + i * P, ld);
     }
   });
 }
@@ -298,14 +351,15 @@ void gather_chunk(const T* g, const Conv& p, int64_t b0, int64_t nb, T* out) {
 
 template <class T, class Acc>
 void conv_forward_folded(const Input<T>& x, const T* w, const Acc* bias, Acc* y, const Conv& p) {
-  const int64_t K = p.K(), P = p.P(), chunk = fold_chunk(p);
+  const LiveWeight<T> live(p, w);
+  const int64_t K = live.K, P = p.P(), chunk = fold_chunk(p);
   for (int64_t b0 = 0; b0 < p.B; b0 += chunk) {
     const int64_t nb = std::min(chunk, p.B - b0), N = nb * P;
     T* cols = t_cols.get<T>(K * N);
     Acc* out = t_fold.get<Acc>(p.O * N);
     for (int64_t g = 0; g < p.groups; ++g) {
-      im2col_chunk(x, p, b0, nb, g, cols);
-      gemm_into<T, Acc>({w + g * p.Og * K, p.Og, K, K, 1}, {cols, K, N, N, 1}, {out + g * p.Og * N, p.Og, N, N, 1},
+      im2col_chunk(x, p, live.taps, b0, nb, g, cols);
+      gemm_into<T, Acc>({live.w + g * p.Og * K, p.Og, K, K, 1}, {cols, K, N, N, 1}, {out + g * p.Og * N, p.Og, N, N, 1},
                         false, 0);
     }
     for_each_index(nb, p.macs(), [&](int64_t i) {
@@ -321,7 +375,8 @@ void conv_forward_folded(const Input<T>& x, const T* w, const Acc* bias, Acc* y,
 
 template <class T, class Acc>
 void conv_backward_input_folded(const T* g, const T* w, Acc* gx, const Conv& p) {
-  const int64_t K = p.K(), P = p.P(), HW = p.H * p.W, chunk = fold_chunk(p);
+  const LiveWeight<T> live(p, w);
+  const int64_t K = live.K, P = p.P(), HW = p.H * p.W, chunk = fold_chunk(p);
   std::fill(gx, gx + p.B * p.C * HW, Acc(0));
   for (int64_t b0 = 0; b0 < p.B; b0 += chunk) {
     const int64_t nb = std::min(chunk, p.B - b0), N = nb * P;
@@ -330,27 +385,40 @@ void conv_backward_input_folded(const T* g, const T* w, Acc* gx, const Conv& p) 
     gather_chunk(g, p, b0, nb, gg);
     for (int64_t grp = 0; grp < p.groups; ++grp) {
       // gcols (K, N) = w[group]^T (K, Og) @ g[group] (Og, N)
-      gemm_into<T, Acc>({w + grp * p.Og * K, K, p.Og, 1, K}, {gg + grp * p.Og * N, p.Og, N, N, 1}, {cols, K, N, N, 1},
-                        false, 0);
-      for_each_index(nb, p.macs(),
-                     [&](int64_t i) { col2im(cols + i * P, p, gx + ((b0 + i) * p.C + grp * p.Cg) * HW, N); });
+      gemm_into<T, Acc>({live.w + grp * p.Og * K, K, p.Og, 1, K}, {gg + grp * p.Og * N, p.Og, N, N, 1},
+                        {cols, K, N, N, 1}, false, 0);
+      for_each_index(nb, p.macs(), [&](int64_t i) {
+        col2im(cols + i * P, p, live.taps, gx + ((b0 + i) * p.C + grp * p.Cg) * HW, N);
+      });
     }
   }
 }
 
 template <class T, class Acc>
 void conv_backward_weight_folded(const T* g, const Input<T>& x, Acc* gw, const Conv& p) {
-  const int64_t K = p.K(), P = p.P(), chunk = fold_chunk(p);
+  const LiveWeight<T> live(p, nullptr);
+  const int64_t K = live.K, P = p.P(), chunk = fold_chunk(p), L = live.taps.size(), KK = p.kh * p.kw;
+  // The live taps' gradient (O, K): gw itself when every tap is live.
+  std::vector<Acc> gathered(L == KK ? 0 : size_t(p.O * K));
+  Acc* gl = L == KK ? gw : gathered.data();
+  std::fill(gl, gl + p.O * K, Acc(0));
   for (int64_t b0 = 0; b0 < p.B; b0 += chunk) {
     const int64_t nb = std::min(chunk, p.B - b0), N = nb * P;
     T* gg = t_fold.get<T>(p.O * N);
     T* cols = t_cols.get<T>(K * N);
     gather_chunk(g, p, b0, nb, gg);
     for (int64_t grp = 0; grp < p.groups; ++grp) {
-      im2col_chunk(x, p, b0, nb, grp, cols);
-      // gw[group] (Og, K) (+)= g[group] (Og, N) @ cols^T (N, K)
-      gemm_into<T, Acc>({gg + grp * p.Og * N, p.Og, N, N, 1}, {cols, N, K, 1, N}, {gw + grp * p.Og * K, p.Og, K, K, 1},
-                        b0 > 0, 0);
+      im2col_chunk(x, p, live.taps, b0, nb, grp, cols);
+      // gw[group] (Og, K) += g[group] (Og, N) @ cols^T (N, K)
+      gemm_into<T, Acc>({gg + grp * p.Og * N, p.Og, N, N, 1}, {cols, N, K, 1, N}, {gl + grp * p.Og * K, p.Og, K, K, 1},
+                        true, 0);
+    }
+  }
+  if (L == KK) return;
+  std::fill(gw, gw + p.O * p.Cg * KK, Acc(0));
+  for (int64_t o = 0; o < p.O; ++o) {
+    for (int64_t c = 0; c < p.Cg; ++c) {
+      for (int64_t l = 0; l < L; ++l) gw[(o * p.Cg + c) * KK + live.taps.index[size_t(l)]] = gl[o * K + c * L + l];
     }
   }
 }
@@ -383,6 +451,7 @@ void conv_forward(const Tensor& x_t, const Tensor& w_t, const Acc* bias, const T
     return;
   }
   const bool direct = p.pointwise() && x.planes_dense(p);
+  const ColumnTaps taps = column_taps(p, false);
   for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
     T* cols = direct ? nullptr : t_cols.get<T>(K * P);
     if (bias) {  // the GEMM below accumulates onto the bias
@@ -390,7 +459,7 @@ void conv_forward(const Tensor& x_t, const Tensor& w_t, const Acc* bias, const T
     }
     for (int64_t g = 0; g < p.groups; ++g) {
       // y[b, group g] (Og, P) (+)= w[group g] (Og, K) @ col (K, P)
-      gemm_into<T, Acc>({w + g * p.Og * K, p.Og, K, K, 1}, columns(x, p, direct, b, g, cols),
+      gemm_into<T, Acc>({w + g * p.Og * K, p.Og, K, K, 1}, columns(x, p, taps, direct, b, g, cols),
                         {y + (b * p.O + g * p.Og) * P, p.Og, P, P, 1}, bias != nullptr, threads);
     }
   });
@@ -425,6 +494,7 @@ void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_
     return;
   }
   const bool direct = p.pointwise();  // then P == HW and gcol is the gradient plane itself
+  const ColumnTaps taps = column_taps(p, false);
   for_each_sample(p.B, p.macs(), [&](int64_t b, int threads) {
     Acc* gxb = gx + b * p.C * HW;
     Acc* cols = direct ? nullptr : t_cols.get<Acc>(K * P);
@@ -434,7 +504,7 @@ void conv_backward_input(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_
       // gcol (K, P) = w[group]^T (K, Og) @ g[b, group] (Og, P)
       gemm_into<T, Acc>({w + grp * p.Og * K, K, p.Og, 1, K}, {g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1},
                         {direct ? gx_g : cols, K, P, P, 1}, false, threads);
-      if (!direct) col2im(cols, p, gx_g, P);
+      if (!direct) col2im(cols, p, taps, gx_g, P);
     }
   });
 }
@@ -475,6 +545,7 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
     conv_backward_weight_folded<T, Acc>(g, x, gw, p);
     return;
   }
+  const ColumnTaps taps = column_taps(p, false);
   // acc (O, K) += the products of samples [b0, b1).
   auto add_samples = [&](int64_t b0, int64_t b1, Acc* acc, int threads) {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, float>) {
@@ -486,7 +557,7 @@ void conv_backward_weight(const Tensor& g_t, const Tensor& x_t, const Tensor& gw
     T* cols = direct ? nullptr : t_cols.get<T>(K * P);
     for (int64_t b = b0; b < b1; ++b) {
       for (int64_t grp = 0; grp < p.groups; ++grp) {
-        const MatrixRef<const T> col = columns(x, p, direct, b, grp, cols);
+        const MatrixRef<const T> col = columns(x, p, taps, direct, b, grp, cols);
         const MatrixRef<const T> col_t{col.data, P, K, 1, col.row_stride};
         gemm_into<T, Acc>({g + (b * p.O + grp * p.Og) * P, p.Og, P, P, 1}, col_t, {acc + grp * p.Og * K, p.Og, K, K, 1},
                           true, threads);
