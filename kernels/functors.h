@@ -147,6 +147,14 @@ struct ReluBackward {
   template <class T> BRISK_HD T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
 };
 
+// clamp's gradient from its input: g where lo <= x <= hi, else 0 (NaN x: 0), as PyTorch's
+// clamp_backward (a where, so an infinite g outside the range gives 0, not NaN).
+struct ClampBackward {
+  double lo, hi;
+  static ClampBackward from(const Attrs& a) { return {a.a, a.b}; }
+  template <class T> BRISK_HD T operator()(T g, T x) const { return x >= T(lo) && x <= T(hi) ? g : T(0); }
+};
+
 struct GeluBackward {
   bool tanh_form = false;
   static GeluBackward from(const Attrs& a) { return {a.flag}; }
@@ -315,6 +323,7 @@ using Kernels = List<
     Unary<OpId::Clamp, Clamp, Numeric>,
     Unary<OpId::PowScalar, PowScalar, Float>,
     Binary<OpId::ReluBackward, ReluBackward, Float>,
+    Binary<OpId::ClampBackward, ClampBackward, Float>,
     Binary<OpId::GeluBackward, GeluBackward, Float>,
     Binary<OpId::Add, Add, Numeric>,
     Binary<OpId::Sub, Sub, Numeric>,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <sstream>
 
+#include "engine/dispatch.h"
 #include "nn/functional.h"
 #include "opcheck/spec.h"
 
@@ -143,6 +144,76 @@ OpSpec norm_spec(const std::string& name, OpId id) {
   return s;
 }
 
+// batch_norm_backward on (gy, x, w) with x's batch statistics (training) or eval_mean /
+// eval_var's, in the statistics dtype; (gx, gw, gb) flattened and joined.
+Tensor batch_norm_backward_of(const std::vector<Tensor>& in, bool training) {
+  const Tensor &gy = in[0], &x = in[1], &w = in[2];
+  const int64_t c = x.sizes()[1];
+  const DType st = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Shape dims{0}, keep = Shape::filled(x.dim(), 1);
+  keep[1] = c;
+  for (int d = 2; d < x.dim(); ++d) dims.push_back(d);
+  const Tensor xs = cast(x, st);
+  Tensor m, var;
+  if (training) {
+    m = mean(xs, dims);
+    var = mean((xs - m.reshape(keep)) * (xs - m.reshape(keep)), dims);
+  } else {
+    m = eval_mean(c, st, x.device());
+    var = eval_var(c, st, x.device());
+  }
+  const Tensor rstd = rsqrt(var + kEps);
+  Attrs a;
+  a.flag = training;
+  const Tensor ops_in[5] = {gy, x, w, m, rstd};
+  Tensor out[3];
+  call(OpId::BatchNormBackward, ops_in, a, out);
+  return cat({out[0].reshape({-1}), out[1], out[2]}, 0);
+}
+
+// The same from the formula of Note [Normalization backward], in plain F64 loops.
+Tensor batch_norm_backward_ref(const std::vector<Tensor>& in, bool training) {
+  const V gy = in[0].detach().to_vector<double>(), x = in[1].detach().to_vector<double>();
+  const V w = in[2].detach().to_vector<double>();
+  const int64_t B = in[1].sizes()[0], C = in[1].sizes()[1], S = B * C == 0 ? 0 : in[1].numel() / (B * C);
+  const V em = eval_mean(C, DType::F64).to_vector<double>(), ev = eval_var(C, DType::F64).to_vector<double>();
+  V gx(x.size()), gw(static_cast<size_t>(C)), gb(static_cast<size_t>(C));
+  auto at = [&](int64_t b, int64_t c, int64_t s) { return size_t((b * C + c) * S + s); };
+  const double n = double(B * S);
+  for (int64_t c = 0; c < C; ++c) {
+    double m = 0, v = 0;
+    if (training) {
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s) m += x[at(b, c, s)];
+      m /= n;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s) v += (x[at(b, c, s)] - m) * (x[at(b, c, s)] - m);
+      v /= n;
+    } else {
+      m = em[size_t(c)];
+      v = ev[size_t(c)];
+    }
+    const double r = 1 / std::sqrt(v + kEps);
+    double sg = 0, sgx = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        sg += gy[at(b, c, s)];
+        sgx += gy[at(b, c, s)] * (x[at(b, c, s)] - m) * r;
+      }
+    gw[size_t(c)] = sgx;
+    gb[size_t(c)] = sg;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        const double xhat = (x[at(b, c, s)] - m) * r, g = gy[at(b, c, s)] * w[size_t(c)];
+        gx[at(b, c, s)] = training ? r * (g - w[size_t(c)] * sg / n - xhat * w[size_t(c)] * sgx / n) : g * r;
+      }
+  }
+  V all = gx;
+  all.insert(all.end(), gw.begin(), gw.end());
+  all.insert(all.end(), gb.begin(), gb.end());
+  return from_vector(all, {int64_t(all.size())}, DType::F64);
+}
+
 void add_specs(std::vector<OpSpec>& specs) {
   // layer_norm: the number of normalized dims is the spec's; inputs (x) or (x, w, b).
   for (int nd : {1, 2}) {
@@ -206,6 +277,25 @@ void add_specs(std::vector<OpSpec>& specs) {
       return std::vector<OpCase>{bn_case({4, 3}, true, 21), bn_case({1, 3}, true, 24), bn_case({2, 3, 5}, false, 27),
                                  bn_case({2, 3, 2, 3}, true, 30), bn_case({0, 3, 2}, true, 33)};
     };
+    specs.push_back(s);
+  }
+
+  // batch_norm_backward (Note [Fused batch norm backward]), called directly: inputs (gy, x, w),
+  // the statistics of x in training (or eval_mean / eval_var), output (gx, gw, gb) joined. The
+  // gradchecks of the batch_norm specs above run it too, in F64.
+  for (bool training : {true, false}) {
+    OpSpec s =
+        norm_spec(training ? "batch_norm_backward training" : "batch_norm_backward eval", OpId::BatchNormBackward);
+    s.fn = [training](const std::vector<Tensor>& in) { return batch_norm_backward_of(in, training); };
+    s.reference = [training](const std::vector<Tensor>& in) { return batch_norm_backward_ref(in, training); };
+    s.cases = [] {
+      const auto vals = [](const Shape& shape, uint64_t seed) { return uniform_values(shape, -1, 1, seed); };
+      return std::vector<OpCase>{{"(4, 3)", {vals({4, 3}, 51), vals({4, 3}, 52), vals({3}, 53)}},
+                                 {"(2, 3, 5)", {vals({2, 3, 5}, 54), vals({2, 3, 5}, 55), vals({3}, 56)}},
+                                 {"(2, 3, 2, 3)", {vals({2, 3, 2, 3}, 57), vals({2, 3, 2, 3}, 58), vals({3}, 59)}}};
+    };
+    s.grad = false;  // not differentiable: double backward takes batch_norm's formula
+    s.dtypes = {DType::F32};
     specs.push_back(s);
   }
 

@@ -4,6 +4,7 @@
 // one block per op. Parameters: LayerNormParams, BatchNormParams (engine/op_params.h).
 // Not here: the kernels (kernels/<device>/norm.cpp), the running-statistics update and the
 // public forms layer_norm / batch_norm / group_norm (nn/functional_norm.cpp).
+#include "engine/grad_mode.h"
 #include "engine/op_params.h"
 #include "engine/ops/families.h"
 
@@ -126,11 +127,34 @@ void batch_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<
   out[2] = {c, stat_dtype(x.dtype())};
 }
 
+// Note [Fused batch norm backward]
+// The formula above takes about a dozen passes over the activation (xhat, gy * w, two means,
+// products, sums); a ResNet's or MobileNet's training step runs one per batch norm layer. When
+// no gradient of the backward itself is wanted (grad mode off: not create_graph), no gradient
+// reached the saved statistics, and the device has the kernel, the batch_norm_backward op does
+// the same in two passes per channel (the sums of gy and gy * xhat, then gx); otherwise the
+// formula runs, which differentiates again.
+bool fused_batch_norm_backward(const BackwardCtx& c) {
+  return !GradMode::enabled() && c.grads[0].defined() && !c.grads[1].defined() && !c.grads[2].defined() &&
+         op_def(OpId::BatchNormBackward).kernels[int(c.device.type)] != nullptr;
+}
+
 void batch_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor& x = c.inputs[0];
   const Tensor& w = c.inputs[1];
   const Tensor& gy = c.grads[0];
   const bool training = BatchNormParams::from(c.attrs).training;
+  if (fused_batch_norm_backward(c)) {
+    Attrs a;
+    a.flag = training;
+    const Tensor in[5] = {gy, x, w, c.outputs[1], c.outputs[2]};
+    Tensor out[3];
+    call(OpId::BatchNormBackward, in, a, out);
+    for (int i = 0; i < 3; ++i) {
+      if (c.needs_grad(i)) gi[i] = out[i];
+    }
+    return;
+  }
   const int ndim = x.dim();
   const int64_t channels = x.sizes()[1];
   // (C) -> (1, C, 1, ...), to broadcast against x
@@ -173,11 +197,30 @@ const OpDef kBatchNorm{.infer = batch_norm_infer,
                        .diff_inputs = mask(0, 1, 2),  // x, weight, bias (not the running stats)
                        .autocast = CastPolicy::Fp32};
 
+// ---- batch_norm_backward: (gy, x, weight, mean, rstd) -> (gx, gw, gb)
+void batch_norm_backward_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  const Tensor& x = in[1];
+  BRISK_CHECK(is_floating(x.dtype()) && x.dim() >= 2, "batch_norm_backward: x must be floating (B, C, *), got ",
+              x.str());
+  BRISK_CHECK(in[0].sizes() == x.sizes() && in[0].dtype() == x.dtype(), "batch_norm_backward: gy ", in[0].str(),
+              " must match x ", x.str());
+  const Shape c{x.sizes()[1]};
+  check_param(in[2], c, x.dtype(), "batch_norm_backward", "weight", x);
+  check_param(in[3], c, stat_dtype(x.dtype()), "batch_norm_backward", "mean", x);
+  check_param(in[4], c, stat_dtype(x.dtype()), "batch_norm_backward", "rstd", x);
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {c, x.dtype()};
+  out[2] = {c, x.dtype()};
+}
+
+const OpDef kBatchNormBackward{.infer = batch_norm_backward_infer};
+
 }  // namespace
 
 namespace detail {
 
 void define_norm_ops() {
+  define(OpId::BatchNormBackward, kBatchNormBackward);
   define(OpId::LayerNorm, kLayerNorm);
   define(OpId::BatchNorm, kBatchNorm);
 }

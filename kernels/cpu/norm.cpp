@@ -251,9 +251,66 @@ void batch_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
   });
 }
 
+// in: (gy, x (B, C, *), weight (C), mean (C), rstd (C)); flag = training. Note [Fused batch
+// norm backward] (engine/ops/norm.cpp): per channel, one pass sums gy and gy * xhat (in
+// double), a second writes gx = w rstd (gy - sum gy / N - xhat sum(gy xhat) / N) (training) or
+// w rstd gy (eval); gw = sum(gy xhat), gb = sum(gy). OpenMP over channels.
+void batch_norm_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  for (const Tensor& t : out) check_out(t, "batch_norm_backward");
+  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]), mean = dense(in[3]), rstd = dense(in[4]);
+  const int64_t batch = x.sizes()[0], channels = x.sizes()[1];
+  const int64_t spatial = batch * channels == 0 ? 0 : x.numel() / (batch * channels);
+  const bool training = attrs.flag;
+  dispatch_float(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    using S = stat_t<T>;
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const T* pg = static_cast<const T*>(gy.data_ptr());
+    const T* pw = static_cast<const T*>(w.data_ptr());
+    const S* pm = static_cast<const S*>(mean.data_ptr());
+    const S* pr = static_cast<const S*>(rstd.data_ptr());
+    T* gx = static_cast<T*>(out[0].data_ptr());
+    T* gw = static_cast<T*>(out[1].data_ptr());
+    T* gb = static_cast<T*>(out[2].data_ptr());
+    const double n = double(batch * spatial);
+    const int nt = std::min<int>(threads_for(batch * channels * spatial), int(std::max<int64_t>(1, channels)));
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t c = 0; c < channels; ++c) {
+      const C m = C(pm[c]), r = C(pr[c]);
+      double sum_g = 0, sum_gx = 0;  // sum gy, sum gy * xhat
+      for (int64_t bi = 0; bi < batch; ++bi) {
+        const int64_t off = bi * channels * spatial + c * spatial;
+        C s1 = 0, s2 = 0;  // this segment's sums, then added in double
+        for (int64_t s = 0; s < spatial; ++s) {
+          const int64_t i = off + s;
+          const C g = C(pg[i]);
+          s1 += g;
+          s2 += g * ((C(px[i]) - m) * r);
+        }
+        sum_g += double(s1);
+        sum_gx += double(s2);
+      }
+      gw[c] = T(sum_gx);
+      gb[c] = T(sum_g);
+      const C a = C(as_double(pw[c])) * r;
+      const C k1 = training ? C(sum_g / n) : C(0), k2 = training ? C(sum_gx / n) : C(0);
+      for (int64_t bi = 0; bi < batch; ++bi) {
+        const int64_t off = bi * channels * spatial + c * spatial;
+        for (int64_t s = 0; s < spatial; ++s) {
+          const int64_t i = off + s;
+          const C xhat = (C(px[i]) - m) * r;
+          gx[i] = T(a * (C(pg[i]) - k1 - xhat * k2));
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void register_norm() {
+  register_kernel(OpId::BatchNormBackward, DeviceType::CPU, batch_norm_backward_kernel);
   constexpr DeviceType cpu = DeviceType::CPU;
   register_kernel(OpId::LayerNorm, cpu, layer_norm_kernel);
   register_kernel(OpId::BatchNorm, cpu, batch_norm_kernel);
