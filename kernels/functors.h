@@ -177,8 +177,12 @@ struct Clamp {
   static Clamp from(const Attrs& a) { return {a.a, a.b}; }
   template <class T> BRISK_HD T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
-      if (x != x) return x;  // NaN passes through, as in PyTorch
-      return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+      // Selects only (no early return), so the loop vectorizes: NaN fails both compares and
+      // passes through, as in PyTorch. (The branchy form kept MobileNetV2's ReLU6 scalar:
+      // 28% of its inference.)
+      const T l = T(lo), h = T(hi);
+      const T r = x < l ? l : x;
+      return r > h ? h : r;
     } else {
       // Compare in double so that infinite bounds (clamp_min/clamp_max) never convert to T.
       double d = double(x);
