@@ -124,6 +124,13 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
                             {.stride = {2, 2}, .padding = {1, 1}, .groups = 3},
                             {{"batch 2", {vals({2, 3, 6, 6}, 17), vals({3, 1, 3, 3}, 18), vals({3}, 19)}},
                              {"channel multiplier 2, batch 1", {vals({1, 3, 5, 5}, 20), vals({6, 1, 3, 3}, 21)}}}));
+  // Note [Channels-last depthwise]: 16+ channels, one per group, rows narrower than 16.
+  specs.push_back(conv_spec("conv2d (depthwise, 16 channels, narrow rows: channels-last)",
+                            {.padding = {1, 1}, .groups = 16},
+                            {{"batch 2, 5x4", {vals({2, 16, 5, 4}, 90), vals({16, 1, 3, 3}, 91), vals({16}, 92)}}}));
+  specs.push_back(conv_spec("conv2d (depthwise, 16 channels, stride 2, dilation 2: channels-last)",
+                            {.stride = {2, 2}, .padding = {2, 1}, .dilation = {2, 1}, .groups = 16},
+                            {{"batch 3, 3x3", {vals({3, 16, 3, 3}, 93), vals({16, 1, 3, 3}, 94)}}}));
   specs.push_back(conv_spec("conv2d (depthwise, padding (1, 2), dilation (1, 2): same size)",
                             {.padding = {1, 2}, .dilation = {1, 2}, .groups = 3},
                             {{"batch 2", {vals({2, 3, 5, 6}, 80), vals({3, 1, 3, 3}, 81), vals({3}, 82)}},

@@ -200,21 +200,186 @@ void depthwise_backward_weight_loops(const Tensor& g_t, const Tensor& x_t, const
   });
 }
 
+// ---- channels-last loops for narrow planes (Note [Channels-last depthwise])
+// Note [Channels-last depthwise]
+// The plane-by-plane loops above pay per plane and per tap: on MobileNetV2's late stages
+// (planes of 7x7 down to 1x1, 96-960 channels) a tap's run is a few pixels and the loop
+// bookkeeping is most of the time. For rows narrower than kNarrowRow and one output channel
+// per input channel, the three ops transpose their operands to channels-last (B, H, W, C) in
+// the per-thread workspaces, run each tap as a multiply-add over all C channels of a pixel
+// (one vector loop, C >= 16), and transpose the result back.
+constexpr int64_t kNarrowRow = 16;
+
+thread_local Workspace t_last_a, t_last_b;
+
+bool channels_last(const Conv& p) { return p.Og == 1 && p.W < kNarrowRow && p.C >= 16; }
+
+// out (B, H, W, C) dense = in (B, C, H, W) with strides (sB, sC, sH, sW).
+template <class T>
+void to_channels_last(const T* in, int64_t sB, int64_t sC, int64_t sH, int64_t sW, int64_t B, int64_t C, int64_t H,
+                      int64_t W, T* out, double work) {
+  parallel_planes(B, work, [&](int64_t b) {
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t w = 0; w < W; ++w) out[((b * H + h) * W + w) * C + c] = in[b * sB + c * sC + h * sH + w * sW];
+      }
+    }
+  });
+}
+
+// out (B, C, H, W) dense = in (B, H, W, C) dense.
+template <class T>
+void from_channels_last(const T* in, int64_t B, int64_t C, int64_t H, int64_t W, T* out, double work) {
+  parallel_planes(B, work, [&](int64_t b) {
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t k = 0; k < H * W; ++k) out[(b * C + c) * H * W + k] = in[(b * H * W + k) * C + c];
+    }
+  });
+}
+
+// Calls f(tap index, input pixel) for each tap of output pixel (oh, ow) that meets the input.
+template <class F>
+void for_taps(const Conv& p, int64_t oh, int64_t ow, F&& f) {
+  for (int64_t i = 0; i < p.kh; ++i) {
+    const int64_t ih = oh * p.sh - p.ph + i * p.dh;
+    if (ih < 0 || ih >= p.H) continue;
+    for (int64_t j = 0; j < p.kw; ++j) {
+      const int64_t iw = ow * p.sw - p.pw + j * p.dw;
+      if (iw < 0 || iw >= p.W) continue;
+      f(i * p.kw + j, ih * p.W + iw);
+    }
+  }
+}
+
+// wt (kh * kw, C) = w (C, kh * kw) transposed.
+template <class T>
+std::vector<T> taps_by_channel(const T* w, const Conv& p) {
+  const int64_t KK = p.kh * p.kw;
+  std::vector<T> wt(size_t(KK * p.C));
+  for (int64_t c = 0; c < p.C; ++c) {
+    for (int64_t t = 0; t < KK; ++t) wt[size_t(t * p.C + c)] = w[c * KK + t];
+  }
+  return wt;
+}
+
+template <class T>
+void depthwise_forward_last(const Tensor& x_t, const Tensor& w_t, const T* bias, const Tensor& y_t, const Conv& p) {
+  const Input<T> x(x_t);
+  const int64_t C = p.C, HW = p.H * p.W, P = p.P();
+  const std::vector<T> wt = taps_by_channel(static_cast<const T*>(w_t.data_ptr()), p);
+  T* xt = t_last_a.get<T>(p.B * HW * C);
+  T* yt = t_last_b.get<T>(p.B * P * C);
+  to_channels_last(x.data, x.sB, x.sC, x.sH, x.sW, p.B, C, p.H, p.W, xt, p.macs());
+  parallel_planes(p.B * p.Ho, p.macs(), [&](int64_t row) {
+    const int64_t b = row / p.Ho, oh = row % p.Ho;
+    for (int64_t ow = 0; ow < p.Wo; ++ow) {
+      T* acc = yt + ((b * p.Ho + oh) * p.Wo + ow) * C;
+      for (int64_t c = 0; c < C; ++c) acc[c] = bias ? bias[c] : T(0);
+      for_taps(p, oh, ow, [&](int64_t t, int64_t pix) {
+        const T* wv = wt.data() + t * C;
+        const T* xv = xt + (b * HW + pix) * C;
+        for (int64_t c = 0; c < C; ++c) acc[c] += wv[c] * xv[c];
+      });
+    }
+  });
+  from_channels_last(yt, p.B, C, p.Ho, p.Wo, static_cast<T*>(y_t.data_ptr()), p.macs());
+}
+
+template <class T>
+void depthwise_backward_input_last(const Tensor& g_t, const Tensor& w_t, const Tensor& gx_t, const Conv& p) {
+  const int64_t C = p.C, HW = p.H * p.W, P = p.P();
+  const std::vector<T> wt = taps_by_channel(static_cast<const T*>(w_t.data_ptr()), p);
+  T* gt = t_last_a.get<T>(p.B * P * C);
+  T* gxt = t_last_b.get<T>(p.B * HW * C);
+  to_channels_last(static_cast<const T*>(g_t.data_ptr()), C * P, P, p.Wo, int64_t(1), p.B, C, p.Ho, p.Wo, gt, p.macs());
+  parallel_planes(p.B, p.macs(), [&](int64_t b) {
+    std::fill(gxt + b * HW * C, gxt + (b + 1) * HW * C, T(0));
+    for (int64_t oh = 0; oh < p.Ho; ++oh) {
+      for (int64_t ow = 0; ow < p.Wo; ++ow) {
+        const T* gv = gt + ((b * p.Ho + oh) * p.Wo + ow) * C;
+        for_taps(p, oh, ow, [&](int64_t t, int64_t pix) {
+          const T* wv = wt.data() + t * C;
+          T* out = gxt + (b * HW + pix) * C;
+          for (int64_t c = 0; c < C; ++c) out[c] += wv[c] * gv[c];
+        });
+      }
+    }
+  });
+  from_channels_last(gxt, p.B, C, p.H, p.W, static_cast<T*>(gx_t.data_ptr()), p.macs());
+}
+
+template <class T>
+void depthwise_backward_weight_last(const Tensor& g_t, const Tensor& x_t, const Tensor& gw_t, const Conv& p) {
+  const Input<T> x(x_t);
+  const int64_t C = p.C, HW = p.H * p.W, P = p.P(), KK = p.kh * p.kw;
+  T* gt = t_last_a.get<T>(p.B * P * C);
+  T* xt = t_last_b.get<T>(p.B * HW * C);
+  to_channels_last(static_cast<const T*>(g_t.data_ptr()), C * P, P, p.Wo, int64_t(1), p.B, C, p.Ho, p.Wo, gt, p.macs());
+  to_channels_last(x.data, x.sB, x.sC, x.sH, x.sW, p.B, C, p.H, p.W, xt, p.macs());
+  // Each thread sums its samples into its own (KK, C) partial; the partials are added in order.
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>(conv_threads(p.macs()), p.B)));
+  std::vector<std::vector<T>> partial(size_t(nt), std::vector<T>(size_t(KK * C), T(0)));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int id = omp_get_thread_num(), team = omp_get_num_threads();
+    T* acc = partial[size_t(id)].data();
+    for (int64_t b = p.B * id / team; b < p.B * (id + 1) / team; ++b) {
+      for (int64_t oh = 0; oh < p.Ho; ++oh) {
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const T* gv = gt + ((b * p.Ho + oh) * p.Wo + ow) * C;
+          for_taps(p, oh, ow, [&](int64_t t, int64_t pix) {
+            const T* xv = xt + (b * HW + pix) * C;
+            T* a = acc + t * C;
+            for (int64_t c = 0; c < C; ++c) a[c] += gv[c] * xv[c];
+          });
+        }
+      }
+    }
+  }
+  T* gw = static_cast<T*>(gw_t.data_ptr());
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t t = 0; t < KK; ++t) {
+      T sum = 0;
+      for (const std::vector<T>& part : partial) sum += part[size_t(t * C + c)];
+      gw[c * KK + t] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 void depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv& p) {
   dispatch_work(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    depthwise_forward_loops<T>(x, w, bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr, y, p);
+    const T* b = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
+    if (channels_last(p)) {
+      depthwise_forward_last<T>(x, w, b, y, p);
+    } else {
+      depthwise_forward_loops<T>(x, w, b, y, p);
+    }
   });
 }
 
 void depthwise_backward_input(const Tensor& g, const Tensor& w, const Tensor& gx, const Conv& p) {
-  dispatch_work(gx.dtype(), [&](auto tag) { depthwise_backward_input_loops<decltype(tag)>(g, w, gx, p); });
+  dispatch_work(gx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (channels_last(p)) {
+      depthwise_backward_input_last<T>(g, w, gx, p);
+    } else {
+      depthwise_backward_input_loops<T>(g, w, gx, p);
+    }
+  });
 }
 
 void depthwise_backward_weight(const Tensor& g, const Tensor& x, const Tensor& gw, const Conv& p) {
-  dispatch_work(gw.dtype(), [&](auto tag) { depthwise_backward_weight_loops<decltype(tag)>(g, x, gw, p); });
+  dispatch_work(gw.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (channels_last(p)) {
+      depthwise_backward_weight_last<T>(g, x, gw, p);
+    } else {
+      depthwise_backward_weight_loops<T>(g, x, gw, p);
+    }
+  });
 }
 
 }  // namespace brisk::kernels::cpu::conv
