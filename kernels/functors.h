@@ -152,7 +152,10 @@ struct ReluBackward {
 struct ClampBackward {
   double lo, hi;
   static ClampBackward from(const Attrs& a) { return {a.a, a.b}; }
-  template <class T> BRISK_HD T operator()(T g, T x) const { return x >= T(lo) && x <= T(hi) ? g : T(0); }
+  template <class T> BRISK_HD T operator()(T g, T x) const {
+    const bool keep = (x >= T(lo)) & (x <= T(hi));  // no short circuit: the loop vectorizes
+    return keep ? g : T(0);
+  }
 };
 
 struct GeluBackward {
