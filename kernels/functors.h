@@ -147,14 +147,15 @@ struct ReluBackward {
   template <class T> BRISK_HD T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
 };
 
-// clamp's gradient from its input: g where lo <= x <= hi, else 0 (NaN x: 0), as PyTorch's
-// clamp_backward (a where, so an infinite g outside the range gives 0, not NaN).
+// clamp's gradient from its input: g where lo <= x <= hi, else g * 0 (0, or NaN for an
+// infinite or NaN g: the product the composite formula it replaced gave; NaN x counts as
+// outside).
 struct ClampBackward {
   double lo, hi;
   static ClampBackward from(const Attrs& a) { return {a.a, a.b}; }
   template <class T> BRISK_HD T operator()(T g, T x) const {
     const bool keep = (x >= T(lo)) & (x <= T(hi));  // no short circuit: the loop vectorizes
-    return keep ? g : T(0);
+    return keep ? g : g * T(0);
   }
 };
 

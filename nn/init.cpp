@@ -33,12 +33,16 @@ void assign(Tensor& t, const Tensor& values) {
 }
 }  // namespace
 
+// Floating tensors are filled in place (no temporary of the parameter's size); others get F64
+// values rounded by the copy.
 void uniform_(Tensor& t, double low, double high, Generator* gen) {
-  assign(t, uniform(t.sizes(), low, high, is_floating(t.dtype()) ? t.dtype() : DType::F64, t.device(), gen));
+  if (t.defined() && is_floating(t.dtype())) return fill_uniform_(t, low, high, gen);
+  assign(t, uniform(t.sizes(), low, high, DType::F64, t.device(), gen));
 }
 
 void normal_(Tensor& t, double mean, double std, Generator* gen) {
-  assign(t, normal(t.sizes(), mean, std, is_floating(t.dtype()) ? t.dtype() : DType::F64, t.device(), gen));
+  if (t.defined() && is_floating(t.dtype())) return fill_normal_(t, mean, std, gen);
+  assign(t, normal(t.sizes(), mean, std, DType::F64, t.device(), gen));
 }
 
 void constant_(Tensor& t, double value) {

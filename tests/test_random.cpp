@@ -189,3 +189,22 @@ TEST_CASE("random: factories refuse integer dtypes and negative sizes") {
   CHECK(test::error_text([] { uniform({2}, 1, 0); }).find("uniform") != std::string::npos);
   CHECK(test::error_text([] { normal({2}, 0, -1); }).find("normal") != std::string::npos);
 }
+
+TEST_CASE("random: fill_uniform_ / fill_normal_ write uniform() / normal()'s values in place, strided too") {
+  for (DType t : {DType::F32, DType::F64, DType::BF16}) {
+    CAPTURE(dtype_name(t));
+    Generator a(7), b(7);
+    Tensor want_u = uniform({5, 6}, -2, 3, t, Device::cpu(), &a), want_n = normal({5, 6}, 1, 0.5, t, Device::cpu(), &a);
+    Tensor u = zeros({5, 6}, t), n = zeros({6, 5}, t).t();  // n: a transposed view (through a copy)
+    u.requires_grad_(true);                                 // a parameter: filled unrecorded
+    fill_uniform_(u, -2, 3, &b);
+    fill_normal_(n, 1, 0.5, &b);
+    CHECK(u.requires_grad());
+    CHECK(!u.grad_fn());
+    CHECK(allclose(u.detach(), want_u, 0, 0));
+    CHECK(allclose(n, want_n, 0, 0));
+    CHECK(a.offset() == b.offset());
+  }
+  Tensor i = zeros({3}, DType::I64);
+  CHECK_THROWS_AS(fill_uniform_(i, 0, 1), Error);
+}

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/grad_mode.h"
 #include "engine/ops/families.h"
 
 namespace brisk {
@@ -51,8 +52,9 @@ void random_infer(std::span<const Tensor>, const Attrs& attrs, std::span<TensorS
 }
 
 // Runs a random factory op with a fresh stream of `draws` lanes from `gen` (or the default).
+// `into`: undefined (a new tensor) or a tensor of exactly (shape, dtype, device) written in place.
 Tensor random_call(OpId id, const Shape& shape, double a, double b, DType dtype, Device device, Generator* gen,
-                   uint64_t lanes_per_value) {
+                   uint64_t lanes_per_value, const Tensor& into = {}) {
   check_shape(shape, op_name(id));
   Generator& g = gen ? *gen : default_generator();
   Attrs attrs;
@@ -63,7 +65,7 @@ Tensor random_call(OpId id, const Shape& shape, double a, double b, DType dtype,
   attrs.b = b;
   attrs.seed = g.seed();
   attrs.offset = g.reserve(uint64_t(shape.numel()) * lanes_per_value);
-  Tensor out[1];
+  Tensor out[1] = {into};
   call(id, {}, attrs, out);
   return out[0];
 }
@@ -141,6 +143,30 @@ Tensor normal(const Shape& shape, double mean, double std, DType dtype, Device d
 
 Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
   return normal(shape, 0.0, 1.0, dtype, device, gen);
+}
+
+void fill_uniform_(Tensor& t, double low, double high, Generator* gen) {
+  BRISK_CHECK(low <= high, "uniform: low ", low, " must not exceed high ", high);
+  BRISK_CHECK(t.defined() && is_floating(t.dtype()), "fill_uniform_: needs a floating tensor, got ",
+              t.defined() ? t.str() : std::string("an undefined one"));
+  NoGradGuard no_grad;  // parameter init: not a recorded op
+  if (t.is_contiguous()) {
+    random_call(OpId::Rand, t.sizes(), low, high, t.dtype(), t.device(), gen, 1, t);
+  } else {  // the random kernels write dense outputs
+    t.copy_(random_call(OpId::Rand, t.sizes(), low, high, t.dtype(), t.device(), gen, 1));
+  }
+}
+
+void fill_normal_(Tensor& t, double mean, double std, Generator* gen) {
+  BRISK_CHECK(std >= 0, "normal: std must be non-negative, got ", std);
+  BRISK_CHECK(t.defined() && is_floating(t.dtype()), "fill_normal_: needs a floating tensor, got ",
+              t.defined() ? t.str() : std::string("an undefined one"));
+  NoGradGuard no_grad;
+  if (t.is_contiguous()) {
+    random_call(OpId::Randn, t.sizes(), mean, std, t.dtype(), t.device(), gen, 2, t);
+  } else {
+    t.copy_(random_call(OpId::Randn, t.sizes(), mean, std, t.dtype(), t.device(), gen, 2));
+  }
 }
 
 namespace {
