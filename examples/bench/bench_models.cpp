@@ -160,10 +160,10 @@ double forward_flops(const std::string& name, nn::Module& model, const Tensor& x
   double total = 0;
   for (auto& [n, m] : model.named_modules()) {
     const std::string& t = m->type_name();
-    if (t != "Conv2d" && t != "Linear" && t != "HFConv1D") continue;
+    if (t != "Conv2d" && t != "Linear" && t != "Conv1D") continue;  // Conv1D: GPT-2's HFConv1D
     hooks.emplace_back(m, m->register_forward_hook([&total](nn::Module& mod, const Tensor&, Tensor& out) {
       const Tensor& w = mod.parameter("weight");  // per output: Linear in, Conv2d in / groups * kh * kw
-      const double per_output = mod.type_name() == "HFConv1D" ? double(w.size(0)) : double(w.numel() / w.size(0));
+      const double per_output = mod.type_name() == "Conv1D" ? double(w.size(0)) : double(w.numel() / w.size(0));
       total += 2.0 * double(out.numel()) * per_output;
     }));
   }
@@ -181,6 +181,7 @@ double forward_flops(const std::string& name, nn::Module& model, const Tensor& x
     const double T = 128, d = 256, layers = 4;
     total += layers * 2.0 * 2.0 * B * T * T * d;
   }
+  if (name == "gpt2") total += 2.0 * B * 128 * 256 * 50257;  // the head tied to wte (a matmul)
   return total;
 }
 
