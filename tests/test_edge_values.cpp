@@ -56,6 +56,9 @@ std::string show(const std::vector<double>& v) {
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 std::vector<double> grad_of(const Tensor& t) { return t.grad().to_vector<double>(); }
 
+// A copy of t that requires grad.
+Tensor leaf_of(const Tensor& t) { return t.clone().requires_grad_(true); }
+
 }  // namespace
 
 TEST_CASE("edge values: relu passes NaN and -0 through, as PyTorch's relu") {
@@ -277,6 +280,14 @@ TEST_CASE("edge values: reductions and convs of inputs without elements read not
   CHECK(equal(logsumexp(x, {1}), full({2, 3}, -INFINITY)));
   const Tensor img = zeros({2, 0, 5, 5}), w = zeros({3, 0, 3, 3}), b = full({3}, 0.5);
   CHECK(equal(nn::functional::conv2d(img, w, b, {1, 1}, {1, 1}, {1, 1}, 1), full({2, 3, 5, 5}, 0.5)));
+  // The same on 2x2 planes (the batch-folded path) with gradients.
+  const Tensor small = leaf_of(zeros({2, 0, 2, 2})), ws = leaf_of(zeros({3, 0, 3, 3})), bs = leaf_of(full({3}, 0.5));
+  const Tensor y = nn::functional::conv2d(small, ws, bs, {1, 1}, {1, 1}, {1, 1}, 1);
+  CHECK(equal(y, full({2, 3, 2, 2}, 0.5)));
+  y.sum().backward();
+  CHECK(small.grad().sizes() == Shape{2, 0, 2, 2});
+  CHECK(ws.grad().sizes() == Shape{3, 0, 3, 3});
+  CHECK(equal(bs.grad(), full({3}, 8.0)));
 }
 
 TEST_CASE("edge values: add and sub with alpha round once, as PyTorch (-inf + 2.5 * 3e38 is -inf)") {

@@ -353,6 +353,10 @@ template <class T, class Acc>
 void conv_forward_folded(const Input<T>& x, const T* w, const Acc* bias, Acc* y, const Conv& p) {
   const LiveWeight<T> live(p, w);
   const int64_t K = live.K, P = p.P(), chunk = fold_chunk(p);
+  if (K == 0) {  // no input channel or no live tap: y is the bias (the columns would be empty)
+    for (int64_t i = 0; i < p.B * p.O; ++i) std::fill_n(y + i * P, P, bias ? bias[i % p.O] : Acc(0));
+    return;
+  }
   for (int64_t b0 = 0; b0 < p.B; b0 += chunk) {
     const int64_t nb = std::min(chunk, p.B - b0), N = nb * P;
     T* cols = t_cols.get<T>(K * N);
@@ -378,6 +382,7 @@ void conv_backward_input_folded(const T* g, const T* w, Acc* gx, const Conv& p) 
   const LiveWeight<T> live(p, w);
   const int64_t K = live.K, P = p.P(), HW = p.H * p.W, chunk = fold_chunk(p);
   std::fill(gx, gx + p.B * p.C * HW, Acc(0));
+  if (K == 0) return;  // nothing reaches the input
   for (int64_t b0 = 0; b0 < p.B; b0 += chunk) {
     const int64_t nb = std::min(chunk, p.B - b0), N = nb * P;
     T* gg = t_fold.get<T>(p.O * N);
@@ -402,6 +407,10 @@ void conv_backward_weight_folded(const T* g, const Input<T>& x, Acc* gw, const C
   std::vector<Acc> gathered(L == KK ? 0 : size_t(p.O * K));
   Acc* gl = L == KK ? gw : gathered.data();
   std::fill(gl, gl + p.O * K, Acc(0));
+  if (K == 0) {  // every weight entry meets only padding (or there is none)
+    std::fill(gw, gw + p.O * p.Cg * KK, Acc(0));
+    return;
+  }
   for (int64_t b0 = 0; b0 < p.B; b0 += chunk) {
     const int64_t nb = std::min(chunk, p.B - b0), N = nb * P;
     T* gg = t_fold.get<T>(p.O * N);
