@@ -239,8 +239,6 @@ TEST_CASE("cuda: every op in ops.def has a CUDA kernel, except the listed ones")
   for (const char* op : {"lstm_sequence", "lstm_sequence_backward", "gru_sequence", "gru_sequence_backward"}) {
     allowed[op] = "CPU only so far: nn::LSTM and nn::GRU take their per-step ops on CUDA";
   }
-  // Note [Fused batch norm backward]: on CUDA batch norm's backward runs its formula of ops.
-  allowed["batch_norm_backward"] = "CPU only so far: batch_norm's backward takes its formula on CUDA";
   std::vector<std::string> missing;
   for (int i = 0; i < kNumOps; ++i) {
     const OpDef& d = op_def(OpId(i));

@@ -4,9 +4,9 @@
 // F32). Outputs as the CPU kernels (kernels/cpu/norm.cpp) define them: y, and the statistics
 // mean and rstd = 1 / sqrt(biased variance + eps) in F32 (F64 for F64 inputs).
 // Without cuDNN (no BRISK_WITH_CUDNN) batch_norm gets no CUDA kernel.
-// Not here: inference, checks and backward formulas (engine/ops/norm.cpp; the backward is
-// written with ordinary ops, so it needs no kernel here); the running-statistics update
-// (nn/functional_norm.cpp).
+// batch_norm_backward (the fused backward of Note [Fused batch norm backward]) is hand-written:
+// a block per channel. Not here: inference, checks and the backward formulas
+// (engine/ops/norm.cpp); the running-statistics update (nn/functional_norm.cpp).
 #include <cmath>
 
 #include "engine/op.h"
@@ -100,6 +100,68 @@ void layer_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
   y.finish();
   mean.finish();
   rstd.finish();
+}
+
+// ---- batch norm backward (Note [Fused batch norm backward] in engine/ops/norm.cpp), as the
+// CPU kernel: one block per channel sums gy and gy * xhat over (B, S) (F32, F64 for F64),
+// then writes gx = w rstd (gy - sum gy / N - xhat sum(gy xhat) / N) (training) or w rstd gy
+// (eval); gw = sum(gy xhat), gb = sum(gy). x, gy (B, C, S) dense.
+template <class T>
+__global__ void batch_norm_backward_kernel(const T* gy, const T* x, const T* w, const compute_t<T>* mean,
+                                           const compute_t<T>* rstd, T* gx, T* gw, T* gb, int64_t batch,
+                                           int64_t channels, int64_t spatial, bool training) {
+  using A = compute_t<T>;
+  const int64_t n = batch * spatial;
+  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
+    const A m = mean[c], r = rstd[c];
+    A s1 = 0, s2 = 0;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      const int64_t i = ((k / spatial) * channels + c) * spatial + k % spatial;
+      const A g = A(load_value(gy + i));
+      s1 += g;
+      s2 += g * ((A(load_value(x + i)) - m) * r);
+    }
+    const A sum_g = group_reduce(s1, SumF{}), sum_gx = group_reduce(s2, SumF{});
+    if (threadIdx.x == 0) {
+      gw[c] = Store<T>::to(sum_gx);
+      gb[c] = Store<T>::to(sum_g);
+    }
+    const A a = A(load_value(w + c)) * r;
+    const A k1 = training && n > 0 ? sum_g / A(n) : A(0), k2 = training && n > 0 ? sum_gx / A(n) : A(0);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      const int64_t i = ((k / spatial) * channels + c) * spatial + k % spatial;
+      const A xhat = (A(load_value(x + i)) - m) * r;
+      gx[i] = Store<T>::to(a * (A(load_value(gy + i)) - k1 - xhat * k2));
+    }
+  }
+}
+
+// in: (gy, x (B, C, *), weight (C), mean (C), rstd (C)); flag = training
+void batch_norm_backward_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]), mean = dense(in[3]), rstd = dense(in[4]);
+  DenseOut gx(out[0]), gw(out[1]), gb(out[2]);
+  const int64_t batch = x.sizes()[0], channels = x.sizes()[1];
+  const int64_t spatial = batch * channels == 0 ? 0 : x.numel() / (batch * channels);
+  if (channels > 0) {
+    const int device = x.device().index;
+    DeviceGuard guard(device);
+    cudaStream_t stream = stream_handle(device);
+    const unsigned grid = unsigned(std::min<int64_t>(channels, 65535));
+    dispatch_float(x.dtype(), "batch_norm_backward", [&](auto tag) {
+      using T = decltype(tag);
+      using S = compute_t<T>;
+      batch_norm_backward_kernel<T><<<grid, dim3(kBlock, 1), 0, stream>>>(
+          static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
+          static_cast<const T*>(w.data_ptr()), static_cast<const S*>(mean.data_ptr()),
+          static_cast<const S*>(rstd.data_ptr()), static_cast<T*>(gx.dense.data_ptr()),
+          static_cast<T*>(gw.dense.data_ptr()), static_cast<T*>(gb.dense.data_ptr()), batch, channels, spatial,
+          attrs.flag);
+      BRISK_CUDA_CHECK_LAUNCH();
+    });
+  }
+  gx.finish();
+  gw.finish();
+  gb.finish();
 }
 
 #ifdef BRISK_WITH_CUDNN
@@ -234,6 +296,7 @@ void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
 void register_norm() {
   constexpr DeviceType gpu = DeviceType::CUDA;
   register_kernel(OpId::LayerNorm, gpu, layer_norm_cuda);
+  register_kernel(OpId::BatchNormBackward, gpu, batch_norm_backward_cuda);
 #ifdef BRISK_WITH_CUDNN
   register_kernel(OpId::BatchNorm, gpu, batch_norm_cuda);
 #endif
