@@ -82,12 +82,12 @@ int main(int argc, char** argv) {
     optim::Adam opt(model->named_parameters(), {.lr = 1e-2});
     optim::OneCycleLR sched(opt, {.max_lr = {0.05}, .total_steps = total_steps + 1});
 
-    train::TrainingState state;
+    training::TrainingState state;
     state.model = model.get();
     state.optimizer = &opt;
     state.scheduler = &sched;
     state.loader = &loader;
-    if (std::filesystem::exists(ckpt)) train::load_checkpoint(ckpt, state);
+    if (std::filesystem::exists(ckpt)) training::load_checkpoint(ckpt, state);
 
     int64_t step = state.step;
     while (step < total_steps) {
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       if (step % every == 0) {
         state.step = step;
         state.epoch = loader.state().epoch;
-        train::save_checkpoint(ckpt, state);
+        training::save_checkpoint(ckpt, state);
       }
     }
     nn::save_module(*model, output);

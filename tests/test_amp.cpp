@@ -437,15 +437,15 @@ TEST_CASE("GradScaler: state round trip, corrupt states refused, checkpoint resu
   optim::SGD o1(m1.named_parameters(), {.lr = 0.01, .momentum = 0.9});
   optim::GradScaler s1({.init_scale = 1024, .growth_interval = 3});
   run(m1, o1, s1, 4, 0);
-  train::TrainingState st1{.model = &m1, .optimizer = &o1, .scaler = &s1};
-  train::save_checkpoint(path, st1);
+  training::TrainingState st1{.model = &m1, .optimizer = &o1, .scaler = &s1};
+  training::save_checkpoint(path, st1);
   run(m1, o1, s1, 5, 4);
   manual_seed(2);
   nn::Linear m2(3, 2);
   optim::SGD o2(m2.named_parameters(), {.lr = 0.01, .momentum = 0.9});
   optim::GradScaler s2;
-  train::TrainingState st2{.model = &m2, .optimizer = &o2, .scaler = &s2};
-  train::load_checkpoint(path, st2);
+  training::TrainingState st2{.model = &m2, .optimizer = &o2, .scaler = &s2};
+  training::load_checkpoint(path, st2);
   CHECK(s2.get_scale() == 512);  // 1024, backed off at step 1, two finite steps since
   run(m2, o2, s2, 5, 4);
   CHECK(s2.get_scale() == s1.get_scale());

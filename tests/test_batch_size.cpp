@@ -70,12 +70,12 @@ TEST_CASE("batch_size: the finder returns the largest batch whose peak fits the 
   // A budget between the peaks of batch 300 and 301 would be too fine for size classes;
   // take the peak at 300 and check the answer against measured peaks either side of it.
   size_t budget = peak_of(step, 300);
-  train::BatchSizeSearch s;
+  training::BatchSizeSearch s;
   s.memory_budget = budget;
   s.max_batch = 4096;
   s.base_lr = 1e-3;
   s.base_batch = 100;
-  train::BatchSizeResult r = train::find_batch_size(std::ref(step), s);
+  training::BatchSizeResult r = training::find_batch_size(std::ref(step), s);
   INFO(r.to_string());
   REQUIRE(r.batch_size >= 300);
   CHECK(r.batch_size < 4096);
@@ -94,17 +94,17 @@ TEST_CASE("batch_size: the finder returns the largest batch whose peak fits the 
 
 TEST_CASE("batch_size: max_batch caps the search; nothing fitting gives 0") {
   MlpStep step;
-  train::BatchSizeSearch s;
+  training::BatchSizeSearch s;
   s.memory_budget = size_t(1) << 30;
   s.max_batch = 48;
-  train::BatchSizeResult r = train::find_batch_size(std::ref(step), s);
+  training::BatchSizeResult r = training::find_batch_size(std::ref(step), s);
   CHECK(r.batch_size == 48);
   CHECK(r.probes.back().batch == 48);
 
   cpu_allocator().empty_cache();
   s.memory_budget = cpu_allocator().stats().allocated + 64;  // not even one batch's input
   s.initial = 8;
-  r = train::find_batch_size(std::ref(step), s);
+  r = training::find_batch_size(std::ref(step), s);
   CHECK(r.batch_size == 0);
   CHECK(r.probes.size() == 1);
   CHECK(r.to_string().find("nothing fits") != std::string::npos);
@@ -112,20 +112,20 @@ TEST_CASE("batch_size: max_batch caps the search; nothing fitting gives 0") {
 
 TEST_CASE("batch_size: errors and learning-rate rules") {
   MlpStep step;
-  train::BatchSizeSearch s;  // no budget on the CPU
-  CHECK_THROWS_WITH_AS(train::find_batch_size(std::ref(step), s), doctest::Contains("memory_budget"), Error);
+  training::BatchSizeSearch s;  // no budget on the CPU
+  CHECK_THROWS_WITH_AS(training::find_batch_size(std::ref(step), s), doctest::Contains("memory_budget"), Error);
   s.memory_budget = size_t(1) << 30;
   s.initial = 0;
-  CHECK_THROWS_WITH_AS(train::find_batch_size(std::ref(step), s), doctest::Contains("initial"), Error);
+  CHECK_THROWS_WITH_AS(training::find_batch_size(std::ref(step), s), doctest::Contains("initial"), Error);
   s.initial = 1;
   // A step failing for another reason is not "too large": the error reaches the caller.
   auto bad = [](int64_t b) {
     if (b > 2) throw std::logic_error("not an allocation failure");
   };
-  CHECK_THROWS_AS(train::find_batch_size(bad, s), std::logic_error);
+  CHECK_THROWS_AS(training::find_batch_size(bad, s), std::logic_error);
   CHECK(cpu_allocator().limit() == 0);
-  CHECK(train::scale_lr(0.1, 32, 128, train::LrScaling::Linear) == doctest::Approx(0.4));
-  CHECK(train::scale_lr(0.1, 32, 128, train::LrScaling::Sqrt) == doctest::Approx(0.2));
-  CHECK(train::scale_lr(0.1, 0, 128, train::LrScaling::Linear) == 0.1);
-  CHECK(train::scale_lr(0.1, 32, 128, train::LrScaling::None) == 0.1);
+  CHECK(training::scale_lr(0.1, 32, 128, training::LrScaling::Linear) == doctest::Approx(0.4));
+  CHECK(training::scale_lr(0.1, 32, 128, training::LrScaling::Sqrt) == doctest::Approx(0.2));
+  CHECK(training::scale_lr(0.1, 0, 128, training::LrScaling::Linear) == 0.1);
+  CHECK(training::scale_lr(0.1, 32, 128, training::LrScaling::None) == 0.1);
 }

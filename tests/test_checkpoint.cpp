@@ -118,8 +118,8 @@ struct Run {
     loader = std::make_unique<data::DataLoader>(toy_dataset(), lo);
   }
 
-  train::TrainingState state() {
-    train::TrainingState s;
+  training::TrainingState state() {
+    training::TrainingState s;
     s.model = model.get();
     s.optimizer = opt.get();
     s.scheduler = sched.get();
@@ -155,18 +155,18 @@ TEST_CASE("checkpoint: a round trip restores every state and training continues 
   manual_seed(42);
   Run a;
   a.train(19);  // two epochs and a bit: mid-epoch loader position, stepped schedules
-  train::TrainingState sa = a.state();
+  training::TrainingState sa = a.state();
   sa.epoch = 2;
   sa.step = 19;
   sa.user_metadata = {{"note", "hello \"world\""}, {"run", "7"}};
-  train::save_checkpoint(path, sa);
+  training::save_checkpoint(path, sa);
   const uint64_t seed = default_generator().seed(), offset = default_generator().offset();
 
   // A fresh run built with other random numbers, then loaded.
   manual_seed(999);
   Run b;
-  train::TrainingState sb = b.state();
-  train::load_checkpoint(path, sb);
+  training::TrainingState sb = b.state();
+  training::load_checkpoint(path, sb);
   CHECK(sb.epoch == 2);
   CHECK(sb.step == 19);
   CHECK(sb.user_metadata == sa.user_metadata);
@@ -185,7 +185,7 @@ TEST_CASE("checkpoint: a round trip restores every state and training continues 
   // Both continue identically (dropout draws, batch order, learning rates, Adam moments).
   a.train(13);
   Generator after_a = default_generator();
-  train::load_checkpoint(path, sb);
+  training::load_checkpoint(path, sb);
   b.train(13);
   CHECK(default_generator().offset() == after_a.offset());
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
@@ -193,7 +193,7 @@ TEST_CASE("checkpoint: a round trip restores every state and training continues 
 
   // The file is plain safetensors: weights load without brisk's checkpoint code.
   SafetensorsFile f = load_safetensors(path);
-  CHECK(f.metadata.count(train::kCheckpointMetadataKey) == 1);
+  CHECK(f.metadata.count(training::kCheckpointMetadataKey) == 1);
   bool has_weight = false, has_moment = false;
   for (auto& [k, t] : f.tensors) {
     has_weight |= k == "model.0.weight";
@@ -209,35 +209,35 @@ TEST_CASE("checkpoint: optional parts are left out and a model-only load ignores
   manual_seed(1);
   Run a;
   a.train(3);
-  train::save_checkpoint(path, a.state());
+  training::save_checkpoint(path, a.state());
   Run b;
-  train::TrainingState only_model;
+  training::TrainingState only_model;
   only_model.model = b.model.get();
   only_model.rng = false;
   const uint64_t offset = default_generator().offset();
-  train::load_checkpoint(path, only_model);
+  training::load_checkpoint(path, only_model);
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
   CHECK(default_generator().offset() == offset);
 
   // Non-finite scalars (a plateau's and an early stopper's best before any metric is +inf).
   Run fresh;
-  train::save_checkpoint(path, fresh.state());
+  training::save_checkpoint(path, fresh.state());
   Run stepped;
   stepped.plateau->step(0.5);
   stepped.stopping.step(0.5);
-  train::TrainingState st = stepped.state();
-  train::load_checkpoint(path, st);
+  training::TrainingState st = stepped.state();
+  training::load_checkpoint(path, st);
   CHECK(std::isinf(stepped.plateau->best()));
   CHECK(stepped.plateau->best() > 0);
   CHECK(stepped.stopping.best() == fresh.stopping.best());
   CHECK(stepped.stopping.best_epoch() == -1);
 
   // Saved without an optimizer, loaded with one: the optimizer part is missing.
-  train::TrainingState save_model_only;
+  training::TrainingState save_model_only;
   save_model_only.model = a.model.get();
-  train::save_checkpoint(path, save_model_only);
-  train::TrainingState sb = b.state();
-  std::string msg = test::error_text([&] { train::load_checkpoint(path, sb); });
+  training::save_checkpoint(path, save_model_only);
+  training::TrainingState sb = b.state();
+  std::string msg = test::error_text([&] { training::load_checkpoint(path, sb); });
   CHECK(msg.find("'optimizer' is missing") != std::string::npos);
   CHECK(msg.find(path) != std::string::npos);
 }
@@ -248,7 +248,7 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   manual_seed(3);
   Run a;
   a.train(5);
-  train::save_checkpoint(path, a.state());
+  training::save_checkpoint(path, a.state());
   const std::string good_bytes = slurp(path);
 
   // A wider hidden layer: the first mis-shaped key is named, and nothing is changed.
@@ -259,8 +259,8 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   optim::OptimizerState opt_before = wide.opt->state_dict();
   optim::Scalars sched_before = wide.sched->state_dict();
   const uint64_t offset_before = default_generator().offset();
-  train::TrainingState sw = wide.state();
-  std::string msg = test::error_text([&] { train::load_checkpoint(path, sw); });
+  training::TrainingState sw = wide.state();
+  std::string msg = test::error_text([&] { training::load_checkpoint(path, sw); });
   CHECK(msg.find("'model.0.weight'") != std::string::npos);
   CHECK(msg.find("(16, 8)") != std::string::npos);
   CHECK(msg.find(path) != std::string::npos);
@@ -273,44 +273,44 @@ TEST_CASE("checkpoint: an incompatible model, optimizer or schedule is refused, 
   // A model with a layer more: the missing key is named.
   Run deeper;
   deeper.model->push_back(std::make_shared<nn::Linear>(4, 4));
-  train::TrainingState sd = deeper.state();
+  training::TrainingState sd = deeper.state();
   sd.optimizer = nullptr;
-  msg = test::error_text([&] { train::load_checkpoint(path, sd); });
+  msg = test::error_text([&] { training::load_checkpoint(path, sd); });
   CHECK(msg.find("'model.4.weight' is missing") != std::string::npos);
 
   // A model with a layer less: the unexpected key is named.
   auto shallow = std::make_shared<nn::Sequential>();
   shallow->push_back(std::make_shared<nn::Linear>(8, 16));
-  train::TrainingState ss;
+  training::TrainingState ss;
   ss.model = shallow.get();
-  msg = test::error_text([&] { train::load_checkpoint(path, ss); });
+  msg = test::error_text([&] { training::load_checkpoint(path, ss); });
   CHECK(msg.find("'model.3.weight' is unexpected") != std::string::npos);
 
   // Another optimizer kind.
   Run other;
   optim::SGD sgd(other.model->named_parameters(), {.lr = 0.1, .momentum = 0.9});
-  train::TrainingState so;
+  training::TrainingState so;
   so.model = other.model.get();
   so.optimizer = &sgd;
-  msg = test::error_text([&] { train::load_checkpoint(path, so); });
+  msg = test::error_text([&] { training::load_checkpoint(path, so); });
   CHECK(msg.find("\"Adam\" in the checkpoint but SGD") != std::string::npos);
 
   // The same optimizer over differently named parameters.
   auto renamed = std::make_shared<nn::Sequential>();
   renamed->push_back("fc1", std::make_shared<nn::Linear>(8, 16));
   optim::Adam adam2(renamed->named_parameters(), {.lr = 0.01, .amsgrad = true});
-  train::TrainingState sr;
+  training::TrainingState sr;
   sr.model = other.model.get();
   sr.optimizer = &adam2;
-  msg = test::error_text([&] { train::load_checkpoint(path, sr); });
+  msg = test::error_text([&] { training::load_checkpoint(path, sr); });
   CHECK(msg.find("'group.0.num_params'") != std::string::npos);
 
   // Another schedule kind: its keys differ.
   Run sched_run;
   optim::CosineAnnealingWarmRestarts warm(*sched_run.opt, 5);
-  train::TrainingState sc = sched_run.state();
+  training::TrainingState sc = sched_run.state();
   sc.scheduler = &warm;
-  msg = test::error_text([&] { train::load_checkpoint(path, sc); });
+  msg = test::error_text([&] { training::load_checkpoint(path, sc); });
   CHECK(msg.find("scheduler key 'T_cur' is missing") != std::string::npos);
 }
 
@@ -364,14 +364,14 @@ TEST_CASE("checkpoint: a bad part refused by its own check changes no part, not 
   manual_seed(8);
   Run a;
   a.train(21);
-  train::save_checkpoint(path, a.state());
+  training::save_checkpoint(path, a.state());
   SafetensorsFile f = load_safetensors(path);
-  const std::string meta = f.metadata.at(train::kCheckpointMetadataKey);
+  const std::string meta = f.metadata.at(training::kCheckpointMetadataKey);
 
   manual_seed(9);
   Run b;
   b.train(10);
-  train::TrainingState sb = b.state();
+  training::TrainingState sb = b.state();
   const Snapshot before(b);
   struct Case {
     const char *section, *key, *value, *expect;
@@ -381,13 +381,13 @@ TEST_CASE("checkpoint: a bad part refused by its own check changes no part, not 
                         Case{"plateau", "num_bad_epochs", "1e300", "plateau state"},
                         Case{"scheduler", "last_epoch", "\"nan\"", "scheduler state"}}) {
     CAPTURE(c.section);
-    save_safetensors(bad, f.tensors, {{train::kCheckpointMetadataKey, with_value(meta, c.section, c.key, c.value)}});
-    const std::string msg = test::error_text([&] { train::load_checkpoint(bad, sb); });
+    save_safetensors(bad, f.tensors, {{training::kCheckpointMetadataKey, with_value(meta, c.section, c.key, c.value)}});
+    const std::string msg = test::error_text([&] { training::load_checkpoint(bad, sb); });
     CHECK(msg.find(c.expect) != std::string::npos);
     CHECK(msg.find(bad) != std::string::npos);
     CHECK(before.same_as(b));  // the optimizer is loaded first, yet nothing changed
   }
-  train::load_checkpoint(path, sb);  // and the good file still loads
+  training::load_checkpoint(path, sb);  // and the good file still loads
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
 }
 
@@ -428,16 +428,16 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   manual_seed(4);
   Run a;
   a.train(2);
-  train::save_checkpoint(path, a.state());
+  training::save_checkpoint(path, a.state());
   const std::string bytes = slurp(path);
   const std::string bad = dir.file("bad.safetensors");
 
   Run b;
-  train::TrainingState sb = b.state();
+  training::TrainingState sb = b.state();
   for (size_t cut : {size_t(0), size_t(5), size_t(8), size_t(20), bytes.size() / 2, bytes.size() - 1}) {
     CAPTURE(cut);
     spit(bad, bytes.substr(0, cut));
-    std::string msg = test::error_text([&] { train::load_checkpoint(bad, sb); });
+    std::string msg = test::error_text([&] { training::load_checkpoint(bad, sb); });
     CHECK(!msg.empty());
     CHECK(msg.find(bad) != std::string::npos);
   }
@@ -446,27 +446,27 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   std::string garbled = bytes;
   garbled[10] = '\x01';
   spit(bad, garbled);
-  CHECK(test::error_text([&] { train::load_checkpoint(bad, sb); }).find(bad) != std::string::npos);
+  CHECK(test::error_text([&] { training::load_checkpoint(bad, sb); }).find(bad) != std::string::npos);
 
   // A flipped bit in the tensor data (the last bytes belong to the last tensor written).
   std::string flipped = bytes;
   flipped[flipped.size() - 3] ^= 0x10;
   spit(bad, flipped);
-  std::string crc_msg = test::error_text([&] { train::load_checkpoint(bad, sb); });
+  std::string crc_msg = test::error_text([&] { training::load_checkpoint(bad, sb); });
   CHECK(crc_msg.find("fails its CRC-32 check") != std::string::npos);
   CHECK(crc_msg.find("'optimizer.state.") != std::string::npos);
 
   // A weights-only safetensors file is not a training checkpoint.
   save_safetensors(bad, a.model->state_dict());
-  CHECK(test::error_text([&] { train::load_checkpoint(bad, sb); }).find("not a brisk training checkpoint") !=
+  CHECK(test::error_text([&] { training::load_checkpoint(bad, sb); }).find("not a brisk training checkpoint") !=
         std::string::npos);
 
   // Metadata from another version, or broken JSON, or a missing field.
   SafetensorsFile f = load_safetensors(path);
-  std::string meta = f.metadata.at(train::kCheckpointMetadataKey);
+  std::string meta = f.metadata.at(training::kCheckpointMetadataKey);
   auto with_meta = [&](const std::string& m) {
-    save_safetensors(bad, f.tensors, {{train::kCheckpointMetadataKey, m}});
-    return test::error_text([&] { train::load_checkpoint(bad, sb); });
+    save_safetensors(bad, f.tensors, {{training::kCheckpointMetadataKey, m}});
+    return test::error_text([&] { training::load_checkpoint(bad, sb); });
   };
   std::string v2 = meta;
   v2.replace(v2.find("\"version\":1"), 11, "\"version\":2");
@@ -491,14 +491,14 @@ TEST_CASE("checkpoint: truncated, corrupt and foreign files are clear errors") {
   }
 
   // A save that fails (a user string that is not UTF-8) leaves the previous file as it was.
-  train::TrainingState sa = a.state();
+  training::TrainingState sa = a.state();
   sa.user_metadata["bad"] = "\xff";
-  CHECK(test::error_text([&] { train::save_checkpoint(path, sa); }).find("cannot be written as JSON") !=
+  CHECK(test::error_text([&] { training::save_checkpoint(path, sa); }).find("cannot be written as JSON") !=
         std::string::npos);
 
   // None of it touched the good file or the objects' ability to load it.
   CHECK(slurp(path) == bytes);
-  train::load_checkpoint(path, sb);
+  training::load_checkpoint(path, sb);
   CHECK(bit_equal(a.model->state_dict(), b.model->state_dict()));
 }
 

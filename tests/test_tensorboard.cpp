@@ -52,11 +52,11 @@ std::vector<std::string> records(const std::string& bytes) {
     uint32_t len_crc = 0, data_crc = 0;
     std::memcpy(&len, bytes.data() + pos, 8);
     std::memcpy(&len_crc, bytes.data() + pos + 8, 4);
-    CHECK(len_crc == train::masked_crc32c(bytes.data() + pos, 8));
+    CHECK(len_crc == training::masked_crc32c(bytes.data() + pos, 8));
     REQUIRE(pos + 12 + len + 4 <= bytes.size());
     std::string data = bytes.substr(pos + 12, len);
     std::memcpy(&data_crc, bytes.data() + pos + 12 + len, 4);
-    CHECK(data_crc == train::masked_crc32c(data.data(), data.size()));
+    CHECK(data_crc == training::masked_crc32c(data.data(), data.size()));
     out.push_back(data);
     pos += 12 + len + 4;
   }
@@ -65,7 +65,7 @@ std::vector<std::string> records(const std::string& bytes) {
 
 // The sample that tests/tensorboard_check.py expects, value for value.
 void write_sample(const std::string& dir) {
-  train::SummaryWriter w(dir);
+  training::SummaryWriter w(dir);
   for (int64_t step = 0; step < 5; ++step) {
     w.add_scalar("loss/train", 1.0 / double(step + 1), step, 1000.0 + double(step));
     w.add_scalar("lr", 0.001 * double(step), step, 1000.0 + double(step));
@@ -82,22 +82,22 @@ void write_sample(const std::string& dir) {
 
 TEST_CASE("tensorboard: CRC-32C check values") {
   const char* nine = "123456789";
-  CHECK(train::crc32c(nine, 9) == 0xE3069283u);  // the CRC-32C catalogue's check value
+  CHECK(training::crc32c(nine, 9) == 0xE3069283u);  // the CRC-32C catalogue's check value
   std::string zeros(32, '\0'), ones(32, '\xff');
-  CHECK(train::crc32c(zeros.data(), 32) == 0x8A9136AAu);  // RFC 3720, B.4
-  CHECK(train::crc32c(ones.data(), 32) == 0x62A8AB43u);
+  CHECK(training::crc32c(zeros.data(), 32) == 0x8A9136AAu);  // RFC 3720, B.4
+  CHECK(training::crc32c(ones.data(), 32) == 0x62A8AB43u);
   // Incremental equals one pass.
-  CHECK(train::crc32c(nine + 4, 5, train::crc32c(nine, 4)) == 0xE3069283u);
+  CHECK(training::crc32c(nine + 4, 5, training::crc32c(nine, 4)) == 0xE3069283u);
   // The mask: rotate right by 15 and add 0xa282ead8 (mod 2^32).
   uint32_t c = 0xE3069283u;
-  CHECK(train::masked_crc32c(nine, 9) == uint32_t(((c >> 15) | (c << 17)) + 0xa282ead8u));
+  CHECK(training::masked_crc32c(nine, 9) == uint32_t(((c >> 15) | (c << 17)) + 0xa282ead8u));
 }
 
 TEST_CASE("tensorboard: records are framed and checksummed; a scalar's fields are in the bytes") {
   TempDir dir;
   std::string path;
   {
-    train::SummaryWriter w(dir.path.string());
+    training::SummaryWriter w(dir.path.string());
     path = w.path();
     w.add_scalar("acc", 0.5, 42, 12.0);
   }
@@ -122,7 +122,7 @@ TEST_CASE("tensorboard: records are framed and checksummed; a scalar's fields ar
 
 TEST_CASE("tensorboard: errors") {
   TempDir dir;
-  train::SummaryWriter w(dir.path.string());
+  training::SummaryWriter w(dir.path.string());
   CHECK_THROWS_WITH_AS(w.add_scalar("", 1.0, 0), doctest::Contains("empty tag"), Error);
   CHECK_THROWS_WITH_AS(w.add_histogram("h", std::vector<double>{1.0}, 0, 0), doctest::Contains("bins"), Error);
   CHECK_THROWS_WITH_AS(w.add_histogram("h", Tensor(), 0), doctest::Contains("undefined"), Error);
@@ -130,10 +130,10 @@ TEST_CASE("tensorboard: errors") {
   CHECK_THROWS_WITH_AS(w.add_scalar("x", 1.0, 0), doctest::Contains("closed"), Error);
   // A log_dir under a regular file cannot be created.
   std::ofstream(dir.path / "file") << "x";
-  CHECK_THROWS_WITH_AS(train::SummaryWriter((dir.path / "file" / "sub").string()), doctest::Contains("cannot create"),
-                       Error);
+  CHECK_THROWS_WITH_AS(training::SummaryWriter((dir.path / "file" / "sub").string()),
+                       doctest::Contains("cannot create"), Error);
   // Histograms of nothing and of one value repeated are well-formed.
-  train::SummaryWriter w2(dir.path.string());
+  training::SummaryWriter w2(dir.path.string());
   CHECK_NOTHROW(w2.add_histogram("empty", std::vector<double>{}, 0));
   CHECK_NOTHROW(w2.add_histogram("same", std::vector<double>(10, 3.0), 0));
   CHECK(records(read_all(w2.path())).size() == 3);

@@ -8,7 +8,7 @@
 #include "engine/backend.h"
 #include "engine/error.h"
 
-namespace brisk::train {
+namespace brisk::training {
 
 double scale_lr(double base_lr, int64_t base_batch, int64_t batch, LrScaling rule) {
   BRISK_CHECK(base_batch >= 0 && batch >= 0, "scale_lr: batch sizes must be >= 0, got base ", base_batch, " and ",
@@ -101,4 +101,4 @@ std::string BatchSizeResult::to_string() const {
   return os.str();
 }
 
-}  // namespace brisk::train
+}  // namespace brisk::training

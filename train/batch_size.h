@@ -16,7 +16,7 @@
 
 #include "engine/device.h"
 
-namespace brisk::train {
+namespace brisk::training {
 
 enum class LrScaling { None, Linear, Sqrt };
 
@@ -59,4 +59,4 @@ BatchSizeResult find_batch_size(const std::function<void(int64_t batch)>& step, 
 // base_lr scaled from base_batch to `batch` by `rule` (base_batch 0: base_lr).
 double scale_lr(double base_lr, int64_t base_batch, int64_t batch, LrScaling rule);
 
-}  // namespace brisk::train
+}  // namespace brisk::training

@@ -21,7 +21,7 @@
 #include "engine/random.h"
 #include "engine/serialize.h"
 
-namespace brisk::train {
+namespace brisk::training {
 
 namespace {
 
@@ -372,4 +372,4 @@ void load_checkpoint(const std::string& path, TrainingState& state) {
   load_parts(saved, state);
 }
 
-}  // namespace brisk::train
+}  // namespace brisk::training

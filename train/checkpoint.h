@@ -22,7 +22,7 @@ namespace brisk::data {
 class DataLoader;
 }
 
-namespace brisk::train {
+namespace brisk::training {
 
 // Bumped when the layout below changes incompatibly; older/newer versions are refused.
 inline constexpr int64_t kCheckpointVersion = 1;
@@ -67,4 +67,4 @@ void save_checkpoint(const std::string& path, const TrainingState& state);
 // object as it was.
 void load_checkpoint(const std::string& path, TrainingState& state);
 
-}  // namespace brisk::train
+}  // namespace brisk::training

@@ -14,7 +14,7 @@
 
 #include "engine/error.h"
 
-namespace brisk::train {
+namespace brisk::training {
 
 namespace {
 
@@ -230,4 +230,4 @@ void SummaryWriter::close() {
   file_ = nullptr;
 }
 
-}  // namespace brisk::train
+}  // namespace brisk::training

@@ -15,7 +15,7 @@
 
 #include "engine/tensor.h"
 
-namespace brisk::train {
+namespace brisk::training {
 
 // Note [TensorBoard encoding]
 // The few messages written here (Event, Summary, Summary.Value, HistogramProto,
@@ -62,4 +62,4 @@ class SummaryWriter {
   std::FILE* file_ = nullptr;
 };
 
-}  // namespace brisk::train
+}  // namespace brisk::training

@@ -37,7 +37,7 @@ inline std::string full_precision(double v) {
 inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, brisk::optim::Optimizer& opt,
                             brisk::optim::LRScheduler* sched, brisk::optim::GradScaler& scaler,
                             brisk::data::DataLoader& loader, const TrainState& st) {
-  brisk::train::TrainingState ts;
+  brisk::training::TrainingState ts;
   ts.model = &model;
   ts.optimizer = &opt;
   ts.scheduler = sched;
@@ -47,7 +47,7 @@ inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, b
   ts.user_metadata["best_acc"] = full_precision(st.best_acc);
   ts.user_metadata["history"] = history_to_string(st.history);
   for (auto& [key, v] : st.config) ts.user_metadata["config." + key] = v;
-  brisk::train::save_checkpoint(path, ts);
+  brisk::training::save_checkpoint(path, ts);
 }
 
 // Restores model, optimizer, schedule, default generator and loader in place (all built exactly
@@ -56,13 +56,13 @@ inline void save_checkpoint(const std::string& path, brisk::nn::Module& model, b
 inline TrainState load_checkpoint(const std::string& path, brisk::nn::Module& model, brisk::optim::Optimizer& opt,
                                   brisk::optim::LRScheduler* sched, brisk::optim::GradScaler& scaler,
                                   brisk::data::DataLoader& loader, const std::map<std::string, std::string>& config) {
-  brisk::train::TrainingState ts;
+  brisk::training::TrainingState ts;
   ts.model = &model;
   ts.optimizer = &opt;
   ts.scheduler = sched;
   ts.scaler = &scaler;
   ts.loader = &loader;
-  brisk::train::load_checkpoint(path, ts);
+  brisk::training::load_checkpoint(path, ts);
   auto user = [&](const std::string& key) -> const std::string& {
     auto it = ts.user_metadata.find(key);
     if (it == ts.user_metadata.end()) throw std::runtime_error(path + ": checkpoint has no '" + key + "'");

@@ -274,7 +274,7 @@ int run(const Args& a) {
                env_report(EnvOptions{.check_dtype = std::nullopt, .libraries = false}).summary().c_str());
   // TensorBoard: `tensorboard --logdir <out>/tensorboard`. A resumed run adds a file beside
   // the first; TensorBoard merges them by step.
-  train::SummaryWriter tb(a.out + "/tensorboard");
+  training::SummaryWriter tb(a.out + "/tensorboard");
   {
     std::string text = "| option | value |\n| --- | --- |\n";
     for (const auto& [k, v] : config) text += "| " + k + " | " + v + " |\n";

@@ -205,14 +205,14 @@ Measured batch_finder_row(Context& ctx) {
   const Args& a = *ctx.args;
   Config c = ctx.baseline;
   const double t0 = now_s();
-  train::BatchSizeSearch s;
+  training::BatchSizeSearch s;
   s.memory_budget = size_t(a.memory_budget_mb) << 20;
   s.initial = 16;
   s.max_batch = std::min<int64_t>(1024, ctx.data->train->size() / 4);
   s.base_lr = c.lr;
   s.base_batch = c.batch;
-  s.scaling = train::LrScaling::Sqrt;  // Adam
-  train::BatchSizeResult found = train::find_batch_size(
+  s.scaling = training::LrScaling::Sqrt;  // Adam
+  training::BatchSizeResult found = training::find_batch_size(
       [&](int64_t b) {
         manual_seed(ctx.data->seed);
         std::shared_ptr<nn::Module> m = make_model(c.model);

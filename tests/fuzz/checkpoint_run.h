@@ -46,8 +46,8 @@ struct CheckpointRun {
         std::make_shared<data::TensorDataset>(from_vector(xs, {8, 3}), from_vector(ys, {8}, DType::I64)), lo);
   }
 
-  train::TrainingState state() {
-    train::TrainingState s;
+  training::TrainingState state() {
+    training::TrainingState s;
     s.model = model.get();
     s.optimizer = opt.get();
     s.scheduler = sched.get();

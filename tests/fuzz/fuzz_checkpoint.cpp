@@ -1,4 +1,4 @@
-// tests/fuzz/fuzz_checkpoint.cpp: libFuzzer target for train::load_checkpoint
+// tests/fuzz/fuzz_checkpoint.cpp: libFuzzer target for training::load_checkpoint
 // (train/checkpoint.h): the input is the whole checkpoint file, loaded into a fresh small run
 // (checkpoint_run.h: model, Adam, StepLR, plateau, early stopping, loader) every time so one
 // input's outcome never depends on the one before. A load that succeeds is followed by one
@@ -15,9 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   brisk::fuzz::write_file(file.path, data, size);
   brisk::manual_seed(0);
   brisk::fuzz::CheckpointRun run;
-  brisk::train::TrainingState state = run.state();
+  brisk::training::TrainingState state = run.state();
   brisk::fuzz::expect_brisk_errors_only([&] {
-    brisk::train::load_checkpoint(file.path, state);
+    brisk::training::load_checkpoint(file.path, state);
     run.train(1);
   });
   return 0;

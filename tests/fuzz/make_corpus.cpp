@@ -100,11 +100,11 @@ void safetensors_corpus(const fs::path& testdata) {
 void checkpoint_corpus() {
   fs::path tmp = fs::temp_directory_path() / ("brisk-make-corpus-" + std::to_string(::getpid()) + ".ckpt");
   auto save = [&](fuzz::CheckpointRun& run, int64_t epoch, std::map<std::string, std::string> user) {
-    train::TrainingState s = run.state();
+    training::TrainingState s = run.state();
     s.epoch = epoch;
     s.step = 7;
     s.user_metadata = std::move(user);
-    train::save_checkpoint(tmp.string(), s);
+    training::save_checkpoint(tmp.string(), s);
     Bytes b = slurp(tmp);
     fs::remove(tmp);
     return b;
