@@ -492,8 +492,17 @@ std::string Module::summary() const {
   std::ostringstream s;
   std::function<void(const Module&, const std::string&, int)> walk = [&](const Module& m, const std::string& name,
                                                                          int depth) {
+    // Buffers too (BN statistics, a quantized layer's int8 weights and scales): a compressed
+    // model's summary says what it holds, not "0 parameters".
+    int64_t values = 0, bytes = 0;
+    for (const auto& [n, b] : m.named_buffers()) {
+      values += b.numel();
+      bytes += b.numel() * int64_t(dtype_size(b.dtype()));
+    }
     s << std::string(size_t(depth) * 2, ' ') << (name.empty() ? "" : name + ": ") << m.type_name_ << " ("
-      << m.num_parameters() << " parameters)\n";
+      << m.num_parameters() << " parameters";
+    if (values > 0) s << "; buffers: " << values << " values, " << bytes << " bytes";
+    s << ")\n";
     for (const auto& [n, c] : m.children_) walk(*c, n, depth + 1);
   };
   walk(*this, "", 0);

@@ -437,3 +437,25 @@ TEST_CASE("quantize: unsupported layers, uncalibrated convert and bad options ar
                                              {.dtype = q::QDType::QInt8, .qscheme = q::QScheme::PerChannelSymmetric}));
   CHECK(test::error_text([&] { dq(randn(Shape{2, 7})); }).find("expects (*, 8)") != std::string::npos);
 }
+
+TEST_CASE("quantize: a quantized model's summary reports its int8 weights (buffers), not just 0 parameters") {
+  manual_seed(5);
+  auto model = std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(16, 8), std::make_shared<nn::ReLU>()});
+  const std::string before = model->summary();
+  CHECK(before.find("0: Linear (136 parameters)\n") != std::string::npos);  // no buffers: no buffer part
+  nn::ModulePtr q = nn::quantize::quantize_dynamic(model);
+  const std::string after = q->summary();
+  CAPTURE(after);
+  // 16 x 8 int8 weights (128 bytes), then per-channel scales and zero points and the F32 bias.
+  int64_t values = 0, bytes = 0;
+  for (const auto& [name, b] : q->named_buffers()) {
+    values += b.numel();
+    bytes += b.numel() * int64_t(dtype_size(b.dtype()));
+  }
+  CHECK(values >= 128 + 8);
+  CHECK(bytes < 4 * values);  // int8 weights: fewer bytes than F32 values would take
+  const std::string line =
+      "(0 parameters; buffers: " + std::to_string(values) + " values, " + std::to_string(bytes) + " bytes)";
+  CHECK(after.find(line) != std::string::npos);
+}
