@@ -292,7 +292,8 @@ void add_specs(std::vector<OpSpec>& specs) {
       const auto vals = [](const Shape& shape, uint64_t seed) { return uniform_values(shape, -1, 1, seed); };
       return std::vector<OpCase>{{"(4, 3)", {vals({4, 3}, 51), vals({4, 3}, 52), vals({3}, 53)}},
                                  {"(2, 3, 5)", {vals({2, 3, 5}, 54), vals({2, 3, 5}, 55), vals({3}, 56)}},
-                                 {"(2, 3, 2, 3)", {vals({2, 3, 2, 3}, 57), vals({2, 3, 2, 3}, 58), vals({3}, 59)}}};
+                                 {"(2, 3, 2, 3)", {vals({2, 3, 2, 3}, 57), vals({2, 3, 2, 3}, 58), vals({3}, 59)}},
+                                 {"(0, 3, 2): no samples", {vals({0, 3, 2}, 60), vals({0, 3, 2}, 61), vals({3}, 62)}}};
     };
     s.grad = false;  // not differentiable: double backward takes batch_norm's formula
     s.dtypes = {DType::F32};

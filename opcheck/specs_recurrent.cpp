@@ -102,6 +102,7 @@ OpSpec lstm_spec(bool reverse) {
     return std::vector<OpCase>{
         {"T 3, B 2, H 3", {vals({3, 2, 12}, 1), vals({12, 3}, 2), vals({2, 3}, 3), vals({2, 3}, 4)}},
         {"T 1, B 1, H 5", {vals({1, 1, 20}, 5), vals({20, 5}, 6), vals({1, 5}, 7), vals({1, 5}, 8)}},
+        {"T 2, B 0 (empty batch)", {vals({2, 0, 8}, 9), vals({8, 2}, 10), vals({0, 2}, 11), vals({0, 2}, 12)}},
     };
   };
   s.cuda = false;  // CPU kernels only: other devices run the layers' per-step ops

@@ -244,3 +244,25 @@ TEST_CASE("recurrent: bad input is a clear error naming the layer and shapes") {
           gcell.forward(randn({2, 2, 3}), Tensor());
         }).find("GRUCell: expected input (B, 3) or (3)") != std::string::npos);
 }
+
+TEST_CASE("recurrent: the fused LSTM and GRU carry a NaN forward in time and keep an empty batch empty, as PyTorch") {
+  manual_seed(11);
+  nn::LSTM lstm(3, 4, {.batch_first = true});
+  nn::GRU gru(3, 4, {.batch_first = true});
+  Tensor x = randn({2, 5, 3});
+  x.select(0, 0).select(0, 1).select(0, 2).fill_(NAN);  // sample 0, step 1
+  const nn::LSTMResult l = lstm.forward(x, {});
+  const nn::RNNResult g = gru.forward(x, Tensor());
+  for (const Tensor& out : {l.output, g.output}) {
+    const std::vector<float> v = out.to_vector<float>();
+    // sample 0: steps 0 finite, 1.. NaN (the state carries it); sample 1 untouched.
+    CHECK(std::isfinite(v[0]));
+    CHECK(std::isnan(v[1 * 4]));
+    CHECK(std::isnan(v[4 * 4 + 3]));
+    for (size_t i = 5 * 4; i < v.size(); ++i) CHECK(std::isfinite(v[i]));
+  }
+  CHECK(std::isnan(l.c_n.to_vector<float>()[0]));
+  const Tensor empty = zeros({0, 5, 3});
+  CHECK(lstm.forward(empty, {}).output.sizes() == Shape{0, 5, 4});
+  CHECK(gru.forward(empty, Tensor()).h_n.sizes() == Shape{1, 0, 4});
+}

@@ -99,6 +99,8 @@ void tanh_n(const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
 
+thread_local Workspace t_row;  // for_rows' scratch row
+
 // Runs body(b, tmp) for the B rows of a step, tmp a scratch row of H elements per thread;
 // shared out across the threads when the step has enough elements.
 template <class T, class F>
@@ -106,9 +108,9 @@ void for_rows(int64_t B, int64_t H, F&& body) {
   const bool split = B > 1 && B * H >= 8192 && omp_get_max_threads() > 1 && !omp_in_parallel();
 #pragma omp parallel if (split)
   {
-    std::vector<T> tmp(static_cast<size_t>(H));
+    T* tmp = t_row.get<T>(H);  // kept per thread across steps: no allocation per step
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < B; ++b) body(b, tmp.data());
+    for (int64_t b = 0; b < B; ++b) body(b, tmp);
   }
 }
 
@@ -149,6 +151,10 @@ struct Order {
 template <class T>
 void recurrent_weight_grad(const T* dgates, const T* y, const T* h0, int64_t T_, int64_t B, int64_t H, int64_t GH,
                            bool reverse, T* dw) {
+  if (T_ == 0) {  // an empty sequence: no gradient reaches W_hh
+    std::fill_n(dw, GH * H, T(0));
+    return;
+  }
   const int64_t first = reverse ? T_ - 1 : 0;  // the step that reads h0
   bool acc = false;
   if (T_ > 1) {
