@@ -586,17 +586,42 @@ QParams FakeQuantize::qparams() const { return observer->calculate_qparams(); }
 
 // ---- qconfigs
 
-QConfig default_qconfig() {
-  return {[] { return std::make_shared<HistogramObserver>(ObserverOptions{.reduce_range = true}); },
-          [] {
-            return std::make_shared<MinMaxObserver>(
-                ObserverOptions{.dtype = QDType::QInt8, .qscheme = QScheme::PerChannelSymmetric, .ch_axis = 0});
-          }};
+namespace {
+
+std::shared_ptr<Observer> per_tensor_weight_observer() {
+  return std::make_shared<MinMaxObserver>(
+      ObserverOptions{.dtype = QDType::QInt8, .qscheme = QScheme::PerTensorSymmetric});
 }
+
+std::shared_ptr<Observer> per_channel_weight_observer() {
+  return std::make_shared<MinMaxObserver>(
+      ObserverOptions{.dtype = QDType::QInt8, .qscheme = QScheme::PerChannelSymmetric, .ch_axis = 0});
+}
+
+}  // namespace
+
+QConfig default_qconfig() {
+  return {[] { return std::make_shared<MinMaxObserver>(ObserverOptions{.reduce_range = true}); },
+          per_tensor_weight_observer};
+}
+
+QConfig get_default_qconfig(const std::string& backend) {
+  if (backend == "fbgemm" || backend == "x86")
+    return {[] { return std::make_shared<HistogramObserver>(ObserverOptions{.reduce_range = true}); },
+            per_channel_weight_observer};
+  if (backend == "qnnpack")
+    return {[] { return std::make_shared<HistogramObserver>(ObserverOptions{.reduce_range = false}); },
+            per_tensor_weight_observer};
+  throw Error("get_default_qconfig: unknown backend '" + backend + "' (fbgemm, x86 or qnnpack)");
+}
+
+QConfig default_dynamic_qconfig() { return {{}, per_tensor_weight_observer}; }
+
+QConfig per_channel_dynamic_qconfig() { return {{}, per_channel_weight_observer}; }
 
 QConfig minmax_qconfig() {
   return {[] { return std::make_shared<MinMaxObserver>(ObserverOptions{.reduce_range = true}); },
-          default_qconfig().weight};
+          per_channel_weight_observer};
 }
 
 QConfig default_qat_qconfig() {
@@ -949,6 +974,12 @@ struct LayerRef {
   bool relu = false, pool = false;
 };
 
+void check_static_qconfig(const QConfig& qc, const char* fn) {
+  BRISK_CHECK(qc.activation != nullptr && qc.weight != nullptr, fn,
+              ": the qconfig needs an activation and a weight observer (a dynamic qconfig has no activation "
+              "observer: use quantize_dynamic)");
+}
+
 std::optional<LayerRef> as_layer(const ModulePtr& m) {
   if (auto* f = dynamic_cast<Fused*>(m.get())) return LayerRef{f->layer, f->relu, f->pool};
   if (dynamic_cast<Linear*>(m.get()) || dynamic_cast<Conv2d*>(m.get())) return LayerRef{m, false, false};
@@ -1045,10 +1076,10 @@ ModulePtr fuse(ModulePtr model) {
   return model;
 }
 
-ModulePtr quantize_dynamic(ModulePtr model, const QuantizeOptions& options) {
+ModulePtr quantize_dynamic(ModulePtr model, const QConfig& qc, const QuantizeOptions& options) {
   check_root(model, "quantize_dynamic");
   BRISK_CHECK(!dynamic_cast<Linear*>(model.get()), "quantize_dynamic: the root is a Linear; wrap it in a Sequential");
-  const QConfig qc = default_qconfig();
+  BRISK_CHECK(qc.weight != nullptr, "quantize_dynamic: the qconfig has no weight observer");
   swap_modules(
       *model, "",
       [&](const ModulePtr& m) -> ModulePtr {
@@ -1064,6 +1095,7 @@ ModulePtr quantize_dynamic(ModulePtr model, const QuantizeOptions& options) {
 
 ModulePtr prepare(ModulePtr model, const QConfig& qconfig, const QuantizeOptions& options) {
   check_root(model, "prepare");
+  check_static_qconfig(qconfig, "prepare");
   model->eval();
   fuse(model);
   swap_modules(
@@ -1078,6 +1110,7 @@ ModulePtr prepare(ModulePtr model, const QConfig& qconfig, const QuantizeOptions
 
 ModulePtr prepare_qat(ModulePtr model, const QConfig& qconfig, const QuantizeOptions& options) {
   check_root(model, "prepare_qat");
+  check_static_qconfig(qconfig, "prepare_qat");
   const bool was_training = model->is_training();
   model->eval();
   fuse(model);

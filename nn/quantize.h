@@ -150,14 +150,31 @@ class FakeQuantize : public Module {
 };
 
 // ---- the qconfig: which observers make activation and weight qparams
+//
+// The factories below that carry PyTorch's names make exactly PyTorch's observers (the same
+// qparams, bit for bit; tests/test_quantize.cpp). Where brisk's default differs from PyTorch's,
+// the function that uses it says so.
 
 struct QConfig {
   std::function<std::shared_ptr<Observer>()> activation{}, weight{};
 };
-// Activations: HistogramObserver quint8 (reduce_range); weights: per-channel symmetric qint8
-// min-max on axis 0 (PyTorch's get_default_qconfig("fbgemm")).
+// torch.ao.quantization.default_qconfig: activations MinMax quint8 reduce_range ([0, 127]),
+// weights MinMax per-tensor symmetric qint8.
 QConfig default_qconfig();
-// Activations: MinMax quint8 reduce_range; weights per-channel symmetric qint8 (faster calibration).
+// torch.ao.quantization.get_default_qconfig(backend): "fbgemm" and "x86" give activations
+// HistogramObserver quint8 reduce_range, weights per-channel symmetric qint8 min-max on axis 0;
+// "qnnpack" gives HistogramObserver quint8 (full range) and per-tensor symmetric weights. Any
+// other backend is an error. brisk's prepare() uses get_default_qconfig("fbgemm").
+QConfig get_default_qconfig(const std::string& backend = "fbgemm");
+// torch.ao.quantization.default_dynamic_qconfig: weights MinMax per-tensor symmetric qint8
+// (what torch's quantize_dynamic uses when given no qconfig). No activation observer: dynamic
+// flows choose the input's qparams per call.
+QConfig default_dynamic_qconfig();
+// torch.ao.quantization.per_channel_dynamic_qconfig: weights per-channel symmetric qint8 on
+// axis 0. brisk's quantize_dynamic default.
+QConfig per_channel_dynamic_qconfig();
+// brisk's: activations MinMax quint8 reduce_range, weights per-channel symmetric qint8 (the
+// fbgemm qconfig with a faster calibration than the histogram's).
 QConfig minmax_qconfig();
 // QAT: moving-average min-max for both (per channel for weights), as get_default_qat_qconfig.
 QConfig default_qat_qconfig();
@@ -228,9 +245,19 @@ struct QuantizeOptions {
   bool reduce_range = true;  // quantize_dynamic's activations
 };
 
-// Replaces every Linear (at any depth) by a DynamicQuantLinear. Returns the model (modified in
-// place). Its other modules stay as they are (dynamic quantization is Linear only).
-ModulePtr quantize_dynamic(ModulePtr model, const QuantizeOptions& options = {});
+// Replaces every Linear (at any depth) by a DynamicQuantLinear whose int8 weights take their
+// qparams from qconfig.weight (qint8, symmetric, per tensor or per channel on axis 0; its
+// activation observer is not used). Returns the model (modified in place). Its other modules
+// stay as they are (dynamic quantization is Linear only).
+//
+// The default differs from PyTorch's: brisk quantizes weights per channel
+// (per_channel_dynamic_qconfig), torch.ao.quantization.quantize_dynamic with no qconfig per
+// tensor (default_dynamic_qconfig). Per channel keeps each output row's own range, so a row of
+// small weights beside one of large weights loses no precision, and it costs nothing here: the
+// int8 GEMM applies a scale per output column in its epilogue either way. Pass
+// default_dynamic_qconfig() for PyTorch's results.
+ModulePtr quantize_dynamic(ModulePtr model, const QConfig& qconfig = per_channel_dynamic_qconfig(),
+                           const QuantizeOptions& options = {});
 
 // Folds (Conv2d, BatchNorm2d[, ReLU][, MaxPool2d 2x2]) and merges (Conv2d | Linear, ReLU) runs
 // inside every Sequential into one Fused module (batch norm folded with its running statistics,
@@ -249,8 +276,12 @@ class Fused : public Module {
 };
 
 // Static PTQ: fuse (eval mode) and wrap each Linear / Conv2d with observers of its input and
-// weight. Run calibration batches through the result, then convert().
-ModulePtr prepare(ModulePtr model, const QConfig& qconfig = default_qconfig(), const QuantizeOptions& options = {});
+// weight. Run calibration batches through the result, then convert(). The default qconfig is
+// PyTorch's recommended one for x86 (get_default_qconfig("fbgemm"): histogram activations,
+// per-channel weights), not torch.ao.quantization.default_qconfig (min-max activations,
+// per-tensor weights): pass default_qconfig() for that.
+ModulePtr prepare(ModulePtr model, const QConfig& qconfig = get_default_qconfig(),
+                  const QuantizeOptions& options = {});
 // QAT: fuse (folding batch norm with its current statistics), then fake quantization of the
 // weights and inputs of each Linear / Conv2d; train it (train mode), then convert().
 ModulePtr prepare_qat(ModulePtr model, const QConfig& qconfig = default_qat_qconfig(),

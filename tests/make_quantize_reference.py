@@ -4,12 +4,14 @@ data, for tests/test_quantize.cpp: observer qparams (MinMax, PerChannelMinMax, M
 (PerChannel)MinMax, Histogram with its L2 search), quantize_per_tensor / per_channel int values
 and dequantized values, fake_quantize_per_tensor_affine / per_channel_affine forward and
 backward, torch._choose_qparams_per_tensor (fbgemm's ChooseQuantizationParams), and
-torch.ao.nn.quantized.dynamic.Linear (per-channel int8 weights) outputs.
+torch.ao.nn.quantized.dynamic.Linear (per-channel int8 weights) outputs, quantize_dynamic with
+PyTorch's default qconfig (per-tensor weights), and static eager-mode PTQ of a small MLP with
+default_qconfig and get_default_qconfig("fbgemm").
 The percentile clipping is brisk's own (PyTorch has none): its reference here is written
 independently from its definition on torch.histc's histogram.
 
 Run with the current PyTorch (made with 2.15):
-  /work/venv-torch/bin/python tests/make_quantize_reference.py
+  /work/venv/bin/python tests/make_quantize_reference.py
 """
 import json
 import os
@@ -198,6 +200,71 @@ xs, xz = torch._choose_qparams_per_tensor(dx, True)
 dynamic_linear["x_scale"] = float(xs)
 dynamic_linear["x_zero_point"] = int(xz)
 
+# quantize_dynamic with PyTorch's default (no qconfig: default_dynamic_qconfig, per-tensor
+# symmetric weights), on a model of two Linears (one nested).
+dyn_model = torch.nn.Sequential(torch.nn.Linear(24, 16), torch.nn.ReLU(),
+                                torch.nn.Sequential(torch.nn.Linear(16, 6)))
+dyn_x = torch.randn(5, 24) * 2.0
+dyn_float = [tensor(p) for p in dyn_model.state_dict().values()]
+dyn_names = list(dyn_model.state_dict().keys())
+dq_model = torch.ao.quantization.quantize_dynamic(dyn_model, dtype=torch.qint8)
+dyn_layers = []
+for lin in (dq_model[0], dq_model[2][0]):
+    w = lin.weight()
+    assert w.qscheme() == torch.per_tensor_affine  # symmetric qparams stored as affine, zero point 0
+    dyn_layers.append({"weight_int": ints(w.int_repr()), "weight_scale": float(w.q_scale()),
+                       "weight_zero_point": int(w.q_zero_point())})
+dynamic_default = {"names": dyn_names, "params": dyn_float, "x": tensor(dyn_x), "y": tensor(dq_model(dyn_x)),
+                   "layers": dyn_layers}
+
+
+# Static post-training quantization in eager mode: QuantStub, Linear + ReLU (fused), Linear,
+# DeQuantStub, with torch's default_qconfig and get_default_qconfig("fbgemm").
+class StaticNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = torch.ao.quantization.QuantStub()
+        self.fc1 = torch.nn.Linear(16, 12)
+        self.relu = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(12, 5)
+        self.dequant = torch.ao.quantization.DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.fc2(self.relu(self.fc1(self.quant(x)))))
+
+
+static_float = StaticNet()
+static_params = {k: tensor(v) for k, v in static_float.state_dict().items()}
+static_calib = [torch.randn(8, 16) * (1.0 + 0.25 * i) for i in range(4)]
+static_x = torch.randn(6, 16) * 1.2
+static_cases = []
+for name, qc in (("default_qconfig", torch.ao.quantization.default_qconfig),
+                 ("fbgemm", torch.ao.quantization.get_default_qconfig("fbgemm"))):
+    m = StaticNet()
+    m.load_state_dict(static_float.state_dict())
+    m.eval()
+    m.qconfig = qc
+    torch.ao.quantization.fuse_modules(m, [["fc1", "relu"]], inplace=True)
+    torch.ao.quantization.prepare(m, inplace=True)
+    with torch.no_grad():
+        for b in static_calib:
+            m(b)
+    torch.ao.quantization.convert(m, inplace=True)
+
+    def wq(lin):
+        w = lin.weight()
+        if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            return {"weight_int": ints(w.int_repr()), "weight_scale": flat(w.q_per_channel_scales())}
+        return {"weight_int": ints(w.int_repr()), "weight_scale": [float(w.q_scale())]}
+
+    static_cases.append({"qconfig": name,
+                         "input_scale": [float(m.quant.scale), float(m.fc1.scale)],
+                         "input_zero_point": [int(m.quant.zero_point), int(m.fc1.zero_point)],
+                         "output_scale": float(m.fc2.scale), "fc1": wq(m.fc1), "fc2": wq(m.fc2),
+                         "y": tensor(m(static_x))})
+static_ptq = {"params": static_params, "calibration": [tensor(b) for b in static_calib], "x": tensor(static_x),
+              "cases": static_cases}
+
 out = {
     "torch_version": torch.__version__,
     "observer_batches": [tensor(b) for b in batches],
@@ -214,6 +281,8 @@ out = {
     "fake_per_channel": fake_per_channel,
     "choose_qparams": choose_cases,
     "dynamic_linear": dynamic_linear,
+    "dynamic_default": dynamic_default,
+    "static_ptq": static_ptq,
 }
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "quantize", "reference.json")
 os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -68,6 +68,16 @@ q::ObserverOptions options_of(const json& c) {
   return o;
 }
 
+// Copies value into the parameter at a dotted path (any depth).
+void set_parameter(nn::Module& model, const std::string& name, const Tensor& value) {
+  for (auto& [n, p] : model.named_parameters())
+    if (n == name) {
+      p.detach().copy_(value);
+      return;
+    }
+  FAIL("no parameter " << name);
+}
+
 void check_qparams(const q::QParams& got, const json& c) {
   CHECK(got.scale.to_vector<float>() == floats(c["scale"]));
   CHECK(got.zero_point.to_vector<int64_t>() == ints(c["zero_point"]));
@@ -217,6 +227,98 @@ TEST_CASE("quantize: DynamicQuantLinear is within one int8 step of torch's dynam
     exact += std::abs(got[i] - want[i]) <= 1e-5f * (1 + std::abs(want[i]));
   }
   CHECK(exact > int(want.size()) * 9 / 10);  // the same quantization: nearly all agree to rounding
+}
+
+TEST_CASE("quantize: quantize_dynamic with default_dynamic_qconfig equals torch's quantize_dynamic with no qconfig") {
+  const json& c = reference()["dynamic_default"];
+  // The same nesting as the reference: Linear, ReLU, Sequential(Linear).
+  auto inner = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(16, 6)});
+  auto model = std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(24, 16), std::make_shared<nn::ReLU>(), inner});
+  {
+    NoGradGuard g;
+    for (size_t i = 0; i < c["names"].size(); ++i)
+      set_parameter(*model, c["names"][i].get<std::string>(), tensor_of(c["params"][i]));
+  }
+  q::quantize_dynamic(model, q::default_dynamic_qconfig());
+  const std::vector<q::DynamicQuantLinear*> layers = {dynamic_cast<q::DynamicQuantLinear*>((*model)[0].get()),
+                                                      dynamic_cast<q::DynamicQuantLinear*>((*inner)[0].get())};
+  for (size_t l = 0; l < layers.size(); ++l) {
+    REQUIRE(layers[l] != nullptr);
+    const json& want = c["layers"][l];
+    CHECK(layers[l]->buffer("weight").to_vector<int64_t>() == ints(want["weight_int"]));
+    // One scale for the whole weight (per tensor), PyTorch's bit for bit.
+    CHECK(layers[l]->buffer("weight_scale").to_vector<float>() ==
+          std::vector<float>{float(want["weight_scale"].get<double>())});
+    CHECK(layers[l]->buffer("weight_zero_point").to_vector<int64_t>() == std::vector<int64_t>{0});
+  }
+  const std::vector<float> got = (*model)(tensor_of(c["x"])).to_vector<float>(), want = floats(c["y"]["values"]);
+  REQUIRE(got.size() == want.size());
+  // The same int8 arithmetic: equal up to the F32 rounding of the requantized hidden layer.
+  for (size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-4f * (1 + std::abs(want[i])));
+
+  // brisk's default stays per channel (the header says why): one scale per output row.
+  auto per_channel = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(24, 16)});
+  q::quantize_dynamic(per_channel);
+  CHECK((*per_channel)[0]->buffer("weight_scale").numel() == 16);
+  CHECK(test::error_text([&] { q::quantize_dynamic(per_channel, q::QConfig{}); }).find("no weight observer") !=
+        std::string::npos);
+}
+
+TEST_CASE("quantize: static PTQ with torch's default_qconfig and get_default_qconfig(fbgemm) gives PyTorch's qparams and outputs") {
+  const json& r = reference()["static_ptq"];
+  for (const json& c : r["cases"]) {
+    const std::string name = c["qconfig"];
+    CAPTURE(name);
+    auto model = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::Linear>(16, 12), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(12, 5)});
+    {
+      NoGradGuard g;
+      set_parameter(*model, "0.weight", tensor_of(r["params"]["fc1.weight"]));
+      set_parameter(*model, "0.bias", tensor_of(r["params"]["fc1.bias"]));
+      set_parameter(*model, "2.weight", tensor_of(r["params"]["fc2.weight"]));
+      set_parameter(*model, "2.bias", tensor_of(r["params"]["fc2.bias"]));
+    }
+    q::prepare(model, name == "fbgemm" ? q::get_default_qconfig("fbgemm") : q::default_qconfig());
+    {
+      NoGradGuard g;
+      for (const json& b : r["calibration"]) (*model)(tensor_of(b));
+    }
+    q::convert(model);
+    const std::vector<nn::Module*> layers = {(*model)[0].get(), (*model)[2].get()};
+    const char* keys[] = {"fc1", "fc2"};
+    for (size_t l = 0; l < 2; ++l) {
+      REQUIRE(layers[l]->type_name() == "QuantizedLinear");
+      // The input's qparams come from observers of F32 values that brisk and PyTorch compute
+      // with different GEMMs: equal to a few ulps.
+      const float scale = layers[l]->buffer("input_scale").item<float>();
+      CHECK(std::abs(scale - float(c["input_scale"][l].get<double>())) <= 1e-6f * scale);
+      CHECK(layers[l]->buffer("input_zero_point").item<int64_t>() == c["input_zero_point"][l].get<int64_t>());
+      CHECK(layers[l]->buffer("weight").to_vector<int64_t>() == ints(c[keys[l]]["weight_int"]));
+      CHECK(layers[l]->buffer("weight_scale").to_vector<float>() == floats(c[keys[l]]["weight_scale"]));
+    }
+    CHECK(layers[0]->buffer("weight_scale").numel() == (name == "fbgemm" ? 12 : 1));
+    // PyTorch rounds the last layer's output to quint8 (brisk returns it in F32): within half
+    // of that step, plus one input step where the hidden layer's requantization rounds the
+    // other way (rare: most agree to the half step).
+    NoGradGuard g;
+    const std::vector<float> got = (*model)(tensor_of(r["x"])).to_vector<float>(), want = floats(c["y"]["values"]);
+    REQUIRE(got.size() == want.size());
+    const float out_step = float(c["output_scale"].get<double>());
+    const float hidden_step = float(c["input_scale"][1].get<double>());
+    const float w2max = amax(abs(layers[1]->buffer("weight").to(DType::F32))).item<float>() *
+                        amax(layers[1]->buffer("weight_scale")).item<float>();
+    int within_half = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      CHECK(std::abs(got[i] - want[i]) <= 0.5f * out_step + hidden_step * w2max + 1e-5f);
+      within_half += std::abs(got[i] - want[i]) <= 0.5f * out_step + 1e-5f;
+    }
+    CHECK(within_half >= int(want.size()) * 9 / 10);
+  }
+  CHECK(test::error_text([] { q::get_default_qconfig("onednn-gpu"); }).find("unknown backend") != std::string::npos);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(4, 4)});
+  CHECK(test::error_text([&] { q::prepare(m, q::default_dynamic_qconfig()); }).find("use quantize_dynamic") !=
+        std::string::npos);
 }
 
 namespace {

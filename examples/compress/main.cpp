@@ -481,7 +481,7 @@ std::vector<Stage> quantize_stages(std::shared_ptr<nn::Module>& student, Context
   char note[320];
   {
     auto m = copy_of(*student, ctx);
-    q::prepare(m, q::default_qconfig());
+    q::prepare(m, q::get_default_qconfig("fbgemm"));
     int64_t seen = 0;
     {
       NoGradGuard no_grad;

@@ -243,7 +243,7 @@ Measured int8_row(Context& ctx) {
   std::shared_ptr<nn::Module> m = copy_of_trained(ctx);
   std::string note;
   if (ctx.model == "cnn") {  // static PTQ: observers on 8 training batches, then int8 conv/linear
-    q::prepare(m, q::default_qconfig());
+    q::prepare(m, q::get_default_qconfig("fbgemm"));
     Config c = ctx.baseline;
     c.fused_transform = true;
     auto loader = make_loader(ctx.data->train, c, ctx.data->seed);
