@@ -23,21 +23,24 @@ struct Batch {
   std::vector<int64_t> indices{};  // dataset indices of the samples
 };
 
+// Fields in torch.utils.data.DataLoader's keyword order (Note [Option field order] in
+// docs/DESIGN.md): seed stands for its `generator`, device for `pin_memory_device`; brisk's
+// own `transform` comes last.
 struct LoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;  // RandomSampler(seed) unless `sampler` is given
-  uint64_t seed = 0;
-  bool drop_last = false;
-  SamplerPtr sampler{};             // custom order (WeightedRandomSampler, ...)
-  int num_workers = 0;              // 0: batches are made in the calling thread
-  int prefetch_factor = 2;          // batches in flight per worker
-  bool pin_memory = false;          // page-locked batch buffers (needs CUDA; ignored without a GPU)
-  std::optional<Device> device{};   // move each batch there (non-blocking from pinned memory)
-  double timeout_s = 0;             // > 0: waiting longer for a batch is an error
-  bool persistent_workers = false;  // keep worker threads across epochs
-  Compose transform{};              // fused per-sample transform of the inputs (F32 output)
+  bool shuffle = false;      // RandomSampler(seed) unless `sampler` is given
+  SamplerPtr sampler{};      // custom order (WeightedRandomSampler, ...)
+  int num_workers = 0;       // 0: batches are made in the calling thread
   // Custom collate: samples -> batch (replaces stacking and `transform`).
   std::function<Batch(std::vector<Example>& samples)> collate{};
+  bool pin_memory = false;          // page-locked batch buffers (needs CUDA; ignored without a GPU)
+  bool drop_last = false;
+  double timeout_s = 0;             // > 0: waiting longer for a batch is an error
+  uint64_t seed = 0;                // of the shuffle and the per-sample random transforms
+  int prefetch_factor = 2;          // batches in flight per worker
+  bool persistent_workers = false;  // keep worker threads across epochs
+  std::optional<Device> device{};   // move each batch there (non-blocking from pinned memory)
+  Compose transform{};              // fused per-sample transform of the inputs (F32 output)
 };
 
 // Where a loader is: the epoch and how many of its batches were handed out.

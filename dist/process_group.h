@@ -41,9 +41,9 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
-struct GroupOptions {
-  std::string name = "world";
+struct GroupOptions {  // fields in init_process_group's keyword order (name: its group_name)
   Duration timeout = kDefaultTimeout;  // per collective, from the moment the backend issues it
+  std::string name = "world";
   // Before every collective, all ranks compare what they are about to call (collective,
   // dtype, sizes, root) and a mismatch names the rank that differs. Also on with the
   // environment variable BRISK_DIST_DEBUG=1. Costs one small allgather per call.

@@ -595,7 +595,7 @@ std::shared_ptr<Observer> per_tensor_weight_observer() {
 
 std::shared_ptr<Observer> per_channel_weight_observer() {
   return std::make_shared<MinMaxObserver>(
-      ObserverOptions{.dtype = QDType::QInt8, .qscheme = QScheme::PerChannelSymmetric, .ch_axis = 0});
+      ObserverOptions{.ch_axis = 0, .dtype = QDType::QInt8, .qscheme = QScheme::PerChannelSymmetric});
 }
 
 }  // namespace
@@ -628,7 +628,7 @@ QConfig default_qat_qconfig() {
   return {[] { return std::make_shared<MovingAverageMinMaxObserver>(ObserverOptions{.reduce_range = true}); },
           [] {
             return std::make_shared<MovingAverageMinMaxObserver>(
-                ObserverOptions{.dtype = QDType::QInt8, .qscheme = QScheme::PerChannelSymmetric, .ch_axis = 0});
+                ObserverOptions{.ch_axis = 0, .dtype = QDType::QInt8, .qscheme = QScheme::PerChannelSymmetric});
           }};
 }
 

@@ -31,12 +31,13 @@ enum class QScheme { PerTensorAffine, PerTensorSymmetric, PerChannelAffine, PerC
 inline bool per_channel(QScheme s) { return s == QScheme::PerChannelAffine || s == QScheme::PerChannelSymmetric; }
 inline bool symmetric(QScheme s) { return s == QScheme::PerTensorSymmetric || s == QScheme::PerChannelSymmetric; }
 
-// What an observer (or a fake quantizer) is set up with; PyTorch's observer arguments.
+// What an observer (or a fake quantizer) is set up with; PyTorch's observer arguments, in
+// PerChannelMinMaxObserver's order (MinMaxObserver's is the same without ch_axis).
 struct ObserverOptions {
+  int64_t ch_axis = 0;  // per-channel schemes only
   QDType dtype = QDType::QUInt8;
   QScheme qscheme = QScheme::PerTensorAffine;
   bool reduce_range = false;                        // one bit less: [0, 127] / [-64, 63]
-  int64_t ch_axis = 0;                              // per-channel schemes only
   std::optional<int64_t> quant_min{}, quant_max{};  // a custom range (within the dtype's)
   float eps = FLT_EPSILON;                          // smallest scale
 };

@@ -231,7 +231,7 @@ TEST_CASE("optimx: persistent_workers keeps the same worker threads across epoch
   {
     auto dataset = std::make_shared<TrackedRange>(37);
     data::DataLoader loader(
-        dataset, {.batch_size = 4, .shuffle = true, .seed = 11, .num_workers = 2, .persistent_workers = true});
+        dataset, {.batch_size = 4, .shuffle = true, .num_workers = 2, .seed = 11, .persistent_workers = true});
     for (int e = 0; e < 3; ++e) {
       CHECK(epoch_batches(loader) == want[size_t(e)]);
       CHECK_MESSAGE(g_exited.load() == 0, "a persistent worker exited after epoch ", e);
@@ -251,7 +251,7 @@ TEST_CASE("optimx: persistent_workers keeps the same worker threads across epoch
   g_exited = 0;
   {
     data::DataLoader loader(std::make_shared<TrackedRange>(37),
-                            {.batch_size = 4, .shuffle = true, .seed = 11, .num_workers = 2});
+                            {.batch_size = 4, .shuffle = true, .num_workers = 2, .seed = 11});
     CHECK(epoch_batches(loader) == want[0]);
     CHECK(g_exited.load() >= 1);
     CHECK(epoch_batches(loader) == want[1]);

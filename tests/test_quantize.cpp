@@ -532,7 +532,7 @@ TEST_CASE("quantize: unsupported layers, uncalibrated convert and bad options ar
   CHECK_THROWS_AS(q::fake_quantize_per_tensor_affine(randn(Shape{3}), 0.0f, 0, 0, 255), Error);
   CHECK_THROWS_AS(q::fake_quantize_per_tensor_affine(randn(Shape{3}), 0.1f, 300, 0, 255), Error);
   CHECK_THROWS_AS(q::quantize_per_tensor(randn(Shape{3}, DType::F64), 0.1f, 0, q::QDType::QUInt8), Error);
-  q::MinMaxObserver per_channel({.qscheme = q::QScheme::PerChannelAffine, .ch_axis = 3});
+  q::MinMaxObserver per_channel({.ch_axis = 3, .qscheme = q::QScheme::PerChannelAffine});
   CHECK_THROWS_AS(per_channel.observe(randn(Shape{2, 3})), Error);
   q::DynamicQuantLinear dq(
       nn::Linear(8, 3), q::calculate_qparams({-1, -1, -1}, {1, 1, 1},
