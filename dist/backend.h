@@ -34,12 +34,19 @@ std::string compare_fingerprints(const std::vector<Fingerprint>& all, int my_ran
 // Dense, defined, on device type `device`; errors name the call, the tensor and the group.
 void check_tensor(const Tensor& t, const char* call, const ProcessGroup& g, DeviceType device);
 
-// A group timed out or met an MPI error: MPI is not finalized at exit (Note [Faults]).
-void mark_broken();
+// A group timed out or met an MPI / NCCL error (`error`, the first one): MPI is not finalized
+// at exit, and the process exits with kBrokenGroupExitStatus (Note [Faults]).
+void mark_broken(const std::string& error);
+// What a call on a broken group throws: the call, then the error that broke the group.
+std::string broken_group_error(const std::string& call, const std::string& first_error);
 
 // ---- the MPI side (dist/mpi_group.cpp)
 void start_mpi();
 void finish_mpi(bool any_broken);
+// MPI_Abort(MPI_COMM_WORLD, status) when MPI is initialized and not finalized, so that mpirun
+// ends the job with that status and stops peers that hang; returns otherwise. An alarm ends
+// the process should the abort itself hang.
+void abort_mpi(int status);
 void mpi_world(int& rank, int& size);
 ProcessGroupPtr make_mpi_group(GroupOptions options);
 // The "mpi" section of the environment report (engine/env.h); process_group.cpp adds it.

@@ -5,6 +5,7 @@
 // allgather's copies) while the caller computes. Not here: NCCL (dist/nccl_group.cpp), DDP,
 // init_process_group itself (dist/process_group.cpp).
 #include <mpi.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -34,8 +35,11 @@ namespace brisk::dist {
 // Point-to-point calls are non-blocking requests the thread polls (a blocking send would stall
 // an exchange in which both ranks send first), against the same deadline. mpirun must leave the
 // survivors running for them to report: Open MPI 4 kills the whole job when one rank dies
-// unless started with `--enable-recovery` (tests/dist/run.sh does; docs/distributed.md says so). MPI
-// errors come back as error codes (MPI_ERRORS_RETURN) and end the call the same way.
+// unless started with `--mca orte_abort_on_non_zero_status 0` (tests/dist/run.sh does;
+// `--enable-recovery` also lets them report, but then mpirun exits 0 whatever the ranks return).
+// A process whose group broke exits with kBrokenGroupExitStatus (an atexit handler registered at
+// the first break, then MPI_Abort), so mpirun's status shows the failure. MPI errors come back
+// as error codes (MPI_ERRORS_RETURN) and end the call the same way.
 
 namespace {
 
@@ -150,16 +154,22 @@ struct Health {
   std::mutex mu;
   std::atomic<bool> broken{false};
   std::string first_error;
-  // Marks the group broken; returns the error every call now reports.
-  std::string fail(const std::string& error) {
+  const Work* culprit = nullptr;  // the call whose failure broke the group
+  // Marks the group broken (by `work`'s failure); returns the error that call reports.
+  std::string fail(const std::string& error, const Work* work) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!broken.exchange(true)) first_error = error;
-    detail::mark_broken();
-    return first_error;
+    if (!broken.exchange(true)) {
+      first_error = error;
+      culprit = work;
+    }
+    detail::mark_broken(first_error);
+    return work == culprit ? first_error : detail::broken_group_error(work->describe(), first_error);
   }
-  std::string error() {
+  // What `work` reports when the group broke before or while it ran: its own error if it broke
+  // the group, else that it did not run and why.
+  std::string error_for(const Work& work) {
     std::lock_guard<std::mutex> lock(mu);
-    return first_error;
+    return &work == culprit ? first_error : detail::broken_group_error(work.describe(), first_error);
   }
 };
 
@@ -181,7 +191,7 @@ class MpiWork : public Work {
     if (done_) return true;
     if (Clock::now() < deadline_) return false;  // the caller's own timeout
     lock.unlock();
-    BRISK_FAIL(health_->fail(timeout_message()));
+    BRISK_FAIL(health_->fail(timeout_message(), this));
   }
   bool is_completed() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -403,8 +413,8 @@ class MpiGroup : public ProcessGroup {
     task.post = std::move(post);
     task.finish = std::move(finish);
     WorkPtr w = task.work;
-    if (health_->broken) {  // fails at once with the first error
-      task.work->finish(health_->error());
+    if (health_->broken) {  // fails at once, naming this call and the first error
+      task.work->finish(health_->error_for(*task.work));
       return w;
     }
     {
@@ -431,9 +441,8 @@ class MpiGroup : public ProcessGroup {
   }
 
   void fail_all(std::list<Task>& active, std::deque<Task>& fresh) {
-    const std::string error = health_->error();
-    for (Task& t : active) t.work->finish(error);
-    for (Task& t : fresh) t.work->finish(error);
+    for (Task& t : active) t.work->finish(health_->error_for(*t.work));
+    for (Task& t : fresh) t.work->finish(health_->error_for(*t.work));
     active.clear();
     fresh.clear();
   }
@@ -457,11 +466,14 @@ class MpiGroup : public ProcessGroup {
         continue;
       }
       for (Task& t : fresh) {  // posted in call order: every rank posts the same sequence
+        if (health_->broken) {  // an earlier call of this batch broke it
+          t.work->finish(health_->error_for(*t.work));
+          continue;
+        }
         const std::string err = start(t);
         if (!alive) return;
         if (!err.empty()) {
-          break_group(err);
-          t.work->finish(err);
+          t.work->finish(break_group(err, *t.work));
           continue;
         }
         active.push_back(std::move(t));
@@ -472,7 +484,7 @@ class MpiGroup : public ProcessGroup {
         int done = 0;
         const int rc = MPI_Testall(int(it->requests.size()), it->requests.data(), &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
-          break_group(it->work->describe() + ": MPI error: " + mpi_error(rc));
+          break_group(it->work->describe() + ": MPI error: " + mpi_error(rc), *it->work);
           break;
         }
         if (done) {
@@ -486,7 +498,7 @@ class MpiGroup : public ProcessGroup {
           it = active.erase(it);
           progressed = true;
         } else if (Clock::now() > it->work->deadline()) {
-          break_group(it->work->timeout_message());
+          break_group(it->work->timeout_message(), *it->work);
           break;
         } else {
           ++it;
@@ -498,7 +510,7 @@ class MpiGroup : public ProcessGroup {
     }
   }
 
-  void break_group(const std::string& error) { health_->fail(error); }
+  std::string break_group(const std::string& error, const Work& work) { return health_->fail(error, &work); }
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
@@ -538,6 +550,15 @@ void finish_mpi(bool any_broken) {
   MPI_Initialized(&ready);
   MPI_Finalized(&finalized);
   if (ready && !finalized && !any_broken) MPI_Finalize();  // see Note [Faults]
+}
+
+void abort_mpi(int status) {
+  int ready = 0, finalized = 0;
+  MPI_Initialized(&ready);
+  MPI_Finalized(&finalized);
+  if (!ready || finalized) return;
+  alarm(10);
+  MPI_Abort(MPI_COMM_WORLD, status);
 }
 
 void mpi_world(int& rank, int& size) {

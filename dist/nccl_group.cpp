@@ -161,7 +161,7 @@ class NcclWork : public Work {
         std::lock_guard<std::mutex> lock(state_->mu);
         std::string error;
         if (poll_locked(error)) break;
-        if (state_->broken) BRISK_FAIL(state_->first_error);
+        if (state_->broken) BRISK_FAIL(detail::broken_group_error(what_, state_->first_error));
         if (error.empty()) error = state_->async_error_locked(what_);
         if (error.empty() && Clock::now() > deadline_) error = timeout_message(what_, timeout_);
         if (!error.empty()) {
@@ -221,7 +221,7 @@ void CommState::break_locked(const std::string& error) {
   for (auto& w : in_flight) w->poll_locked(ignored);  // calls already complete keep their result
   broken = true;
   first_error = error;
-  detail::mark_broken();
+  detail::mark_broken(error);
   if (comm) (void)ncclCommAbort(comm);  // stops the kernels that wait for a dead peer
   comm = nullptr;
 }
@@ -429,12 +429,13 @@ class NcclGroup : public ProcessGroup {
     BRISK_CHECK(!stopped_, call, ": the group '", options_.name, "' was destroyed");
     {
       std::lock_guard<std::mutex> lock(state_->mu);
-      if (state_->broken) BRISK_FAIL(state_->first_error);
+      if (state_->broken) BRISK_FAIL(detail::broken_group_error(detail::describe(f, *this), state_->first_error));
     }
     if (options_.debug && collective) debug_check(f);
     cu::DeviceGuard guard(device_.index);
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (state_->broken) BRISK_FAIL(state_->first_error);  // another thread's wait() broke it
+    if (state_->broken)  // another thread's wait() broke it
+      BRISK_FAIL(detail::broken_group_error(detail::describe(f, *this), state_->first_error));
     prune_locked();
     auto work = std::make_shared<NcclWork>(state_, detail::describe(f, *this), options_.timeout, std::move(keep));
     BRISK_CUDA_CHECK(cudaEventRecord(ready_, cu::stream_handle(device_.index)));  // See Note [NCCL streams]

@@ -3,6 +3,7 @@
 // launch_info, destroy_process_group, and the "mpi" section of the environment report. Not here: the MPI and NCCL
 // backends themselves.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -41,7 +42,40 @@ bool is_reduction(const char* call) { return !std::strcmp(call, "allreduce") || 
 [[maybe_unused]] const bool g_env_added = (add_env_section(&mpi_env_section), true);
 }  // namespace
 
-void mark_broken() { g_any_broken = true; }
+namespace {
+std::mutex g_broken_mu;
+std::string g_first_broken_error;
+
+// Registered when the first group breaks (after the process state, so it runs before their
+// destructors): leaves with kBrokenGroupExitStatus, without MPI_Finalize or the destructors
+// that would wait on threads stuck in a collective with the dead peer.
+void exit_after_broken_group() {
+  std::fflush(nullptr);
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(g_broken_mu);
+    error = g_first_broken_error;
+  }
+  std::fprintf(stderr, "brisk::dist: exiting with status %d because a process group broke: %s\n",
+               kBrokenGroupExitStatus, error.c_str());
+  std::fflush(stderr);
+  abort_mpi(kBrokenGroupExitStatus);  // where MPI runs: mpirun ends the job with this status
+  std::_Exit(kBrokenGroupExitStatus);
+}
+}  // namespace
+
+void mark_broken(const std::string& error) {
+  std::lock_guard<std::mutex> lock(g_broken_mu);
+  if (g_any_broken.exchange(true)) return;
+  g_first_broken_error = error;
+  std::atexit(exit_after_broken_group);
+}
+
+std::string broken_group_error(const std::string& call, const std::string& first_error) {
+  return call + ": not run, the group is broken since an earlier call failed (a broken group stays broken: "
+                "end the process or start a new group); that call's error: " +
+         first_error;
+}
 
 void set_nccl_factory(NcclFactory factory) { g_nccl_factory = factory; }
 

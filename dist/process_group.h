@@ -19,6 +19,11 @@ namespace brisk::dist {
 enum class ReduceOp { Sum, Avg, Min, Max, Product };
 const char* reduce_op_name(ReduceOp op);
 
+// A process in which a group broke (a collective timed out, a peer died, MPI or NCCL failed)
+// exits with this status however main() ends, so that mpirun and scripts see the failure
+// (docs/distributed.md, "When a rank dies"). exit() and a return from main() both lead there.
+inline constexpr int kBrokenGroupExitStatus = 3;
+
 using Duration = std::chrono::milliseconds;
 inline constexpr Duration kDefaultTimeout = std::chrono::minutes(10);
 

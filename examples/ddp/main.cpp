@@ -1,6 +1,7 @@
 // examples/ddp/main.cpp: the Fashion-MNIST trainer, data-parallel. Start it with mpirun, one
 // process per core (CPU, MPI) or per GPU (NCCL):
-//   mpirun -np 2 build/examples/ddp [--model cnn|mlp] [--epochs N] [--batch-size B] [--resume]
+//   mpirun --mca orte_abort_on_non_zero_status 0 -np 2 build/examples/ddp [--model cnn|mlp] [--epochs N] ...
+//   (that mca setting lets survivors of a dead rank report; docs/distributed.md, "When a rank dies")
 // Each rank trains a replica on its shard of the data (data::DistributedSampler) with
 // B / world_size samples per step, so the total batch, the learning rate and the accuracy are
 // those of one process with batch B; dist::DistributedDataParallel averages the gradients

@@ -1,7 +1,8 @@
 // tests/dist/fault_child.cpp: the dist failure modes, each a 2-rank job of its own
 // (tests/dist/run.sh). `kill`: rank 1 dies by SIGKILL before an allreduce; rank 0, with a
 // 3 s timeout, must end with a brisk::Error naming the collective, the group and the timeout,
-// within a few seconds of it. `mismatch`: with the debug check on, rank 0 calls allreduce and
+// within a few seconds of it; a later barrier must fail at once naming itself and that error;
+// returning 0 from main, rank 0 must still exit with dist::kBrokenGroupExitStatus. `mismatch`: with the debug check on, rank 0 calls allreduce and
 // rank 1 broadcast; both must fail naming rank 1 and both calls. `pipeline_kill`: a 2-stage
 // dist::Pipeline whose stage 1 dies by SIGKILL before its second step; stage 0 must end with a
 // brisk::Error naming the pipeline stage and the timeout. Prints "PASS <what>" or
@@ -38,11 +39,18 @@ int kill_case(dist::ProcessGroupPtr g) {
     const bool ok = m.find("allreduce(sum)") != std::string::npos && m.find("group 'world'") != std::string::npos &&
                     m.find("timed out after 3 s") != std::string::npos && s < 3 + 5;
     std::printf("%s kill: error after %.1f s: %s\n", ok ? "PASS" : "FAIL", s, m.c_str());
-    // Later calls fail at once with the same error: the group is broken.
+    // Later calls fail at once, naming themselves, the broken group and the first error.
+    const auto t1 = std::chrono::steady_clock::now();
     try {
       g->barrier()->wait();
-    } catch (const Error&) {
-      return ok ? 0 : 1;
+    } catch (const Error& later) {
+      const std::string b = later.what();
+      const double s1 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+      const bool ok_later = b.rfind("barrier on group 'world'", 0) == 0 &&
+                            b.find("not run, the group is broken since an earlier call failed") != std::string::npos &&
+                            b.find(m) != std::string::npos && s1 < 1;
+      std::printf("%s kill, later call: %s\n", ok_later ? "PASS" : "FAIL", b.c_str());
+      return ok && ok_later ? 0 : 1;
     }
     std::printf("FAIL kill: a later call on the broken group did not fail\n");
     return 1;
@@ -106,6 +114,9 @@ int main(int argc, char** argv) {
                  : what == "pipeline_kill" ? pipeline_kill_case(g)
                                            : 2;
   std::fflush(stdout);
-  // A broken group is not finalized (dist/mpi_group.cpp, Note [Faults]); leave without waiting.
+  // `kill`: return from main as a program would; the broken group makes the process exit with
+  // dist::kBrokenGroupExitStatus all the same (tests/dist/run.sh checks mpirun's status). The
+  // other cases leave at once: a broken group is not finalized (Note [Faults]).
+  if (what == "kill") return rc;
   _exit(rc);
 }
