@@ -440,12 +440,16 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   out.commit();
 }
 
-SafetensorsFile load_safetensors(const std::string& path, Device device, std::optional<DType> convert_to) {
-  const Fail fail{"load_safetensors(" + path + "): "};
-  if (convert_to && !is_floating(*convert_to)) {
-    fail("convert_to must be a floating dtype, got ", *convert_to);
-  }
-  Reader file(path, fail);
+namespace {
+
+// A checked header: its entries in the header's order, the metadata and where the data starts.
+struct Header {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;
+};
+
+Header read_header(Reader& file, const Fail& fail) {
   const uint64_t size = file.size();
   if (size < 8) fail("file is ", size, " bytes, shorter than the 8-byte header length");
   unsigned char len[8];
@@ -463,26 +467,45 @@ SafetensorsFile load_safetensors(const std::string& path, Device device, std::op
   const Json header = parse_header(text, fail);
   if (!header.is_object()) fail("header is not a JSON object but ", brief(header));
 
-  const uint64_t data_start = 8 + header_len;
-  const uint64_t data_size = size - data_start;
-  SafetensorsFile result;
-  std::vector<Entry> entries;
+  Header out;
+  out.data_start = 8 + header_len;
+  const uint64_t data_size = size - out.data_start;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
-      parse_metadata(v, result.metadata, fail);
+      parse_metadata(v, out.metadata, fail);
     } else {
-      entries.push_back(parse_entry(name, v, data_size, fail));
+      out.entries.push_back(parse_entry(name, v, data_size, fail));
     }
   }
-  check_layout(entries, data_size, fail);
+  check_layout(out.entries, data_size, fail);
+  return out;
+}
+
+SafetensorsFile load_impl(const std::string& path, Device device, std::optional<DType> convert_to,
+                          const std::function<Tensor(const std::string&)>& into, const Fail& fail) {
+  if (convert_to && !is_floating(*convert_to)) {
+    fail("convert_to must be a floating dtype, got ", *convert_to);
+  }
+  Reader file(path, fail);
+  Header header = read_header(file, fail);
+  SafetensorsFile result;
+  result.metadata = std::move(header.metadata);
 
   // Every size is now checked against the file: allocations are bounded by its size.
   NoGradGuard no_grad;
-  result.tensors.reserve(entries.size());
-  for (const Entry& e : entries) {
-    Tensor t = make_empty(e.shape, e.dtype, Device::cpu());
+  result.tensors.reserve(header.entries.size());
+  for (const Entry& e : header.entries) {
+    Tensor t = into ? into(e.name) : Tensor();
+    const bool in_place = t.defined() && t.device().is_cpu() && t.dtype() == e.dtype && t.sizes() == e.shape &&
+                          t.is_contiguous() && e.dtype != DType::Bool;
+    if (!in_place) t = make_empty(e.shape, e.dtype, Device::cpu());
     const uint64_t nbytes = e.end - e.begin;
-    if (nbytes > 0) file.read(t.data_ptr(), nbytes, data_start + e.begin, "the data of tensor " + quoted(e.name));
+    if (nbytes > 0) file.read(t.data_ptr(), nbytes, header.data_start + e.begin, "the data of tensor " + quoted(e.name));
+    if (in_place) {
+      t.bump_version();
+      result.tensors.emplace_back(e.name, t);
+      continue;
+    }
     if (e.dtype == DType::Bool) {
       auto* p = static_cast<uint8_t*>(t.data_ptr());
       for (uint64_t i = 0; i < nbytes; ++i) p[i] = p[i] != 0;
@@ -492,6 +515,24 @@ SafetensorsFile load_safetensors(const std::string& path, Device device, std::op
     result.tensors.emplace_back(e.name, t);
   }
   return result;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path, Device device, std::optional<DType> convert_to) {
+  return load_impl(path, device, convert_to, {}, Fail{"load_safetensors(" + path + "): "});
+}
+
+SafetensorsFile load_safetensors_into(const std::string& path, const std::function<Tensor(const std::string&)>& into) {
+  return load_impl(path, Device::cpu(), std::nullopt, into, Fail{"load_safetensors(" + path + "): "});
+}
+
+std::vector<SafetensorsEntry> safetensors_entries(const std::string& path) {
+  const Fail fail{"load_safetensors(" + path + "): "};
+  Reader file(path, fail);
+  std::vector<SafetensorsEntry> out;
+  for (const Entry& e : read_header(file, fail).entries) out.push_back({e.name, e.shape, e.dtype});
+  return out;
 }
 
 }  // namespace brisk

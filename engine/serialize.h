@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,5 +53,22 @@ struct SafetensorsFile {
 // tensors keep their dtype. Bool bytes other than 0 read as true.
 SafetensorsFile load_safetensors(const std::string& path, Device device = Device::cpu(),
                                  std::optional<DType> convert_to = std::nullopt);
+
+// load_safetensors on the CPU, reading each tensor's bytes straight into into(name) where that
+// is a contiguous CPU tensor of the entry's dtype and shape (returned as the entry, its version
+// bumped); any other (undefined, or of another dtype, shape, device or layout) gets a fresh
+// tensor as load_safetensors gives. nn::load_module reads a model's weights this way, with no
+// second copy.
+SafetensorsFile load_safetensors_into(const std::string& path,
+                                      const std::function<Tensor(const std::string& name)>& into);
+
+// The header alone, checked as load_safetensors checks it (the data is not read): each
+// tensor's name, shape and dtype in the header's order.
+struct SafetensorsEntry {
+  std::string name{};
+  Shape shape{};
+  DType dtype = DType::F32;
+};
+std::vector<SafetensorsEntry> safetensors_entries(const std::string& path);
 
 }  // namespace brisk

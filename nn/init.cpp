@@ -26,6 +26,14 @@ double calculate_gain(const std::string& nl, double param) {
 }
 
 namespace {
+thread_local int t_skip_depth = 0;
+}  // namespace
+
+SkipInitGuard::SkipInitGuard() { ++t_skip_depth; }
+SkipInitGuard::~SkipInitGuard() { --t_skip_depth; }
+bool init_skipped() { return t_skip_depth > 0; }
+
+namespace {
 // Writes `values` into t in place, unrecorded (t may be a leaf that requires grad).
 void assign(Tensor& t, const Tensor& values) {
   NoGradGuard ng;
@@ -36,16 +44,19 @@ void assign(Tensor& t, const Tensor& values) {
 // Floating tensors are filled in place (no temporary of the parameter's size); others get F64
 // values rounded by the copy.
 void uniform_(Tensor& t, double low, double high, Generator* gen) {
+  if (init_skipped()) return;
   if (t.defined() && is_floating(t.dtype())) return fill_uniform_(t, low, high, gen);
   assign(t, uniform(t.sizes(), low, high, DType::F64, t.device(), gen));
 }
 
 void normal_(Tensor& t, double mean, double std, Generator* gen) {
+  if (init_skipped()) return;
   if (t.defined() && is_floating(t.dtype())) return fill_normal_(t, mean, std, gen);
   assign(t, normal(t.sizes(), mean, std, DType::F64, t.device(), gen));
 }
 
 void constant_(Tensor& t, double value) {
+  if (init_skipped()) return;
   NoGradGuard ng;
   t.fill_(value);
 }
@@ -82,6 +93,7 @@ void kaiming_normal_(Tensor& t, double a, FanMode mode, const std::string& nl, G
 }
 
 void trunc_normal_(Tensor& t, double mean, double std, double a, double b, Generator* gen) {
+  if (init_skipped()) return;
   // Inverse CDF: u ~ U(Phi(a'), Phi(b')), x = mean + std * sqrt(2) * erfinv(2u - 1).
   auto phi = [](double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0))); };
   double lo = phi((a - mean) / std), hi = phi((b - mean) / std);
@@ -101,6 +113,7 @@ void trunc_normal_(Tensor& t, double mean, double std, double a, double b, Gener
 }
 
 void orthogonal_(Tensor& t, double gain, Generator* gen) {
+  if (init_skipped()) return;
   BRISK_CHECK(t.dim() >= 2, "init: orthogonal_ needs at least 2 dims, got ", t.sizes());
   int64_t rows = t.size(0), cols = t.numel() / rows;
   bool transposed = rows < cols;

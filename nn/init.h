@@ -3,6 +3,7 @@
 // takes an optional Generator (default: the process generator, see engine/random.h).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -37,5 +38,29 @@ void orthogonal_(Tensor& t, double gain = 1, Generator* gen = nullptr);
 // The default init of Linear and Conv layers in PyTorch: weight kaiming_uniform(a = sqrt(5)),
 // i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias with the same bound.
 void linear_default_(Tensor& weight, Tensor& bias, Generator* gen = nullptr);
+
+// ---- building without initializing (torch.nn.utils.skip_init)
+//
+// While a SkipInitGuard is alive on this thread, the functions above leave their tensor as it
+// is and draw nothing from the generator: a module built meanwhile keeps the uninitialized
+// memory of its parameters (tensors that constructors make with zeros() or ones() are still
+// filled). For weights that a load overwrites at once: building GPT-2 124M and loading its
+// safetensors then costs the allocation and the read, not 124M random draws. Guards nest.
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+};
+bool init_skipped();  // a SkipInitGuard is alive on this thread
+
+// M(args...) built under a SkipInitGuard: `auto gpt = nn::init::skip_init<GPT2>(config);` then
+// load its weights (a strict load checks that every parameter was given a value).
+template <class M, class... Args>
+std::shared_ptr<M> skip_init(Args&&... args) {
+  SkipInitGuard guard;
+  return std::make_shared<M>(std::forward<Args>(args)...);
+}
 
 }  // namespace brisk::nn::init

@@ -118,3 +118,43 @@ TEST_CASE("nn build: option structs fill from one designated field without warni
   CHECK(report.unexpected.empty());
 }
 #pragma GCC diagnostic pop
+
+TEST_CASE("nn build: skip_init builds without drawing; a load then gives the initialized model's outputs") {
+  nn::models::GPT2Config c{.vocab_size = 64, .n_positions = 16, .n_embd = 32, .n_layer = 2, .n_head = 4};
+  Generator& g = default_generator();
+  manual_seed(3);
+  auto reference = std::make_shared<nn::models::GPT2>(c);
+  reference->eval();
+  const uint64_t after_build = g.offset();
+  CHECK(after_build > 0);
+  auto skipped = nn::init::skip_init<nn::models::GPT2>(c);
+  CHECK(g.offset() == after_build);  // nothing drawn
+  CHECK_FALSE(nn::init::init_skipped());
+  {
+    nn::init::SkipInitGuard outer;
+    {
+      nn::init::SkipInitGuard inner;
+      Tensor t = zeros({4});
+      nn::init::normal_(t);
+      nn::init::constant_(t, 5);
+      CHECK(t.sum().item<double>() == 0);  // left as it was
+    }
+    CHECK(nn::init::init_skipped());  // guards nest
+  }
+  skipped->load_state_dict(reference->state_dict(), /*strict=*/true);
+  skipped->eval();
+  const Tensor idx = from_vector({1, 5, 9, 63, 0, 7}, {1, 6}, DType::I64);
+  CHECK(equal((*skipped)(idx), (*reference)(idx)));
+  // GPT-2's init, one draw per weight: N(0, 0.02) embeddings, residual projections scaled by
+  // 1/sqrt(2 n_layer).
+  auto big = std::make_shared<nn::models::GPT2>(nn::models::GPT2Config{.vocab_size = 4000, .n_embd = 64, .n_layer = 4});
+  auto std_of = [&](const std::string& name) {
+    for (auto& [n, p] : big->named_parameters())
+      if (n == name) return std::sqrt(var(p.to(DType::F64)).item<double>());
+    FAIL("no parameter " << name);
+    return 0.0;
+  };
+  CHECK(std_of("transformer.wte.weight") == doctest::Approx(0.02).epsilon(0.02));
+  CHECK(std_of("transformer.h.0.mlp.c_proj.weight") == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
+  CHECK(std_of("transformer.h.0.mlp.c_fc.weight") == doctest::Approx(0.02).epsilon(0.05));
+}

@@ -623,3 +623,28 @@ TEST_CASE("safetensors: load_module strict refuses, non-strict reports missing, 
   CHECK(report.shape_mismatch[0].find("head.weight") == 0);
   CHECK(equal(lenient.parameter("scale"), full({3}, 2.0)));  // the matching key was loaded
 }
+
+TEST_CASE("safetensors: load_module reads the weights straight into the module (no second copy of them)") {
+  TempDir dir;
+  const std::string path = dir.file("big.safetensors");
+  manual_seed(4);
+  nn::Linear source(512, 1024);  // 2 MB of weights
+  nn::save_module(source, path);
+  nn::Linear target(512, 1024);
+  const void* weight_memory = target.parameter("weight").data_ptr();
+  const uint32_t version = target.parameter("weight").version();
+  Allocator& a = cpu_allocator();
+  const size_t before = a.stats().allocated;
+  a.reset_peak();
+  CHECK(nn::load_module(target, path).ok());
+  CHECK(a.stats().peak - before < 64 * 1024);  // bias-sized temporaries at most, not 2 MB
+  CHECK(target.parameter("weight").data_ptr() == weight_memory);
+  CHECK(target.parameter("weight").version() > version);  // autograd sees the write
+  CHECK(equal(target.parameter("weight"), source.parameter("weight")));
+  CHECK(equal(target.parameter("bias"), source.parameter("bias")));
+  // A dtype the module does not have is converted by a copy, as before.
+  nn::Linear f64(512, 1024);
+  f64.to(DType::F64);
+  CHECK(nn::load_module(f64, path).ok());
+  CHECK(equal(f64.parameter("weight"), source.parameter("weight").to(DType::F64)));
+}

@@ -6,6 +6,8 @@
 // Not here: the generator and Philox itself (engine/random.h).
 #include "engine/random.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -27,19 +29,134 @@ void parallel_for(int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) f(i);
 }
 
-// Calls f(i, u) for i in [0, n) with u = philox_uniform(seed, offset, i): one Philox call
-// serves the four elements of a counter.
-template <class F>
-void for_each_uniform(int64_t n, uint64_t seed, uint64_t offset, F f) {
-  const int64_t counters = (n + 3) / 4;
+// ---- Philox over a block of counters. The AVX-512 path runs 16 counters per vector: a
+// 32 x 32 -> 64-bit product per lane is two vpmuludq (even and odd lanes) and blends, where
+// the compiler's own vectorization of the scalar code picks the slower vpmullq. Integer
+// arithmetic: the same bits as philox() in engine/random.h (tests/test_random.cpp).
+constexpr int kBlock = 64;  // counters per block (a multiple of 16)
+
+struct HiLo {
+  __m512i hi, lo;
+};
+
+// GCC 12 warns that the undefined vector some AVX-512 intrinsics start from "may be used
+// uninitialized" once inlined (GCC bug 105593); the warning is about the headers, not this code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// The high and low 32 bits of a[i] * b[i] per lane.
+__attribute__((target("avx512f"))) inline HiLo mul_hi_lo(__m512i a, __m512i b) {
+  const __m512i even = _mm512_mul_epu32(a, b);                         // lanes 0, 2, ... as u64
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b);  // lanes 1, 3, ... as u64
+  return {_mm512_mask_blend_epi32(__mmask16(0xAAAA), _mm512_srli_epi64(even, 32), odd),
+          _mm512_mask_blend_epi32(__mmask16(0xAAAA), even, _mm512_slli_epi64(odd, 32))};
+}
+
+__attribute__((target("avx512f"))) void philox_block_avx512(uint64_t seed, uint64_t counter, int m,
+                                                            uint32_t (*r)[kBlock]) {
+  const __m512i mul0 = _mm512_set1_epi32(int(0xD2511F53u)), mul1 = _mm512_set1_epi32(int(0xCD9E8D57u));
+  for (int j = 0; j < m; j += 16) {
+    // Counters counter + j .. + 15 as (low, high) 32-bit halves.
+    alignas(64) uint32_t lo_c[16], hi_c[16];
+    for (int l = 0; l < 16; ++l) {
+      const uint64_t c = counter + uint64_t(j + l);
+      lo_c[l] = uint32_t(c);
+      hi_c[l] = uint32_t(c >> 32);
+    }
+    __m512i c0 = _mm512_load_si512(lo_c), c1 = _mm512_load_si512(hi_c);
+    __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
+    uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      const HiLo p0 = mul_hi_lo(c0, mul0), p1 = mul_hi_lo(c2, mul1);
+      const __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(p1.hi, c1), _mm512_set1_epi32(int(k0)));
+      const __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(p0.hi, c3), _mm512_set1_epi32(int(k1)));
+      c1 = p1.lo;
+      c3 = p0.lo;
+      c0 = n0;
+      c2 = n2;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    _mm512_store_si512(r[0] + j, c0);
+    _mm512_store_si512(r[1] + j, c1);
+    _mm512_store_si512(r[2] + j, c2);
+    _mm512_store_si512(r[3] + j, c3);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// r[l][j] = lane l of philox(seed, counter + j) for j < m.
+void philox_block(uint64_t seed, uint64_t counter, int m, uint32_t (*r)[kBlock]) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return philox_block_avx512(seed, counter, m, r);  // computes whole vectors past m: harmless
+  for (int j = 0; j < m; ++j) {
+    const Philox4 p = philox(seed, counter + uint64_t(j));
+    for (int l = 0; l < 4; ++l) r[l][j] = p.v[l];
+  }
+}
+
+// Runs over the Philox counters of n values, L values per counter, in blocks of kBlock
+// counters split over the threads: lanes(r, z, j) turns the counter's words r[0..4)[j] into its
+// L values z[0..L)[j] (a loop the compiler vectorizes: Box-Muller is branch-free float code),
+// then put(i, v) takes value i. The values are those of the scalar definitions in
+// engine/random.h, bit for bit (tests/test_random.cpp).
+template <int L, class Lanes, class Put>
+void by_counters(int64_t n, uint64_t seed, uint64_t offset, Lanes lanes, Put put) {
+  const int64_t counters = (n + L - 1) / L;
+  const int64_t blocks = (counters + kBlock - 1) / kBlock;
   const int nt = threads_for(n);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t c = 0; c < counters; ++c) {
-    const Philox4 r = philox(seed, offset + uint64_t(c));
-    const int64_t first = 4 * c;
-    const int lanes = int(std::min<int64_t>(4, n - first));
-    for (int lane = 0; lane < lanes; ++lane) f(first + lane, uniform_float(r.v[lane]));
+  for (int64_t block = 0; block < blocks; ++block) {
+    alignas(64) uint32_t r[4][kBlock];
+    alignas(64) float z[L][kBlock];
+    const int64_t c0 = block * kBlock;
+    const int m = int(std::min<int64_t>(kBlock, counters - c0));
+    philox_block(seed, offset + uint64_t(c0), m, r);
+#pragma omp simd
+    for (int j = 0; j < m; ++j) lanes(r, z, j);
+    const int64_t first = L * c0;
+    const int64_t count = std::min<int64_t>(int64_t(L) * m, n - first);
+    if (count == int64_t(L) * m) {  // whole counters: lanes interleave (vectorized with shuffles)
+#pragma omp simd
+      for (int j = 0; j < m; ++j) {
+#pragma GCC unroll 4
+        for (int l = 0; l < L; ++l) put(first + int64_t(L) * j + l, z[l][j]);
+      }
+    } else {
+      for (int64_t k = 0; k < count; ++k) put(first + k, z[k % L][k / L]);
+    }
   }
+}
+
+// Calls f(i, u) for i in [0, n) with u = philox_uniform(seed, offset, i).
+template <class F>
+void for_each_uniform(int64_t n, uint64_t seed, uint64_t offset, F f) {
+  by_counters<4>(
+      n, seed, offset,
+      [](const uint32_t (*r)[kBlock], float (*z)[kBlock], int j) {
+        z[0][j] = uniform_float(r[0][j]);
+        z[1][j] = uniform_float(r[1][j]);
+        z[2][j] = uniform_float(r[2][j]);
+        z[3][j] = uniform_float(r[3][j]);
+      },
+      f);
+}
+
+// Calls f(i, z) for i in [0, n) with z = philox_normal(seed, offset, i).
+template <class F>
+void for_each_normal(int64_t n, uint64_t seed, uint64_t offset, F f) {
+  by_counters<2>(
+      n, seed, offset,
+      [](const uint32_t (*r)[kBlock], float (*z)[kBlock], int j) {
+        z[0][j] = box_muller(r[0][j], r[1][j]);
+        z[1][j] = box_muller(r[2][j], r[3][j]);
+      },
+      f);
 }
 
 // v * scale + shift rounded once: in double for F64, in float (then to T) otherwise.
@@ -91,10 +208,7 @@ void randn_kernel(std::span<const Tensor>, std::span<Tensor> out, const Attrs& a
   dispatch_float(out[0].dtype(), "randn", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out[0].data_ptr());
-    parallel_for(out[0].numel(), [=](int64_t i) {
-      const float z = philox_normal(seed, offset, uint64_t(i));
-      p[i] = affine<T>(z, stddev, mean);
-    });
+    for_each_normal(out[0].numel(), seed, offset, [=](int64_t i, float z) { p[i] = affine<T>(z, stddev, mean); });
   });
 }
 

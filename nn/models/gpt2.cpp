@@ -9,9 +9,9 @@ namespace brisk::nn::models {
 
 namespace F = functional;
 
-HFConv1D::HFConv1D(int64_t in, int64_t out) : Module("Conv1D") {
+HFConv1D::HFConv1D(int64_t in, int64_t out, double init_std) : Module("Conv1D") {
   Tensor& w = register_parameter("weight", empty({in, out}));
-  init::normal_(w, 0, 0.02);
+  init::normal_(w, 0, init_std);
   register_parameter("bias", zeros({out}));
 }
 
@@ -29,17 +29,15 @@ GPT2Block::GPT2Block(const GPT2Config& c) : Module("GPT2Block"), n_head_(c.n_hea
   register_module("ln_1", std::make_shared<LayerNorm>(Shape{c.n_embd}, c.layer_norm_eps));
   auto attn = std::make_shared<Holder>("GPT2Attention");
   attn->register_module("c_attn", std::make_shared<HFConv1D>(c.n_embd, 3 * c.n_embd));
-  attn->register_module("c_proj", std::make_shared<HFConv1D>(c.n_embd, c.n_embd));
+  // GPT-2 scales the residual projections' init by 1/sqrt(2 * n_layer).
+  const double residual_std = 0.02 / std::sqrt(2.0 * double(c.n_layer));
+  attn->register_module("c_proj", std::make_shared<HFConv1D>(c.n_embd, c.n_embd, residual_std));
   register_module("attn", attn);
   register_module("ln_2", std::make_shared<LayerNorm>(Shape{c.n_embd}, c.layer_norm_eps));
   auto mlp = std::make_shared<Holder>("GPT2MLP");
   mlp->register_module("c_fc", std::make_shared<HFConv1D>(c.n_embd, 4 * c.n_embd));
-  mlp->register_module("c_proj", std::make_shared<HFConv1D>(4 * c.n_embd, c.n_embd));
+  mlp->register_module("c_proj", std::make_shared<HFConv1D>(4 * c.n_embd, c.n_embd, residual_std));
   register_module("mlp", mlp);
-  // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer) at init.
-  double std = 0.02 / std::sqrt(2.0 * double(c.n_layer));
-  init::normal_(attn->submodule("c_proj").parameter("weight"), 0, std);
-  init::normal_(mlp->submodule("c_proj").parameter("weight"), 0, std);
 }
 
 Tensor GPT2Block::forward(const Tensor& x) {
@@ -58,8 +56,9 @@ Tensor GPT2Block::forward(const Tensor& x) {
 
 GPT2::GPT2(GPT2Config c) : Module("GPT2LMHeadModel"), config(c) {
   auto tr = std::make_shared<Holder>("GPT2Model");
-  auto wte = tr->register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
-  auto wpe = tr->register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd));
+  // Embedding's own N(0, 1) init is skipped: GPT-2's replaces it (one draw per weight, not two).
+  auto wte = tr->register_module("wte", init::skip_init<Embedding>(c.vocab_size, c.n_embd));
+  auto wpe = tr->register_module("wpe", init::skip_init<Embedding>(c.n_positions, c.n_embd));
   init::normal_(wte->parameter("weight"), 0, 0.02);
   init::normal_(wpe->parameter("weight"), 0, 0.01);
   auto h = std::make_shared<ModuleList>();

@@ -21,7 +21,7 @@ struct GPT2Config {
 // Hugging Face's Conv1D: y = x @ weight + bias with weight (in, out).
 class HFConv1D : public Module {
  public:
-  HFConv1D(int64_t in, int64_t out);
+  HFConv1D(int64_t in, int64_t out, double init_std = 0.02);  // weight N(0, init_std), bias 0
   Tensor forward(const Tensor& x) override;
 };
 
