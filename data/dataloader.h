@@ -28,12 +28,12 @@ struct Batch {
 // own `transform` comes last.
 struct LoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;      // RandomSampler(seed) unless `sampler` is given
-  SamplerPtr sampler{};      // custom order (WeightedRandomSampler, ...)
-  int num_workers = 0;       // 0: batches are made in the calling thread
+  bool shuffle = false;  // RandomSampler(seed) unless `sampler` is given
+  SamplerPtr sampler{};  // custom order (WeightedRandomSampler, ...)
+  int num_workers = 0;   // 0: batches are made in the calling thread
   // Custom collate: samples -> batch (replaces stacking and `transform`).
   std::function<Batch(std::vector<Example>& samples)> collate{};
-  bool pin_memory = false;          // page-locked batch buffers (needs CUDA; ignored without a GPU)
+  bool pin_memory = false;  // page-locked batch buffers (needs CUDA; ignored without a GPU)
   bool drop_last = false;
   double timeout_s = 0;             // > 0: waiting longer for a batch is an error
   uint64_t seed = 0;                // of the shuffle and the per-sample random transforms

@@ -15,7 +15,7 @@
 
 namespace brisk::dist {
 
-struct DDPOptions {  // fields in DistributedDataParallel's keyword order
+struct DDPOptions {                     // fields in DistributedDataParallel's keyword order
   bool broadcast_buffers = true;        // rank 0's buffers (batch-norm statistics) before each forward
   double bucket_cap_mb = 25;            // gradient bytes per allreduce (PyTorch's default)
   bool find_unused_parameters = false;  // a parameter without a gradient: zeros, not an error

@@ -465,7 +465,7 @@ class MpiGroup : public ProcessGroup {
         fail_all(active, fresh);
         continue;
       }
-      for (Task& t : fresh) {  // posted in call order: every rank posts the same sequence
+      for (Task& t : fresh) {   // posted in call order: every rank posts the same sequence
         if (health_->broken) {  // an earlier call of this batch broke it
           t.work->finish(health_->error_for(*t.work));
           continue;

@@ -72,8 +72,9 @@ void mark_broken(const std::string& error) {
 }
 
 std::string broken_group_error(const std::string& call, const std::string& first_error) {
-  return call + ": not run, the group is broken since an earlier call failed (a broken group stays broken: "
-                "end the process or start a new group); that call's error: " +
+  return call +
+         ": not run, the group is broken since an earlier call failed (a broken group stays broken: "
+         "end the process or start a new group); that call's error: " +
          first_error;
 }
 

@@ -46,7 +46,7 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
-struct GroupOptions {  // fields in init_process_group's keyword order (name: its group_name)
+struct GroupOptions {                  // fields in init_process_group's keyword order (name: its group_name)
   Duration timeout = kDefaultTimeout;  // per collective, from the moment the backend issues it
   std::string name = "world";
   // Before every collective, all ranks compare what they are about to call (collective,

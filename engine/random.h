@@ -99,8 +99,8 @@ BRISK_INLINE float box_muller_log(float x) {
 // sign, then cos on [0, 1/8] and sin of the complement on (1/8, 1/4], both Taylor
 // polynomials on arguments below pi/4. Every fold is exact for u = k / 2^24.
 BRISK_INLINE float box_muller_cos2pi(float u) {
-  const float t = u > 0.5f ? 1.0f - u : u;     // cos(2 pi u) = cos(2 pi (1 - u))
-  const float a = t > 0.25f ? 0.5f - t : t;    // cos(2 pi t) = -cos(2 pi (1/2 - t))
+  const float t = u > 0.5f ? 1.0f - u : u;   // cos(2 pi u) = cos(2 pi (1 - u))
+  const float a = t > 0.25f ? 0.5f - t : t;  // cos(2 pi t) = -cos(2 pi (1/2 - t))
   const float sign = t > 0.25f ? -1.0f : 1.0f;
   const bool near = a <= 0.125f;
   const float x = 6.28318531f * (near ? a : 0.25f - a);  // in [0, pi / 4]

@@ -500,7 +500,8 @@ SafetensorsFile load_impl(const std::string& path, Device device, std::optional<
                           t.is_contiguous() && e.dtype != DType::Bool;
     if (!in_place) t = make_empty(e.shape, e.dtype, Device::cpu());
     const uint64_t nbytes = e.end - e.begin;
-    if (nbytes > 0) file.read(t.data_ptr(), nbytes, header.data_start + e.begin, "the data of tensor " + quoted(e.name));
+    if (nbytes > 0)
+      file.read(t.data_ptr(), nbytes, header.data_start + e.begin, "the data of tensor " + quoted(e.name));
     if (in_place) {
       t.bump_version();
       result.tensors.emplace_back(e.name, t);

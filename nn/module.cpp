@@ -405,7 +405,8 @@ LoadReport Module::load_state_dict(const NamedTensors& state, bool strict) {
   BRISK_CHECK(!strict || report.ok(), "load_state_dict (", type_name_, "): ", report.str());
   NoGradGuard ng;
   for (auto& [dst, src] : copies) {
-    const bool same = dst.data_ptr() == src->data_ptr() && dst.dtype() == src->dtype() && dst.strides() == src->strides();
+    const bool same =
+        dst.data_ptr() == src->data_ptr() && dst.dtype() == src->dtype() && dst.strides() == src->strides();
     if (same) continue;  // read in place (nn::load_module)
     dst.copy_(*src);
   }

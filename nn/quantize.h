@@ -281,8 +281,7 @@ class Fused : public Module {
 // PyTorch's recommended one for x86 (get_default_qconfig("fbgemm"): histogram activations,
 // per-channel weights), not torch.ao.quantization.default_qconfig (min-max activations,
 // per-tensor weights): pass default_qconfig() for that.
-ModulePtr prepare(ModulePtr model, const QConfig& qconfig = get_default_qconfig(),
-                  const QuantizeOptions& options = {});
+ModulePtr prepare(ModulePtr model, const QConfig& qconfig = get_default_qconfig(), const QuantizeOptions& options = {});
 // QAT: fuse (folding batch norm with its current statistics), then fake quantization of the
 // weights and inputs of each Linear / Conv2d; train it (train mode), then convert().
 ModulePtr prepare_qat(ModulePtr model, const QConfig& qconfig = default_qat_qconfig(),

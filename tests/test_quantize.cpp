@@ -232,7 +232,8 @@ TEST_CASE("quantize: DynamicQuantLinear is within one int8 step of torch's dynam
 TEST_CASE("quantize: quantize_dynamic with default_dynamic_qconfig equals torch's quantize_dynamic with no qconfig") {
   const json& c = reference()["dynamic_default"];
   // The same nesting as the reference: Linear, ReLU, Sequential(Linear).
-  auto inner = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(16, 6)});
+  auto inner =
+      std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(16, 6)});
   auto model = std::make_shared<nn::Sequential>(
       std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(24, 16), std::make_shared<nn::ReLU>(), inner});
   {
@@ -258,14 +259,17 @@ TEST_CASE("quantize: quantize_dynamic with default_dynamic_qconfig equals torch'
   for (size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-4f * (1 + std::abs(want[i])));
 
   // brisk's default stays per channel (the header says why): one scale per output row.
-  auto per_channel = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(24, 16)});
+  auto per_channel =
+      std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(24, 16)});
   q::quantize_dynamic(per_channel);
   CHECK((*per_channel)[0]->buffer("weight_scale").numel() == 16);
   CHECK(test::error_text([&] { q::quantize_dynamic(per_channel, q::QConfig{}); }).find("no weight observer") !=
         std::string::npos);
 }
 
-TEST_CASE("quantize: static PTQ with torch's default_qconfig and get_default_qconfig(fbgemm) gives PyTorch's qparams and outputs") {
+TEST_CASE(
+    "quantize: static PTQ with torch's default_qconfig and get_default_qconfig(fbgemm) gives PyTorch's qparams and "
+    "outputs") {
   const json& r = reference()["static_ptq"];
   for (const json& c : r["cases"]) {
     const std::string name = c["qconfig"];

@@ -111,7 +111,8 @@ TEST_CASE("random: Box-Muller's own log and cos are within 1.7 ulp and 7.6e-8 of
     const double want = std::log(double(u));
     const float w = float(want);
     const double ulp = double(std::nextafter(std::fabs(w), INFINITY) - std::fabs(w));
-    worst_ulp = std::max(worst_ulp, want == 0 ? double(box_muller_log(u) != 0) : std::fabs(box_muller_log(u) - want) / ulp);
+    worst_ulp =
+        std::max(worst_ulp, want == 0 ? double(box_muller_log(u) != 0) : std::fabs(box_muller_log(u) - want) / ulp);
     const float v = float(k - 1) * (1.0f / 16777216.0f);  // [0, 1): u2
     worst_cos = std::max(worst_cos, std::fabs(double(box_muller_cos2pi(v)) - std::cos(2 * M_PI * double(v))));
   }

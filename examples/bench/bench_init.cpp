@@ -59,7 +59,11 @@ int main() {
     Tensor e = empty({50257, 768});
     Tensor w = empty({3072, 768});
     const double ms[] = {
-        1e3 * bench::seconds_per_call([&] { bench::keep(randn({50257, 768})); }, 3),
+        1e3 * bench::seconds_per_call(
+                  [&] {
+                    bench::keep(randn({50257, 768}));
+                  },
+                  3),
         1e3 * bench::seconds_per_call([&] { nn::init::normal_(e, 0, 0.02); }, 3),
         1e3 * bench::seconds_per_call([&] { nn::init::uniform_(e, -0.1, 0.1); }, 3),
         1e3 * bench::seconds_per_call([&] { nn::init::kaiming_uniform_(w, std::sqrt(5.0)); }, 10),
@@ -94,9 +98,10 @@ int main() {
                                      nn::load_module(*m, path);
                                    },
                                    1, 5);
-  std::printf("\nGPT-2 124M from safetensors (%.0f MB, 1 thread): skip_init + load_module %.1f ms, reading the file "
-              "%.1f ms: %.2fx the read\n",
-              double(bytes) / 1e6, load_ms, read_ms, load_ms / read_ms);
+  std::printf(
+      "\nGPT-2 124M from safetensors (%.0f MB, 1 thread): skip_init + load_module %.1f ms, reading the file "
+      "%.1f ms: %.2fx the read\n",
+      double(bytes) / 1e6, load_ms, read_ms, load_ms / read_ms);
   std::filesystem::remove(path);
   return 0;
 }

@@ -48,7 +48,7 @@ struct HiLo {
 
 // The high and low 32 bits of a[i] * b[i] per lane.
 __attribute__((target("avx512f"))) inline HiLo mul_hi_lo(__m512i a, __m512i b) {
-  const __m512i even = _mm512_mul_epu32(a, b);                         // lanes 0, 2, ... as u64
+  const __m512i even = _mm512_mul_epu32(a, b);                        // lanes 0, 2, ... as u64
   const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b);  // lanes 1, 3, ... as u64
   return {_mm512_mask_blend_epi32(__mmask16(0xAAAA), _mm512_srli_epi64(even, 32), odd),
           _mm512_mask_blend_epi32(__mmask16(0xAAAA), even, _mm512_slli_epi64(odd, 32))};
@@ -138,7 +138,7 @@ template <class F>
 void for_each_uniform(int64_t n, uint64_t seed, uint64_t offset, F f) {
   by_counters<4>(
       n, seed, offset,
-      [](const uint32_t (*r)[kBlock], float (*z)[kBlock], int j) {
+      [](const uint32_t(*r)[kBlock], float(*z)[kBlock], int j) {
         z[0][j] = uniform_float(r[0][j]);
         z[1][j] = uniform_float(r[1][j]);
         z[2][j] = uniform_float(r[2][j]);
@@ -152,7 +152,7 @@ template <class F>
 void for_each_normal(int64_t n, uint64_t seed, uint64_t offset, F f) {
   by_counters<2>(
       n, seed, offset,
-      [](const uint32_t (*r)[kBlock], float (*z)[kBlock], int j) {
+      [](const uint32_t(*r)[kBlock], float(*z)[kBlock], int j) {
         z[0][j] = box_muller(r[0][j], r[1][j]);
         z[1][j] = box_muller(r[2][j], r[3][j]);
       },

@@ -2,8 +2,8 @@
 // (tests/dist/run.sh). `kill`: rank 1 dies by SIGKILL before an allreduce; rank 0, with a
 // 3 s timeout, must end with a brisk::Error naming the collective, the group and the timeout,
 // within a few seconds of it; a later barrier must fail at once naming itself and that error;
-// returning 0 from main, rank 0 must still exit with dist::kBrokenGroupExitStatus. `mismatch`: with the debug check on, rank 0 calls allreduce and
-// rank 1 broadcast; both must fail naming rank 1 and both calls. `pipeline_kill`: a 2-stage
+// returning 0 from main, rank 0 must still exit with dist::kBrokenGroupExitStatus. `mismatch`: with the debug check on,
+// rank 0 calls allreduce and rank 1 broadcast; both must fail naming rank 1 and both calls. `pipeline_kill`: a 2-stage
 // dist::Pipeline whose stage 1 dies by SIGKILL before its second step; stage 0 must end with a
 // brisk::Error naming the pipeline stage and the timeout. Prints "PASS <what>" or
 // "FAIL <what>" on rank 0 and exits 0 on pass.
