@@ -31,9 +31,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     scores = masked_fill(scores, future, neg_inf);
   }
   if (mask.defined()) {
-    BRISK_CHECK(mask.dtype() == DType::Bool,
-                "scaled_dot_product_attention: mask must be Bool (true = masked out), got ", mask.dtype());
-    scores = masked_fill(scores, mask, neg_inf);
+    BRISK_CHECK(mask.dtype() == DType::Bool || is_floating(mask.dtype()),
+                "scaled_dot_product_attention: mask must be Bool (true = attend) or floating (added to the scores), "
+                "got ",
+                mask.dtype());
+    scores = mask.dtype() == DType::Bool ? masked_fill(scores, eq(mask, zeros({}, DType::Bool, mask.device())), neg_inf)
+                                         : scores + mask.to(scores.dtype());
   }
   Tensor attn = brisk::softmax(scores, -1);
   if (dropout_p > 0 && training) attn = brisk::dropout(attn, dropout_p, true);

@@ -112,7 +112,10 @@ Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 
 // ---- attention (nn/functional.cpp)
-// q (B, H, T, D), k/v (B, H, S, D); mask Bool broadcastable to (B, H, T, S), true = masked out.
+// q (B, H, T, D), k/v (B, H, S, D); mask broadcastable to (B, H, T, S), as PyTorch's
+// attn_mask: Bool, true = take part in attention (false = masked out), or floating, added to
+// the scores (-inf masks out). (nn::MultiheadAttention's Bool masks mean the opposite, true =
+// not allowed, as PyTorch's do.)
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
                                     bool causal = false, double dropout_p = 0.0, bool training = true);
 

@@ -182,7 +182,10 @@ Tensor MultiheadAttention::forward(const Tensor& q_in, const Tensor& k_in, const
     return y.view({bsz, t, num_heads, d}).transpose(1, 2);  // (B, H, T, D)
   };
   Tensor qh = proj(q, 0), kh = proj(k, 1), vh = proj(v, 2);
-  Tensor o = F::scaled_dot_product_attention(qh, kh, vh, mask, is_causal, dropout, is_training());  // (B, H, T, D)
+  // MultiheadAttention's Bool masks say where attention is not allowed; sdpa's where it is.
+  const Tensor allowed =
+      mask.defined() && mask.dtype() == DType::Bool ? eq(mask, zeros({}, DType::Bool, mask.device())) : mask;
+  Tensor o = F::scaled_dot_product_attention(qh, kh, vh, allowed, is_causal, dropout, is_training());  // (B, H, T, D)
   Tensor merged = o.transpose(1, 2).reshape({q.size(0), q.size(1), embed_dim});
   Tensor out = (*child("out_proj"))(merged);
   return batch_first ? out : out.transpose(0, 1);
