@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,22 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 // Sums `x` down to `shape` (the reverse of broadcasting `shape` up to x's sizes).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor softmax(const Tensor& x, int64_t dim);
+
+// Scaled dot-product attention, as torch.nn.functional.scaled_dot_product_attention: q (*, T,
+// D), k (*, S, D), v (*, S, Dv) with the same leading dims; mask broadcastable to (*, T, S),
+// Bool (true = attend) or floating (added to the scores); is_causal: query i attends to keys
+// j <= i + S - T; scale defaults to 1 / sqrt(D); dropout on the attention weights. One fused
+// op on the CPU that never stores the (T, S) scores (engine/ops/attention.cpp, Note [Fused
+// attention] in kernels/cpu/attention.cpp); the math form below elsewhere (Note [When the fused
+// attention runs]). A row with every key masked gives NaN, as the math form does.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
+                                    double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt, Generator* gen = nullptr);
+// The same from matmul, masked_fill, softmax and dropout (PyTorch's "math" backend): the
+// reference the fused op is checked against.
+Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
+                                         double dropout_p = 0.0, bool is_causal = false,
+                                         std::optional<double> scale = std::nullopt, Generator* gen = nullptr);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // log(sum(exp(x))) over dims, computed stably (as torch.logsumexp: all -inf gives -inf).
 Tensor logsumexp(const Tensor& x, const Shape& dims = {}, bool keepdim = false);

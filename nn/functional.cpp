@@ -15,32 +15,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) { return brisk::em
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
                                     double dropout_p, bool training) {
-  BRISK_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), "scaled_dot_product_attention: q ", q.sizes(),
-              ", k ", k.sizes(), ", v ", v.sizes(), " must have the same number of dims (>= 2)");
-  BRISK_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), "scaled_dot_product_attention: q ", q.sizes(),
-              ", k ", k.sizes(), ", v ", v.sizes(), " do not fit (q/k last dims, k/v sequence dims)");
-  double scale = 1.0 / std::sqrt(double(q.size(-1)));
-  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, S)
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (causal) {
-    int64_t t = q.size(-2), s = k.size(-2);
-    // Position i may attend to j <= i + (s - t) (aligned at the end, as PyTorch for t == s).
-    Tensor rows = arange(t, DType::I64, q.device()).unsqueeze(1);  // on q's device: GPT-2 runs on CUDA
-    Tensor cols = arange(s, DType::I64, q.device()).unsqueeze(0);
-    Tensor future = gt(cols, rows + double(s - t));
-    scores = masked_fill(scores, future, neg_inf);
-  }
-  if (mask.defined()) {
-    BRISK_CHECK(mask.dtype() == DType::Bool || is_floating(mask.dtype()),
-                "scaled_dot_product_attention: mask must be Bool (true = attend) or floating (added to the scores), "
-                "got ",
-                mask.dtype());
-    scores = mask.dtype() == DType::Bool ? masked_fill(scores, eq(mask, zeros({}, DType::Bool, mask.device())), neg_inf)
-                                         : scores + mask.to(scores.dtype());
-  }
-  Tensor attn = brisk::softmax(scores, -1);
-  if (dropout_p > 0 && training) attn = brisk::dropout(attn, dropout_p, true);
-  return matmul(attn, v);
+  return brisk::scaled_dot_product_attention(q, k, v, mask, training ? dropout_p : 0.0, causal);
 }
 
 namespace {

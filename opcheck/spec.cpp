@@ -8,6 +8,7 @@ namespace brisk::opcheck {
 // One per spec file (opcheck/specs_<family>.cpp). Called explicitly rather than by static
 // registrars: brisk::opcheck is a static library, and a linker drops object files nothing
 // refers to.
+void add_attention_specs(std::vector<OpSpec>& specs);
 void add_elementwise_specs(std::vector<OpSpec>& specs);
 void add_index_specs(std::vector<OpSpec>& specs);
 void add_linalg_specs(std::vector<OpSpec>& specs);
@@ -24,9 +25,9 @@ void add_shape_specs(std::vector<OpSpec>& specs);
 const std::vector<OpSpec>& op_specs() {
   static const std::vector<OpSpec> specs = [] {
     std::vector<OpSpec> s;
-    for (auto add : {add_elementwise_specs, add_index_specs, add_linalg_specs, add_linalg_decomp_specs, add_nn_specs,
-                     add_norm_specs, add_random_specs, add_recurrent_specs, add_reduce_specs, add_resize_specs,
-                     add_scan_specs, add_shape_specs}) {
+    for (auto add : {add_attention_specs, add_elementwise_specs, add_index_specs, add_linalg_specs,
+                     add_linalg_decomp_specs, add_nn_specs, add_norm_specs, add_random_specs, add_recurrent_specs,
+                     add_reduce_specs, add_resize_specs, add_scan_specs, add_shape_specs}) {
       add(s);
     }
     return s;

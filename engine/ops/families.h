@@ -20,6 +20,7 @@ void define_conv_ops();         // engine/ops/conv.cpp (conv2d and its backward 
 void define_pool_ops();         // engine/ops/pool.cpp (max, average, adaptive pooling)
 void define_norm_ops();         // engine/ops/norm.cpp (layer norm, batch norm)
 void define_recurrent_ops();    // engine/ops/recurrent.cpp (lstm_sequence, gru_sequence)
+void define_attention_ops();    // engine/ops/attention.cpp (fused scaled dot-product attention)
 
 inline void define_all_ops() {
   define_elementwise_ops();
@@ -33,6 +34,7 @@ inline void define_all_ops() {
   define_pool_ops();
   define_norm_ops();
   define_recurrent_ops();
+  define_attention_ops();
 }
 
 // Installs `def` for `id`, keeping the name and arity that ops.def gives and any kernels

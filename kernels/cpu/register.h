@@ -20,6 +20,7 @@ void register_pool();       // kernels/cpu/pool.cpp (max, average, adaptive pool
 void register_norm();       // kernels/cpu/norm.cpp
 void register_recurrent();  // kernels/cpu/recurrent.cpp (lstm_sequence, gru_sequence, their backward ops)
 void register_amp();        // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
+void register_attention();  // kernels/cpu/attention.cpp (fused attention and its backward)
 
 // kernels/cpu/linalg_decomp.cpp: solve, cholesky, slogdet, qr, eigh
 void register_linalg_decomp();
@@ -42,6 +43,7 @@ inline void register_all() {
   register_norm();
   register_recurrent();
   register_amp();
+  register_attention();
 }
 
 }  // namespace brisk::kernels::cpu
