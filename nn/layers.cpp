@@ -163,15 +163,92 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double dropout, boo
   }
 }
 
+void check_attn_mask(const std::string& who, const char* name, const Tensor& mask, int64_t batch, int64_t heads,
+                     int64_t t, int64_t s) {
+  if (!mask.defined()) return;
+  BRISK_CHECK(mask.dtype() == DType::Bool || is_floating(mask.dtype()), who, ": ", name,
+              " must be Bool (true = not allowed) or floating (added to the scores), got ", mask.dtype());
+  const bool ok2 = mask.dim() == 2 && mask.sizes() == Shape{t, s};
+  const bool ok3 = mask.dim() == 3 && mask.sizes() == Shape{batch * heads, t, s};
+  BRISK_CHECK(ok2 || ok3, who, ": ", name, " has shape ", mask.sizes(), ", expected (T, S) = (", t, ", ", s,
+              ") or (B * heads, T, S) = (", batch * heads, ", ", t, ", ", s, ")");
+}
+
+void check_key_padding_mask(const std::string& who, const char* name, const Tensor& mask, int64_t batch, int64_t s) {
+  if (!mask.defined()) return;
+  BRISK_CHECK(mask.dtype() == DType::Bool || is_floating(mask.dtype()), who, ": ", name,
+              " must be Bool (true = padding) or floating (added to the scores), got ", mask.dtype());
+  const bool fits = mask.sizes() == Shape{batch, s};
+  BRISK_CHECK(fits, who, ": ", name, " has shape ", mask.sizes(), ", expected (B, S) = (", batch, ", ", s, ")");
+}
+
+namespace {
+
+// Note [Attention masks]
+// PyTorch's MultiheadAttention takes attn_mask (T, S) or (B * H, T, S) and key_padding_mask
+// (B, S), each Bool (true = not allowed) or floating (added to the scores). They are viewed as
+// (T, S) / (B, H, T, S) and (B, 1, 1, S) and merged into one mask broadcastable to
+// (B, H, T, S): two Bool masks are or-ed and stay Bool; otherwise a Bool one becomes 0 / -inf
+// in `dtype` (the query's) and the two are added, as PyTorch's _canonical_mask does.
+// scaled_dot_product_attention's Bool masks mean the opposite (true = attend): forward()
+// inverts a Bool mask on the way there.
+Tensor additive(const Tensor& mask, DType dtype) {
+  if (mask.dtype() != DType::Bool) return mask.to(dtype);
+  return masked_fill(zeros(mask.sizes(), dtype, mask.device()), mask, -std::numeric_limits<double>::infinity());
+}
+
+Tensor merge_attention_masks(const Tensor& attn_mask, const Tensor& padding_mask, int64_t batch, int64_t heads,
+                             int64_t t, int64_t s, DType dtype) {
+  Tensor attn = attn_mask.defined() && attn_mask.dim() == 3 ? attn_mask.reshape({batch, heads, t, s}) : attn_mask;
+  Tensor pad = padding_mask.defined() ? padding_mask.reshape({batch, 1, 1, s}) : Tensor();
+  if (!attn.defined() || !pad.defined()) return attn.defined() ? attn : pad;
+  if (attn.dtype() == DType::Bool && pad.dtype() == DType::Bool) {
+    // Bool or: (a + b) > 0 in F32 (no logical ops on Bool).
+    Tensor sum = cast(attn, DType::F32) + cast(pad, DType::F32);
+    return gt(sum, scalar_tensor(0.0, DType::F32, sum.device()));
+  }
+  return additive(attn, dtype) + additive(pad, dtype);
+}
+
+// (T, B, E) inputs are attended as (B, T, E).
+Tensor batch_major(const Tensor& x, bool batch_first) { return batch_first ? x : x.transpose(0, 1); }
+
+}  // namespace
+
+MultiheadAttention::WithWeights MultiheadAttention::operator()(const Tensor& query, const Tensor& key,
+                                                               const Tensor& value, const Tensor& key_padding_mask,
+                                                               bool need_weights, const Tensor& attn_mask, bool average,
+                                                               bool is_causal) {
+  WithWeights r;
+  Tensor out = call_with(query, [&](const Tensor& q) {
+    if (need_weights) {
+      r = forward_with_weights(q, key, value, key_padding_mask, attn_mask, average, is_causal);
+      return r.output;
+    }
+    BRISK_CHECK(q.dim() == 3 && key.dim() == 3, "MultiheadAttention: query ", q.sizes(), ", key ", key.sizes(),
+                " must be ", batch_first ? "(B, T, " : "(T, B, ", embed_dim, ")");
+    const int64_t bsz = q.size(batch_first ? 0 : 1), t = q.size(batch_first ? 1 : 0);
+    const int64_t s = key.size(batch_first ? 1 : 0);
+    check_key_padding_mask("MultiheadAttention", "key_padding_mask", key_padding_mask, bsz, s);
+    check_attn_mask("MultiheadAttention", "attn_mask", attn_mask, bsz, num_heads, t, s);
+    Tensor mask = merge_attention_masks(attn_mask, key_padding_mask, bsz, num_heads, t, s, q.dtype());
+    return forward(q, key, value, mask, is_causal);
+  });
+  r.output = out;  // what the forward hooks left
+  return r;
+}
+
 Tensor MultiheadAttention::forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& mask,
                                    bool is_causal) {
   BRISK_CHECK(q_in.dim() == 3 && q_in.size(2) == embed_dim && k_in.dim() == 3 && v_in.dim() == 3,
               "MultiheadAttention: query ", q_in.sizes(), ", key ", k_in.sizes(), ", value ", v_in.sizes(), " must be ",
               batch_first ? "(B, T, " : "(T, B, ", embed_dim, ")");
-  // (T, B, E) inputs are attended as (B, T, E) and handed back as they came.
-  const Tensor q = batch_first ? q_in : q_in.transpose(0, 1);
-  const Tensor k = batch_first ? k_in : k_in.transpose(0, 1);
-  const Tensor v = batch_first ? v_in : v_in.transpose(0, 1);
+  BRISK_CHECK(!mask.defined() || mask.dtype() == DType::Bool || is_floating(mask.dtype()),
+              "MultiheadAttention: attn_mask must be Bool (true = not allowed) or floating (added to the scores), got ",
+              mask.dtype());
+  const Tensor q = batch_major(q_in, batch_first);
+  const Tensor k = batch_major(k_in, batch_first);
+  const Tensor v = batch_major(v_in, batch_first);
   const Tensor& w = parameter("in_proj_weight");
   Tensor b = maybe_parameter("in_proj_bias");
   auto proj = [&](const Tensor& x, int64_t i) {
@@ -199,12 +276,14 @@ MultiheadAttention::WithWeights MultiheadAttention::forward_with_weights(const T
   BRISK_CHECK(q_in.dim() == 3 && q_in.size(2) == embed_dim && k_in.dim() == 3 && v_in.dim() == 3,
               "MultiheadAttention: query ", q_in.sizes(), ", key ", k_in.sizes(), ", value ", v_in.sizes(), " must be ",
               batch_first ? "(B, T, " : "(T, B, ", embed_dim, ")");
-  const Tensor q = batch_first ? q_in : q_in.transpose(0, 1);
-  const Tensor k = batch_first ? k_in : k_in.transpose(0, 1);
-  const Tensor v = batch_first ? v_in : v_in.transpose(0, 1);
+  const Tensor q = batch_major(q_in, batch_first);
+  const Tensor k = batch_major(k_in, batch_first);
+  const Tensor v = batch_major(v_in, batch_first);
   const int64_t bsz = q.size(0), t = q.size(1), s = k.size(1), d = embed_dim / num_heads;
   BRISK_CHECK(k.size(0) == bsz && v.size(0) == bsz && v.size(1) == s, "MultiheadAttention: query ", q_in.sizes(),
               ", key ", k_in.sizes(), ", value ", v_in.sizes(), " do not agree on batch and key length");
+  check_key_padding_mask("MultiheadAttention", "key_padding_mask", key_padding_mask, bsz, s);
+  check_attn_mask("MultiheadAttention", "attn_mask", attn_mask, bsz, num_heads, t, s);
   const Tensor& w = parameter("in_proj_weight");
   Tensor b = maybe_parameter("in_proj_bias");
   auto proj = [&](const Tensor& x, int64_t i) {
@@ -216,19 +295,9 @@ MultiheadAttention::WithWeights MultiheadAttention::forward_with_weights(const T
   Tensor qh = proj(q, 0), kh = proj(k, 1), vh = proj(v, 2);
   Tensor scores = matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(double(d)));  // (B, H, T, S)
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (key_padding_mask.defined()) {
-    BRISK_CHECK(key_padding_mask.dtype() == DType::Bool && key_padding_mask.dim() == 2 &&
-                    key_padding_mask.size(0) == bsz && key_padding_mask.size(1) == s,
-                "MultiheadAttention: key_padding_mask must be Bool (B, S) = (", bsz, ", ", s, "), got ",
-                key_padding_mask.str());
-    scores = masked_fill(scores, key_padding_mask.view({bsz, 1, 1, s}), neg_inf);
-  }
-  if (attn_mask.defined()) {
-    BRISK_CHECK(attn_mask.dtype() == DType::Bool,
-                "MultiheadAttention: attn_mask must be Bool (true = not allowed), got ", attn_mask.dtype());
-    const bool per_head = attn_mask.dim() == 3 && attn_mask.size(0) == bsz * num_heads && bsz * num_heads > 1;
-    scores = masked_fill(scores, per_head ? attn_mask.reshape({bsz, num_heads, t, s}) : attn_mask, neg_inf);
-  }
+  Tensor mask = merge_attention_masks(attn_mask, key_padding_mask, bsz, num_heads, t, s, scores.dtype());
+  if (mask.defined())
+    scores = mask.dtype() == DType::Bool ? masked_fill(scores, mask, neg_inf) : scores + mask.to(scores.dtype());
   if (is_causal) {
     Tensor rows = arange(t, DType::I64, q.device()).unsqueeze(1);
     Tensor cols = arange(s, DType::I64, q.device()).unsqueeze(0);

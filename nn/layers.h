@@ -190,29 +190,39 @@ class Softmax : public Module {
   int64_t dim;
 };
 
-// Multi-head attention. batch_first (brisk's default; PyTorch's is false): query (B, T, E),
-// key/value (B, S, E) -> (B, T, E); with batch_first = false, (T, B, E) as PyTorch's default.
+// Multi-head attention, as torch.nn.MultiheadAttention: query (T, B, E), key/value (S, B, E)
+// -> (T, B, E) (PyTorch's default), or (B, T, E) / (B, S, E) -> (B, T, E) with batch_first.
 // Parameters as PyTorch: in_proj_weight (3E, E), in_proj_bias (3E), out_proj.{weight, bias}.
-// Self-attention through the module's call, `mha(x)`, runs the forward hooks and applies the
-// causal mask when `causal` is set (a decoder block); the three-input forward takes masks.
+// Masks as PyTorch's (Note [Attention masks]): attn_mask (T, S) or (B * num_heads, T, S),
+// key_padding_mask (B, S), each Bool (true = not allowed) or floating (added to the scores, as
+// generate_square_subsequent_mask's 0 / -inf, nn/transformer.h). The calls:
+//   auto [out, weights] = mha(q, k, v);  // PyTorch's call; the hooks run and see the query
+//   Tensor y = mha(q, k, v, key_padding_mask, /*need_weights=*/false, attn_mask).output;
+//   Tensor y = mha(x);  // self-attention (hooks run), with the causal mask when `causal` is set
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
-                     bool batch_first = true, bool causal = false);
-  // attn_mask: Bool, true = not allowed, broadcastable to (B, H, T, S); causal adds the
-  // upper-triangular mask.
-  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = {},
-                 bool causal = false);
-  Tensor forward(const Tensor& x) override { return forward(x, x, x, {}, causal); }
-  // PyTorch's mha(query, key, value, key_padding_mask, need_weights=True, attn_mask,
-  // average_attn_weights): the output and the attention weights (after dropout, as PyTorch's),
-  // (B, T, S) averaged over heads or (B, H, T, S), whatever batch_first. key_padding_mask: Bool
-  // (B, S), true = a padding key; attn_mask: Bool, true = not allowed, (T, S), PyTorch's
-  // (B * H, T, S) or broadcastable to (B, H, T, S).
+                     bool batch_first = false, bool causal = false);
+  // The output and the attention weights (after dropout, as PyTorch's): (B, T, S) averaged
+  // over heads or (B, H, T, S), whatever batch_first; undefined when not asked for.
   struct WithWeights {
     Tensor output{};
     Tensor weights{};
   };
+  // PyTorch's forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+  // average_attn_weights, is_causal) through the module's call. is_causal adds the causal mask
+  // (PyTorch takes it as a hint that attn_mask is causal; here it suffices alone, and with a
+  // causal attn_mask the result is the same). need_weights false takes the fused path.
+  using Module::operator();
+  WithWeights operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                         const Tensor& key_padding_mask = {}, bool need_weights = true, const Tensor& attn_mask = {},
+                         bool average_attn_weights = true, bool is_causal = false);
+  // The output only, without the hooks; attn_mask: Bool (true = not allowed) or floating,
+  // broadcastable to (B, H, T, S) (PyTorch's (B * H, T, S) layout is the call's).
+  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = {},
+                 bool causal = false);
+  Tensor forward(const Tensor& x) override { return forward(x, x, x, {}, causal); }
+  // The call with need_weights, without the hooks.
   WithWeights forward_with_weights(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const Tensor& key_padding_mask = {}, const Tensor& attn_mask = {},
                                    bool average_attn_weights = true, bool causal = false);
@@ -221,6 +231,13 @@ class MultiheadAttention : public Module {
   bool batch_first;
   bool causal;  // mha(x) masks future positions
 };
+
+// The checks of PyTorch's attention masks (MultiheadAttention's, the transformer blocks'), with
+// the caller's names in the errors ("TransformerEncoderLayer: src_mask has shape (4, 5),
+// expected ..."); for batch B, heads H, T queries and S keys. Undefined masks pass.
+void check_attn_mask(const std::string& who, const char* name, const Tensor& mask, int64_t batch, int64_t heads,
+                     int64_t t, int64_t s);
+void check_key_padding_mask(const std::string& who, const char* name, const Tensor& mask, int64_t batch, int64_t s);
 
 // Loss modules hold their options; call them with (input, target).
 class CrossEntropyLoss : public Module {

@@ -121,13 +121,18 @@ bool Module::has_call_work() const {
          !derived_.empty();
 }
 
-Tensor Module::operator()(const Tensor& x) {
+Tensor Module::operator()(const Tensor& x) { return call_scoped(x, nullptr); }
+
+Tensor Module::call_with(const Tensor& x, const ForwardFn& forward_fn) { return call_scoped(x, &forward_fn); }
+
+// forward_fn null: forward(x).
+Tensor Module::call_scoped(const Tensor& x, const ForwardFn* forward_fn) {
   if (BRISK_UNLIKELY(scopes_tracked())) {
     if (!scope_named_) name_scopes();  // first called as a root: name the tree below
     ScopeGuard scope(scope_);
-    return call_with_hooks(x);
+    return call_with_hooks(x, forward_fn);
   }
-  return call_with_hooks(x);
+  return call_with_hooks(x, forward_fn);
 }
 
 TensorDict Module::operator()(const TensorDict& inputs) {
@@ -146,8 +151,9 @@ void Module::name_scopes() {
   }
 }
 
-Tensor Module::call_with_hooks(const Tensor& x) {
-  if (!has_call_work()) return forward(x);
+Tensor Module::call_with_hooks(const Tensor& x, const ForwardFn* forward_fn) {
+  auto run = [&](const Tensor& in) { return forward_fn ? (*forward_fn)(in) : forward(in); };
+  if (!has_call_work()) return run(x);
   refresh_derived();
   Tensor in = x;
   for (auto& [id, hook] : pre_hooks_) hook(*this, in);
@@ -156,7 +162,7 @@ Tensor Module::call_with_hooks(const Tensor& x) {
     for (auto& [id, hook] : dict_pre_hooks_) hook(*this, d);
     in = d.only(type_name_ + ": a dict forward pre-hook of a single-tensor call (its inputs)");
   }
-  Tensor out = forward(in);
+  Tensor out = run(in);
   for (auto& [id, hook] : hooks_) hook(*this, in, out);
   if (!dict_hooks_.empty()) {
     const TensorDict din{{"input", in}};

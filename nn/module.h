@@ -76,7 +76,9 @@ class Module {
   //   forward(x)         = forward_dict({{"input", x}}), which must give exactly one tensor;
   //   forward_dict(in)   = {{"output", forward(in.only())}} for exactly one input.
   // A module overriding neither throws brisk::Error when called. operator() runs the hooks,
-  // derived tensors and scopes around either.
+  // derived tensors and scopes around either. A module whose forward takes more than the tensor
+  // (masks, flags: TransformerEncoderLayer's `layer(src, src_mask, padding_mask, is_causal)`)
+  // adds an operator() overload built on call_with(), so such calls run the hooks too.
   virtual Tensor forward(const Tensor& x);
   virtual TensorDict forward_dict(const TensorDict& inputs);
   Tensor operator()(const Tensor& x);
@@ -147,8 +149,9 @@ class Module {
   int register_forward_hook(ForwardHook hook);
   // Hooks that see every call, as named tensors: a single-tensor call shows {"input": x} and
   // {"output": y}, and what the hook writes there is what the call uses and returns. The
-  // single-tensor hooks above see single-tensor calls only. Both kinds run in registration
-  // order within their kind, tensor hooks first.
+  // single-tensor hooks above see single-tensor calls only (those of call_with() included, which
+  // show the first tensor). Both kinds run in registration order within their kind, tensor
+  // hooks first.
   using DictForwardPreHook = std::function<void(Module&, TensorDict& inputs)>;
   using DictForwardHook = std::function<void(Module&, const TensorDict& inputs, TensorDict& outputs)>;
   int register_dict_forward_pre_hook(DictForwardPreHook hook);
@@ -173,9 +176,18 @@ class Module {
   // Called by train(); layers whose behaviour changes (dropout, batch norm) read is_training().
   virtual void on_train(bool) {}
 
+  // A call with arguments beyond one tensor: what operator()(x) runs (scope, derived tensors,
+  // hooks) around forward_fn(x) instead of forward(x). The hooks see x as the input (PyTorch's
+  // hooks see it as args[0]), a pre-hook's replacement is what forward_fn gets, and forward_fn's
+  // result is the output. forward_fn captures the other arguments:
+  //   return call_with(src, [&](const Tensor& s) { return forward(s, src_mask, padding_mask, is_causal); });
+  using ForwardFn = std::function<Tensor(const Tensor&)>;
+  Tensor call_with(const Tensor& x, const ForwardFn& forward_fn);
+
  private:
   void add_child(const std::string& name, ModulePtr m);
-  Tensor call_with_hooks(const Tensor& x);
+  Tensor call_scoped(const Tensor& x, const ForwardFn* forward_fn);
+  Tensor call_with_hooks(const Tensor& x, const ForwardFn* forward_fn);
   TensorDict call_dict_with_hooks(const TensorDict& x);
   void collect(const std::string& prefix, bool params, bool recurse, bool persistent_only, NamedTensors& out) const;
 

@@ -1,10 +1,14 @@
 // nn/transformer.cpp: the transformer blocks of nn/transformer.h, composed of the layers of
-// nn/layers.h (MultiheadAttention, Linear, LayerNorm, Dropout); the masks are merged into the
-// one Bool mask MultiheadAttention takes.
+// nn/layers.h (MultiheadAttention, Linear, LayerNorm, Dropout); masks are checked here under the
+// blocks' own names and handed to MultiheadAttention, which merges them (Note [Attention masks]
+// in nn/layers.cpp).
 // Not here: attention itself (nn/layers.cpp, nn/functional.cpp) and the recurrent layers.
 #include "nn/transformer.h"
 
+#include <limits>
+
 #include "nn/functional.h"
+#include "nn/init.h"
 #include "nn/layers.h"
 
 namespace brisk::nn {
@@ -35,40 +39,6 @@ Layout layout_of(const char* type, const char* name, const Tensor& x, int64_t d_
   return batch_first ? Layout{x.size(0), x.size(1)} : Layout{x.size(1), x.size(0)};
 }
 
-// Note [Transformer masks]
-// PyTorch takes an attention mask (T, S) or (B * nhead, T, S) and a key padding mask (B, S);
-// MultiheadAttention here takes one Bool mask broadcastable to (B, nhead, T, S). The two are
-// reshaped to (1, 1, T, S) / (B, nhead, T, S) and (B, 1, 1, S) and or-ed. Only Bool masks
-// (true = masked) are taken: a float mask is an error rather than a silent misreading.
-Tensor merge_masks(const char* type, const char* attn_name, const Tensor& attn_mask, const char* pad_name,
-                   const Tensor& padding_mask, int64_t batch, int64_t nhead, int64_t t, int64_t s) {
-  Tensor merged;
-  if (attn_mask.defined()) {
-    BRISK_CHECK(attn_mask.dtype() == DType::Bool, type, ": ", attn_name, " must be Bool (true = may not attend), got ",
-                attn_mask.dtype());
-    const bool ok2 = attn_mask.dim() == 2 && attn_mask.sizes() == Shape{t, s};
-    const bool ok3 = attn_mask.dim() == 3 && attn_mask.sizes() == Shape{batch * nhead, t, s};
-    BRISK_CHECK(ok2 || ok3, type, ": ", attn_name, " has shape ", attn_mask.sizes(), ", expected (", t, ", ", s,
-                ") or (", batch * nhead, ", ", t, ", ", s, ")");
-    merged = ok2 ? attn_mask : attn_mask.reshape({batch, nhead, t, s});
-  }
-  if (padding_mask.defined()) {
-    BRISK_CHECK(padding_mask.dtype() == DType::Bool, type, ": ", pad_name, " must be Bool (true = padding), got ",
-                padding_mask.dtype());
-    const bool fits = padding_mask.sizes() == Shape{batch, s};
-    BRISK_CHECK(fits, type, ": ", pad_name, " has shape ", padding_mask.sizes(), ", expected (", batch, ", ", s, ")");
-    Tensor pad = padding_mask.reshape({batch, 1, 1, s});
-    if (!merged.defined()) {
-      merged = pad;
-    } else {
-      // Bool or: (a + b) > 0 in F32 (no logical ops on Bool).
-      Tensor sum = cast(merged, DType::F32) + cast(pad, DType::F32);
-      merged = gt(sum, scalar_tensor(0.0, DType::F32, sum.device()));
-    }
-  }
-  return merged;
-}
-
 Tensor activate(const std::string& activation, const Tensor& x) {
   return activation == "gelu" ? gelu(x, false) : relu(x);
 }
@@ -94,7 +64,40 @@ std::shared_ptr<LayerNorm> norm(int64_t d_model, const TransformerOptions& o) {
   return std::make_shared<LayerNorm>(d_model, o.layer_norm_eps, true, o.bias);
 }
 
+// A deep copy of an encoder or decoder layer: built again from its options without drawing
+// initial values, moved to its device and dtype, then given its values.
+template <class Layer>
+std::shared_ptr<Layer> clone_layer(const Layer& layer) {
+  std::shared_ptr<Layer> copy = init::skip_init<Layer>(layer.d_model, layer.nhead, layer.options);
+  const NamedTensors params = layer.named_parameters();
+  if (!params.empty()) {
+    copy->to(params[0].second.device());
+    copy->to(params[0].second.dtype());
+  }
+  copy->load_state_dict(layer.state_dict());
+  NamedTensors copied = copy->named_parameters();
+  for (size_t i = 0; i < copied.size(); ++i) copied[i].second.requires_grad_(params[i].second.requires_grad());
+  copy->train(layer.is_training());
+  return copy;
+}
+
+const TransformerEncoderLayer& non_null(const std::shared_ptr<TransformerEncoderLayer>& layer) {
+  BRISK_CHECK(layer != nullptr, "TransformerEncoder: encoder_layer is null");
+  return *layer;
+}
+
 }  // namespace
+
+Tensor generate_square_subsequent_mask(int64_t sz, DType dtype, Device device) {
+  BRISK_CHECK(sz >= 0, "generate_square_subsequent_mask: sz must be >= 0, got ", sz);
+  BRISK_CHECK(dtype == DType::Bool || is_floating(dtype),
+              "generate_square_subsequent_mask: dtype must be floating (0 / -inf) or Bool, got ", dtype);
+  Tensor rows = arange(sz, DType::I64, device).unsqueeze(1);
+  Tensor cols = arange(sz, DType::I64, device).unsqueeze(0);
+  Tensor future = gt(cols, rows);  // (sz, sz), true above the diagonal
+  if (dtype == DType::Bool) return future;
+  return masked_fill(zeros({sz, sz}, dtype, device), future, -std::numeric_limits<double>::infinity());
+}
 
 // ---- encoder layer
 
@@ -109,14 +112,21 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d, int64_t h, Transform
   register_module("dropout2", std::make_shared<Dropout>(options.dropout));
 }
 
+Tensor TransformerEncoderLayer::operator()(const Tensor& src, const Tensor& src_mask, const Tensor& padding_mask,
+                                           bool is_causal) {
+  return call_with(src, [&](const Tensor& x) { return forward(x, src_mask, padding_mask, is_causal); });
+}
+
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& padding_mask,
                                         bool is_causal) {
   const char* type = "TransformerEncoderLayer";
   Layout l = layout_of(type, "src", src, d_model, options.batch_first);
-  Tensor mask =
-      merge_masks(type, "src_mask", src_mask, "src_key_padding_mask", padding_mask, l.batch, nhead, l.seq, l.seq);
+  check_attn_mask(type, "src_mask", src_mask, l.batch, nhead, l.seq, l.seq);
+  check_key_padding_mask(type, "src_key_padding_mask", padding_mask, l.batch, l.seq);
   auto& attn = static_cast<MultiheadAttention&>(submodule("self_attn"));
-  auto sa = [&](const Tensor& x) { return submodule("dropout1")(attn.forward(x, x, x, mask, is_causal)); };
+  auto sa = [&](const Tensor& x) {
+    return submodule("dropout1")(attn(x, x, x, padding_mask, /*need_weights=*/false, src_mask, true, is_causal).output);
+  };
   auto ff = [&](const Tensor& x) { return feed_forward(*this, options.activation, x, "dropout2"); };
   Module& norm1 = submodule("norm1");
   Module& norm2 = submodule("norm2");
@@ -128,6 +138,8 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
   x = norm1(x + sa(x));
   return norm2(x + ff(x));
 }
+
+std::shared_ptr<TransformerEncoderLayer> TransformerEncoderLayer::clone() const { return clone_layer(*this); }
 
 // ---- decoder layer
 
@@ -145,6 +157,16 @@ TransformerDecoderLayer::TransformerDecoderLayer(int64_t d, int64_t h, Transform
   register_module("dropout3", std::make_shared<Dropout>(options.dropout));
 }
 
+Tensor TransformerDecoderLayer::operator()(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                           const Tensor& memory_mask, const Tensor& tgt_padding_mask,
+                                           const Tensor& memory_padding_mask, bool tgt_is_causal,
+                                           bool memory_is_causal) {
+  return call_with(tgt, [&](const Tensor& x) {
+    return forward(x, memory, tgt_mask, memory_mask, tgt_padding_mask, memory_padding_mask, tgt_is_causal,
+                   memory_is_causal);
+  });
+}
+
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                         const Tensor& memory_mask, const Tensor& tgt_padding_mask,
                                         const Tensor& memory_padding_mask, bool tgt_is_causal, bool memory_is_causal) {
@@ -153,17 +175,21 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   Layout lm = layout_of(type, "memory", memory, d_model, options.batch_first);
   BRISK_CHECK(lt.batch == lm.batch, type, ": tgt ", tgt.sizes(), " and memory ", memory.sizes(),
               " have different batch sizes");
-  Tensor self_mask = merge_masks(type, "tgt_mask", tgt_mask, "tgt_key_padding_mask", tgt_padding_mask, lt.batch, nhead,
-                                 lt.seq, lt.seq);
-  Tensor cross_mask = merge_masks(type, "memory_mask", memory_mask, "memory_key_padding_mask", memory_padding_mask,
-                                  lt.batch, nhead, lt.seq, lm.seq);
+  check_attn_mask(type, "tgt_mask", tgt_mask, lt.batch, nhead, lt.seq, lt.seq);
+  check_attn_mask(type, "memory_mask", memory_mask, lt.batch, nhead, lt.seq, lm.seq);
+  check_key_padding_mask(type, "tgt_key_padding_mask", tgt_padding_mask, lt.batch, lt.seq);
+  check_key_padding_mask(type, "memory_key_padding_mask", memory_padding_mask, lt.batch, lm.seq);
   auto& self_attn = static_cast<MultiheadAttention&>(submodule("self_attn"));
   auto& cross_attn = static_cast<MultiheadAttention&>(submodule("multihead_attn"));
   auto sa = [&](const Tensor& x) {
-    return submodule("dropout1")(self_attn.forward(x, x, x, self_mask, tgt_is_causal));
+    Tensor y = self_attn(x, x, x, tgt_padding_mask, /*need_weights=*/false, tgt_mask, true, tgt_is_causal).output;
+    return submodule("dropout1")(y);
   };
   auto mha = [&](const Tensor& x) {
-    return submodule("dropout2")(cross_attn.forward(x, memory, memory, cross_mask, memory_is_causal));
+    Tensor y =
+        cross_attn(x, memory, memory, memory_padding_mask, /*need_weights=*/false, memory_mask, true, memory_is_causal)
+            .output;
+    return submodule("dropout2")(y);
   };
   auto ff = [&](const Tensor& x) { return feed_forward(*this, options.activation, x, "dropout3"); };
   Module& norm1 = submodule("norm1");
@@ -180,7 +206,21 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   return norm3(x + ff(x));
 }
 
+std::shared_ptr<TransformerDecoderLayer> TransformerDecoderLayer::clone() const { return clone_layer(*this); }
+
 // ---- encoder stack
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int64_t n, ModulePtr norm)
+    : Module("TransformerEncoder"), num_layers(n) {
+  BRISK_CHECK(n > 0, "TransformerEncoder: num_layers must be positive, got ", n);
+  auto layers = std::make_shared<ModuleList>();
+  for (int64_t i = 0; i < n; ++i) layers->push_back(layer.clone());
+  register_module("layers", layers);
+  if (norm) register_module("norm", std::move(norm));
+}
+
+TransformerEncoder::TransformerEncoder(const std::shared_ptr<TransformerEncoderLayer>& layer, int64_t n, ModulePtr norm)
+    : TransformerEncoder(non_null(layer), n, std::move(norm)) {}
 
 TransformerEncoder::TransformerEncoder(int64_t d, int64_t h, int64_t n, TransformerOptions o, bool final_norm)
     : Module("TransformerEncoder"), num_layers(n) {
@@ -191,11 +231,16 @@ TransformerEncoder::TransformerEncoder(int64_t d, int64_t h, int64_t n, Transfor
   if (final_norm) register_module("norm", norm(d, o));
 }
 
+Tensor TransformerEncoder::operator()(const Tensor& src, const Tensor& mask, const Tensor& padding_mask,
+                                      bool is_causal) {
+  return call_with(src, [&](const Tensor& x) { return forward(x, mask, padding_mask, is_causal); });
+}
+
 Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& padding_mask, bool is_causal) {
   Tensor x = src;
   auto& layers = static_cast<ModuleList&>(submodule("layers"));
   for (const ModulePtr& layer : layers)
-    x = static_cast<TransformerEncoderLayer&>(*layer).forward(x, mask, padding_mask, is_causal);
+    x = static_cast<TransformerEncoderLayer&>(*layer)(x, mask, padding_mask, is_causal);
   ModulePtr final_norm = child("norm");
   return final_norm ? (*final_norm)(x) : x;
 }

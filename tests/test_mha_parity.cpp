@@ -127,7 +127,7 @@ TEST_CASE("optimx: MultiheadAttention in F32 is within 1e-5 (outputs) and 1e-4 (
 }
 
 TEST_CASE("optimx: MultiheadAttention refuses bad masks with clear errors") {
-  nn::MultiheadAttention mha(8, 2);
+  nn::MultiheadAttention mha(8, 2, 0.0, true, /*batch_first=*/true);
   Tensor x = randn({2, 3, 8});
   auto text = [&](const Tensor& kpm, const Tensor& mask) {
     try {
@@ -137,10 +137,15 @@ TEST_CASE("optimx: MultiheadAttention refuses bad masks with clear errors") {
     }
     return std::string("no error");
   };
-  CHECK(text(zeros({2, 4}, DType::Bool), {}).find("key_padding_mask must be Bool (B, S) = (2, 3)") !=
+  CHECK(text(zeros({2, 4}, DType::Bool), {}).find("key_padding_mask has shape (2, 4), expected (B, S) = (2, 3)") !=
         std::string::npos);
-  CHECK(text(zeros({2, 3}), {}).find("key_padding_mask must be Bool") != std::string::npos);
-  CHECK(text({}, zeros({3, 3})).find("attn_mask must be Bool") != std::string::npos);
+  CHECK(text(zeros({2, 3}, DType::I64), {}).find("key_padding_mask must be Bool (true = padding) or floating") !=
+        std::string::npos);
+  CHECK(text({}, zeros({3, 3}, DType::I32)).find("attn_mask must be Bool (true = not allowed) or floating") !=
+        std::string::npos);
+  CHECK(text({}, zeros({2, 3, 3}, DType::Bool)).find("attn_mask has shape (2, 3, 3), expected (T, S) = (3, 3) or") !=
+        std::string::npos);
+  CHECK(text(zeros({2, 3}), zeros({3, 3})) == "no error");  // floating masks are added to the scores
   CHECK_THROWS_AS(mha.forward_with_weights(x, randn({2, 3, 8}), randn({2, 5, 8})), Error);
   // causal: the weights are lower-triangular and the output is the plain forward's.
   auto r = mha.forward_with_weights(x, x, x, {}, {}, /*average_attn_weights=*/true, /*causal=*/true);

@@ -53,7 +53,7 @@ TEST_CASE("nn build: LayerNorm(int) normalizes the last dim; ModuleList iterates
 
 TEST_CASE("nn build: MultiheadAttention with batch_first = false and a causal call that runs hooks") {
   manual_seed(0);
-  nn::MultiheadAttention bf(8, 2);
+  nn::MultiheadAttention bf(8, 2, 0.0, true, /*batch_first=*/true);
   nn::MultiheadAttention tf(8, 2, 0.0, true, /*batch_first=*/false);
   tf.load_state_dict(bf.state_dict());
   Tensor x = randn({3, 5, 8});                       // (B, T, E)

@@ -201,14 +201,16 @@ TEST_CASE("transformer: bad configuration and input are clear errors") {
   CHECK(text([&] { layer(randn({2, 5, 6})); }).find("src (2, 5, 6) must be (B, T, 8)") != std::string::npos);
   CHECK(text([&] { layer(randn({5, 8})); }).find("src (5, 8) must be (B, T, 8)") != std::string::npos);
   CHECK(text([&] {
-          layer.forward(randn({2, 5, 8}), zeros({5, 5}));
-        }).find("src_mask must be Bool (true = may not attend), got F32") != std::string::npos);
+          layer.forward(randn({2, 5, 8}), zeros({5, 5}, DType::I64));
+        }).find("src_mask must be Bool (true = not allowed) or floating (added to the scores), got I64") !=
+        std::string::npos);
   CHECK(text([&] {
           layer.forward(randn({2, 5, 8}), zeros({4, 5}, DType::Bool));
-        }).find("src_mask has shape (4, 5), expected (5, 5) or (4, 5, 5)") != std::string::npos);
+        }).find("src_mask has shape (4, 5), expected (T, S) = (5, 5) or (B * heads, T, S) = (4, 5, 5)") !=
+        std::string::npos);
   CHECK(text([&] {
           layer.forward(randn({2, 5, 8}), {}, zeros({5, 2}, DType::Bool));
-        }).find("src_key_padding_mask has shape (5, 2), expected (2, 5)") != std::string::npos);
+        }).find("src_key_padding_mask has shape (5, 2), expected (B, S) = (2, 5)") != std::string::npos);
   nn::TransformerDecoderLayer dec(8, 2, {.dim_feedforward = 16});
   CHECK(text([&] {
           dec.forward(randn({4, 2, 8}), randn({5, 3, 8}));
