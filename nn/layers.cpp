@@ -301,7 +301,7 @@ MultiheadAttention::WithWeights MultiheadAttention::forward_with_weights(const T
   if (is_causal) {
     Tensor rows = arange(t, DType::I64, q.device()).unsqueeze(1);
     Tensor cols = arange(s, DType::I64, q.device()).unsqueeze(0);
-    scores = masked_fill(scores, gt(cols, rows + double(s - t)), neg_inf);
+    scores = masked_fill(scores, gt(cols, rows), neg_inf);  // key j <= query i, as scaled_dot_product_attention
   }
   Tensor attn = brisk::softmax(scores, -1);
   if (dropout > 0 && is_training()) attn = brisk::dropout(attn, dropout, true);

@@ -1,7 +1,7 @@
 // opcheck/specs_attention.cpp: specs of the fused attention op and its backward op
 // (engine/ops/attention.cpp) through scaled_dot_product_attention: plain F64 loops of
 // softmax(q k^T * scale + mask) v as the reference, over leading dims, T != S, head sizes that
-// are not a multiple of the vector width, causal (square and end-aligned), a Bool key-padding
+// are not a multiple of the vector width, causal (square and T != S), a Bool key-padding
 // mask, an additive float mask, a custom scale, and dropout (its mask regenerated from the
 // Philox stream the op documents); F32 against F64, gradcheck in F64 (which runs the backward
 // op). The math form (scaled_dot_product_attention_math) is checked against the same loops.
@@ -57,7 +57,7 @@ Tensor attention_ref(const Ts& in, const Options& o) {
         double dot = 0;
         for (int64_t d = 0; d < D; ++d) dot += qv[size_t((n * T + i) * D + d)] * kv[size_t((n * S + j) * D + d)];
         double v = dot * scale + add[size_t(i * S + j)];
-        if (allowed[size_t((n * T + i) * S + j)] == 0 || (o.causal && j > i + S - T)) v = neg_inf;
+        if (allowed[size_t((n * T + i) * S + j)] == 0 || (o.causal && j > i)) v = neg_inf;
         s[size_t(j)] = v;
         mx = std::max(mx, v);
       }
@@ -120,7 +120,7 @@ std::vector<OpCase> plain_cases() {
 std::vector<OpCase> causal_cases() {
   return {
       {"square T = S = 6", {vals({2, 6, 4}, 11), vals({2, 6, 4}, 12), vals({2, 6, 4}, 13)}},
-      {"T 3, S 6 (end-aligned)", {vals({1, 2, 3, 5}, 14), vals({1, 2, 6, 5}, 15), vals({1, 2, 6, 5}, 16)}},
+      {"T 3, S 6 (top-left diagonal)", {vals({1, 2, 3, 5}, 14), vals({1, 2, 6, 5}, 15), vals({1, 2, 6, 5}, 16)}},
       {"T = S = 131 (tiles above the diagonal skipped)",
        {vals({1, 131, 3}, 17), vals({1, 131, 3}, 18), vals({1, 131, 2}, 19)}},
   };

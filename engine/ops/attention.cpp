@@ -147,10 +147,10 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (is_causal) {
     const int64_t t = q.size(-2), s = k.size(-2);
-    // Position i may attend to j <= i + (s - t) (aligned at the end, as PyTorch for t == s).
+    // Query i attends keys j <= i (the top-left diagonal, as PyTorch's tril(diagonal=0)).
     Tensor rows = arange(t, DType::I64, q.device()).unsqueeze(1);
     Tensor cols = arange(s, DType::I64, q.device()).unsqueeze(0);
-    scores = masked_fill(scores, gt(cols, rows + double(s - t)), neg_inf);
+    scores = masked_fill(scores, gt(cols, rows), neg_inf);
   }
   if (c.mask.defined()) {
     scores = c.mask.dtype() == DType::Bool
@@ -181,6 +181,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   attrs.a = dropout_p;
   attrs.b = c.scale;
   attrs.flag = is_causal;
+  attrs.start = 0;  // the causal diagonal: query i attends keys j <= i + start
   attrs.flag2 = c.mask.defined() && c.mask.dtype() != DType::Bool;
   if (dropout_p > 0) {
     Generator& g = gen ? *gen : default_generator();

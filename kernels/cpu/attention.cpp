@@ -120,7 +120,8 @@ struct Problem {
   int64_t N, T_, S, D, Dv;
   T scale;
   bool causal, additive;
-  double p;  // dropout
+  int64_t shift;  // causal: query i attends keys j <= i + shift
+  double p;       // dropout
   uint64_t seed, offset;
 };
 
@@ -132,7 +133,7 @@ void scores_tile(const Problem<T>& P, int64_t n, int64_t i0, int64_t rows, int64
   const MatrixRef<const T> kt{P.k + P.lk.base[size_t(n)] + j0 * P.lk.rs, P.D, cols, P.lk.cs, P.lk.rs};
   gemm<T>(qm, kt, MatrixRef<T>{s, rows, cols, kBk, 1}, false, 1);
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const int64_t shift = P.S - P.T_;  // query i attends keys j <= i + shift when causal
+  const int64_t shift = P.shift;  // query i attends keys j <= i + shift when causal
   for (int64_t r = 0; r < rows; ++r) {
     T* row = s + r * kBk;
     const T scale = P.scale;
@@ -169,7 +170,7 @@ void keep_row(uint64_t seed, uint64_t offset, uint64_t first, int64_t cols, doub
 // Whether the key block j0.. lies wholly above the causal diagonal of query rows i0..i0+rows-1.
 template <class T>
 bool above_diagonal(const Problem<T>& P, int64_t i0, int64_t rows, int64_t j0) {
-  return P.causal && j0 > i0 + rows - 1 + (P.S - P.T_);
+  return P.causal && j0 > i0 + rows - 1 + P.shift;
 }
 
 template <class T>
@@ -238,6 +239,7 @@ Problem<T> problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const T
   P.Dv = v.size(-1);
   P.scale = T(attrs.b);
   P.causal = attrs.flag;
+  P.shift = attrs.start;
   P.additive = attrs.flag2;
   P.p = attrs.a;
   P.seed = attrs.seed;
