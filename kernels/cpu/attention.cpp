@@ -2,7 +2,6 @@
 // (F32 and F64), FlashAttention-2's scheme on tiles of queries and keys.
 // Not here: the OpDefs and the public function (engine/ops/attention.cpp), the GEMM
 // (kernels/cpu/gemm.h).
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -15,13 +14,8 @@
 #include "engine/op.h"
 #include "engine/random.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/register.h"
-
-#ifdef BRISK_WITH_MVEC
-// glibc's libmvec AVX-512 expf (4 ulp at most), as kernels/cpu/recurrent.cpp uses it.
-extern "C" __attribute__((target("avx512f"))) __m512 _ZGVeN16v_expf(__m512 x);
-#endif
+#include "kernels/cpu/vmath.h"
 
 namespace brisk::kernels::cpu {
 
@@ -72,43 +66,19 @@ Layout layout_of(const Tensor& t) {
   return l;
 }
 
-#ifdef BRISK_WITH_MVEC
-bool vector_exp() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
-
-__attribute__((target("avx512f"))) float exp_row_avx512(float* p, float m, int64_t n) {
-  const __m512 vm = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = first_lanes(n - j);
-    const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), vm));
-    _mm512_mask_storeu_ps(p + j, k, e);
-    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
-  }
-  alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it, bug 105593)
-  _mm512_store_ps(lanes, sum);
-  float total = 0;
-  for (float x : lanes) total += x;
-  return total;
-}
-#endif
-
 // p[j] = exp(p[j] - m) for j < n; returns their sum.
 template <class T>
 T exp_row(T* p, T m, int64_t n) {
-#ifdef BRISK_WITH_MVEC
   if constexpr (std::is_same_v<T, float>) {
-    if (vector_exp()) return exp_row_avx512(p, m, n);
+    return vmath::exp_sum(p, m, p, n);
+  } else {
+    T sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      p[j] = std::exp(p[j] - m);
+      sum += p[j];
+    }
+    return sum;
   }
-#endif
-  T sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = std::exp(p[j] - m);
-    sum += p[j];
-  }
-  return sum;
 }
 
 // What every tile needs to know.

@@ -18,6 +18,7 @@
 #include "engine/op_params.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
+#include "kernels/cpu/vmath.h"
 #include "kernels/reduce_ops.h"
 #include "kernels/reduce_plan.h"
 
@@ -341,13 +342,22 @@ struct NoSink {
   BRISK_INLINE void operator()(int64_t, A) const {}
 };
 
-template <class T, class Sink = NoSink>
-BRISK_INLINE RowLse<compute_t<T>> row_lse(const T* x, int64_t n, int64_t s, const Sink& sink = {}) {
-  using A = compute_t<T>;
+// The row's maximum (NaN wins).
+template <class T>
+BRISK_INLINE compute_t<T> row_max(const T* x, int64_t n, int64_t s) {
   Group row;
   row.add(n, s, 0);
   row.finish();
-  const A m = reduce_span(row, x, 0, n, kernels::ExtremumOp<A, true>{});
+  return reduce_span(row, x, 0, n, kernels::ExtremumOp<compute_t<T>, true>{});
+}
+
+template <class T, class Sink = NoSink>
+BRISK_INLINE RowLse<compute_t<T>> row_lse(const T* x, int64_t n, int64_t s, const Sink& sink = {}) {
+  using A = compute_t<T>;
+  const A m = row_max(x, n, s);
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Sink, NoSink>) {
+    if (s == 1) return {m, vmath::exp_sum(x, m, nullptr, n)};  // dense F32: 16 lanes at a time
+  }
   A sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     const A e = std::exp(load_as<A>(x + i * s) - m);
@@ -366,6 +376,12 @@ void softmax_row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n) {
   if constexpr (Dense) {
     sx = 1;
     sy = 1;
+  }
+  if constexpr (!Log && Dense && std::is_same_v<T, float>) {
+    const float sum = vmath::exp_sum(x, row_max(x, n, 1), y, n);
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+    return;
   }
   if constexpr (!Log && std::is_same_v<T, A>) {
     // Full-precision output: store exp once, then scale.
@@ -552,6 +568,16 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
       const A lse = row_lse(row, r.c, r.col_stride).lse();
       const A scale = load_as<A>(g + i * gs) / A(valid);
       const int64_t t = r.t(i);
+      if constexpr (std::is_same_v<T, float>) {
+        if (r.col_stride == 1 && ds1 == 1) {  // dense F32: scale exp(x - lse) 16 lanes at a time
+          vmath::exp_affine(row, lse, scale, drow, r.c);
+          if (smooth != A(0)) {
+            for (int64_t j = 0; j < r.c; ++j) drow[j] -= scale * smooth;
+          }
+          drow[t] -= scale * A(1 - eps);
+          continue;
+        }
+      }
       for (int64_t j = 0; j < r.c; ++j) {
         A p = std::exp(load_as<A>(row + j * r.col_stride) - lse) - smooth;
         if (j == t) p -= A(1 - eps);

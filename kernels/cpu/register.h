@@ -21,6 +21,7 @@ void register_norm();       // kernels/cpu/norm.cpp
 void register_recurrent();  // kernels/cpu/recurrent.cpp (lstm_sequence, gru_sequence, their backward ops)
 void register_amp();        // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
 void register_attention();  // kernels/cpu/attention.cpp (fused attention and its backward)
+void register_vmath();      // kernels/cpu/vmath.cpp (dense-F32 gelu kernels; after the elementwise ones)
 
 // kernels/cpu/linalg_decomp.cpp: solve, cholesky, slogdet, qr, eigh
 void register_linalg_decomp();
@@ -44,6 +45,7 @@ inline void register_all() {
   register_recurrent();
   register_amp();
   register_attention();
+  register_vmath();
 }
 
 }  // namespace brisk::kernels::cpu

@@ -1,0 +1,201 @@
+// kernels/cpu/vmath.cpp: kernels/cpu/vmath.h, and the dense-F32 fast path of the gelu and
+// gelu_backward kernels (registered over the elementwise list's, which they fall back to for
+// other dtypes and layouts).
+#include "kernels/cpu/vmath.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "engine/op.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/lanes.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/cpu/register.h"
+#include "kernels/functors.h"
+
+#ifdef BRISK_WITH_MVEC
+extern "C" __attribute__((target("avx512f"))) __m512 _ZGVeN16v_expf(__m512 x);
+extern "C" __attribute__((target("avx512f"))) __m512 _ZGVeN16v_erff(__m512 x);
+extern "C" __attribute__((target("avx512f"))) __m512 _ZGVeN16v_tanhf(__m512 x);
+#endif
+
+namespace brisk::kernels::cpu::vmath {
+
+namespace {
+
+#ifdef BRISK_WITH_MVEC
+bool vector_math() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+
+__attribute__((target("avx512f"))) float hsum(__m512 v) {
+  alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it, bug 105593)
+  _mm512_store_ps(lanes, v);
+  float total = 0;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+__attribute__((target("avx512f"))) float exp_sum_avx512(const float* x, float shift, float* y, int64_t n) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s));
+    if (y) _mm512_mask_storeu_ps(y + i, m, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+  }
+  return hsum(sum);
+}
+
+__attribute__((target("avx512f"))) void exp_affine_avx512(const float* x, float shift, float scale, float* y,
+                                                          int64_t n) {
+  const __m512 s = _mm512_set1_ps(shift), k = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(e, k));
+  }
+}
+
+// The same formulas as functors::Gelu / GeluBackward, lane by lane.
+__attribute__((target("avx512f"))) void gelu_avx512(const float* x, float* y, int64_t n, bool tanh_form) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  const __m512 k = _mm512_set1_ps(0.7978845608028654f), c = _mm512_set1_ps(0.044715f);
+  const __m512 r2 = _mm512_set1_ps(0.7071067811865476f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    __m512 t;
+    if (tanh_form) {
+      const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(c, v), _mm512_mul_ps(v, v));
+      t = _ZGVeN16v_tanhf(_mm512_mul_ps(k, _mm512_add_ps(v, cube)));
+    } else {
+      t = _ZGVeN16v_erff(_mm512_mul_ps(v, r2));
+    }
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, t)));
+  }
+}
+
+__attribute__((target("avx512f"))) void gelu_backward_avx512(const float* g, const float* x, float* dx, int64_t n,
+                                                             bool tanh_form) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  const __m512 k = _mm512_set1_ps(0.7978845608028654f), c = _mm512_set1_ps(0.044715f);
+  const __m512 c3 = _mm512_set1_ps(float(3 * 0.044715)), r2 = _mm512_set1_ps(0.7071067811865476f);
+  const __m512 minus_half = _mm512_set1_ps(-0.5f), inv_sqrt_2pi = _mm512_set1_ps(0.3989422804014327f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i), gv = _mm512_maskz_loadu_ps(m, g + i);
+    __m512 d;
+    if (tanh_form) {
+      const __m512 x2 = _mm512_mul_ps(v, v);
+      const __m512 inner = _mm512_mul_ps(k, _mm512_add_ps(v, _mm512_mul_ps(_mm512_mul_ps(c, v), x2)));
+      const __m512 th = _ZGVeN16v_tanhf(inner);
+      const __m512 dinner = _mm512_mul_ps(k, _mm512_add_ps(one, _mm512_mul_ps(c3, x2)));
+      const __m512 a = _mm512_mul_ps(half, _mm512_add_ps(one, th));
+      const __m512 b =
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_sub_ps(one, _mm512_mul_ps(th, th))), dinner);
+      d = _mm512_add_ps(a, b);
+    } else {
+      const __m512 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, _ZGVeN16v_erff(_mm512_mul_ps(v, r2))));
+      const __m512 pdf = _mm512_mul_ps(_ZGVeN16v_expf(_mm512_mul_ps(_mm512_mul_ps(minus_half, v), v)), inv_sqrt_2pi);
+      d = _mm512_add_ps(cdf, _mm512_mul_ps(v, pdf));
+    }
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(gv, d));
+  }
+}
+#endif
+
+}  // namespace
+
+float exp_sum(const float* x, float shift, float* y, int64_t n) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return exp_sum_avx512(x, shift, y, n);
+#endif
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = std::exp(x[i] - shift);
+    if (y) y[i] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+void exp_affine(const float* x, float shift, float scale, float* y, int64_t n) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return exp_affine_avx512(x, shift, scale, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - shift) * scale;
+}
+
+void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return gelu_avx512(x, y, n, tanh_form);
+#endif
+  const functors::Gelu f{tanh_form};
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+void gelu_backward(const float* g, const float* x, float* dx, int64_t n, bool tanh_form) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return gelu_backward_avx512(g, x, dx, n, tanh_form);
+#endif
+  const functors::GeluBackward f{tanh_form};
+  for (int64_t i = 0; i < n; ++i) dx[i] = f(g[i], x[i]);
+}
+
+}  // namespace brisk::kernels::cpu::vmath
+
+namespace brisk::kernels::cpu {
+
+namespace {
+
+bool dense_f32(const Tensor& t, const Tensor& like) {
+  return t.dtype() == DType::F32 && t.is_contiguous() && t.sizes() == like.sizes();
+}
+
+// Runs body(first, count) over chunks of n elements, split across the threads.
+template <class F>
+void chunks(int64_t n, F body) {
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t parts = (n + kChunk - 1) / kChunk;
+  const int nt = threads_for(n);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t c = 0; c < parts; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+// The elementwise list's kernels, for dtypes and layouts other than dense F32.
+KernelFn g_gelu_fallback = nullptr, g_gelu_backward_fallback = nullptr;
+
+// x -> y: dense F32 through vmath.
+void gelu_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  if (!dense_f32(in[0], out[0]) || !dense_f32(out[0], out[0])) return g_gelu_fallback(in, out, attrs);
+  const float* x = static_cast<const float*>(in[0].data_ptr());
+  float* y = static_cast<float*>(out[0].data_ptr());
+  chunks(out[0].numel(), [&](int64_t i, int64_t n) { vmath::gelu(x + i, y + i, n, attrs.flag); });
+}
+
+// (grad, x) -> dx
+void gelu_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  if (!dense_f32(in[0], out[0]) || !dense_f32(in[1], out[0]) || !dense_f32(out[0], out[0]))
+    return g_gelu_backward_fallback(in, out, attrs);
+  const float* g = static_cast<const float*>(in[0].data_ptr());
+  const float* x = static_cast<const float*>(in[1].data_ptr());
+  float* dx = static_cast<float*>(out[0].data_ptr());
+  chunks(out[0].numel(), [&](int64_t i, int64_t n) { vmath::gelu_backward(g + i, x + i, dx + i, n, attrs.flag); });
+}
+
+}  // namespace
+
+// Called after the elementwise registrars: keeps their kernels as the fallbacks.
+void register_vmath() {
+  g_gelu_fallback = op_def(OpId::Gelu).kernels[int(DeviceType::CPU)];
+  g_gelu_backward_fallback = op_def(OpId::GeluBackward).kernels[int(DeviceType::CPU)];
+  BRISK_CHECK(g_gelu_fallback && g_gelu_backward_fallback, "register_vmath: the elementwise kernels come first");
+  register_kernel(OpId::Gelu, DeviceType::CPU, gelu_kernel);
+  register_kernel(OpId::GeluBackward, DeviceType::CPU, gelu_backward_kernel);
+}
+
+}  // namespace brisk::kernels::cpu
