@@ -14,6 +14,7 @@
 #include "engine/op.h"
 #include "engine/random.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/philox.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/vmath.h"
 
@@ -81,6 +82,17 @@ T exp_row(T* p, T m, int64_t n) {
   }
 }
 
+// A thread's dropout scratch: a row of uniforms and its keep flags.
+struct DropRow {
+  std::vector<float> u = std::vector<float>(size_t(kBk));
+  std::vector<uint8_t> keep = std::vector<uint8_t>(size_t(kBk));
+  const uint8_t* draw(uint64_t seed, uint64_t offset, uint64_t first, int64_t cols, double p) {
+    philox_uniforms(seed, offset, first, cols, u.data());
+    for (int64_t j = 0; j < cols; ++j) keep[size_t(j)] = double(u[size_t(j)]) >= p;
+    return keep.data();
+  }
+};
+
 // What every tile needs to know.
 template <class T>
 struct Problem {
@@ -127,16 +139,6 @@ void scores_tile(const Problem<T>& P, int64_t n, int64_t i0, int64_t rows, int64
   }
 }
 
-// keep[j] for scores (n, i, j0 + j), j < cols: the dropout mask (uniform >= p).
-void keep_row(uint64_t seed, uint64_t offset, uint64_t first, int64_t cols, double p, uint8_t* keep) {
-  uint64_t e = first;
-  int64_t j = 0;
-  while (j < cols) {
-    const Philox4 r = philox(seed, offset + e / 4);
-    for (uint64_t lane = e % 4; lane < 4 && j < cols; ++lane, ++j, ++e) keep[j] = double(uniform_float(r.v[lane])) >= p;
-  }
-}
-
 // Whether the key block j0.. lies wholly above the causal diagonal of query rows i0..i0+rows-1.
 template <class T>
 bool above_diagonal(const Problem<T>& P, int64_t i0, int64_t rows, int64_t j0) {
@@ -144,8 +146,7 @@ bool above_diagonal(const Problem<T>& P, int64_t i0, int64_t rows, int64_t j0) {
 }
 
 template <class T>
-void forward_item(const Problem<T>& P, int64_t n, int64_t i0, T* out, T* lse, std::vector<T>& work,
-                  std::vector<uint8_t>& keep) {
+void forward_item(const Problem<T>& P, int64_t n, int64_t i0, T* out, T* lse, std::vector<T>& work, DropRow& drop) {
   const int64_t rows = std::min(kBq, P.T_ - i0);
   work.assign(size_t(kBq * kBk + kBq * P.Dv + 2 * kBq), T(0));
   T* s = work.data();
@@ -161,8 +162,13 @@ void forward_item(const Problem<T>& P, int64_t n, int64_t i0, T* out, T* lse, st
     scores_tile(P, n, i0, rows, j0, cols, s);
     for (int64_t r = 0; r < rows; ++r) {
       T* row = s + r * kBk;
+      // (A NaN score makes the row NaN through exp below, whatever the max.)
       T mx = neg_inf;
-      for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
+      if constexpr (std::is_same_v<T, float>) {
+        mx = vmath::max(row, cols);
+      } else {
+        for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
+      }
       const T m_new = std::max(m[r], mx);
       if (m_new == neg_inf) {  // nothing attended so far: no weight
         std::fill(row, row + cols, T(0));
@@ -176,8 +182,8 @@ void forward_item(const Problem<T>& P, int64_t n, int64_t i0, T* out, T* lse, st
         for (int64_t d = 0; d < P.Dv; ++d) orow[d] *= alpha;
       }
       if (P.p > 0) {
-        keep_row(P.seed, P.offset, uint64_t((n * P.T_ + i0 + r) * P.S + j0), cols, P.p, keep.data());
-        for (int64_t j = 0; j < cols; ++j) row[j] = keep[size_t(j)] ? row[j] * keep_scale : T(0);
+        const uint8_t* keep = drop.draw(P.seed, P.offset, uint64_t((n * P.T_ + i0 + r) * P.S + j0), cols, P.p);
+        for (int64_t j = 0; j < cols; ++j) row[j] = keep[j] ? row[j] * keep_scale : T(0);
       }
     }
     const MatrixRef<const T> vm{P.v + P.lv.base[size_t(n)] + j0 * P.lv.rs, cols, P.Dv, P.lv.rs, P.lv.cs};
@@ -236,9 +242,9 @@ void attention_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
       std::vector<T> work;
-      std::vector<uint8_t> keep(static_cast<size_t>(kBk));
+      DropRow drop;
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t it = 0; it < items; ++it) forward_item(P, it / blocks, (it % blocks) * kBq, o, lse, work, keep);
+      for (int64_t it = 0; it < items; ++it) forward_item(P, it / blocks, (it % blocks) * kBq, o, lse, work, drop);
     }
   };
   if (f64) {
@@ -250,7 +256,7 @@ void attention_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
 
 template <class T>
 void backward_item(const Problem<T>& P, int64_t n, const T* gout, const Layout& lg, const T* outp, const T* lse, T* dq,
-                   T* dk, T* dv, std::vector<T>& work, std::vector<uint8_t>& keep) {
+                   T* dk, T* dv, std::vector<T>& work, DropRow& drop) {
   const int64_t T_ = P.T_, S = P.S, D = P.D, Dv = P.Dv;
   work.assign(size_t(3 * kBq * kBk + T_), T(0));
   T* s = work.data();         // scores, then P
@@ -284,8 +290,8 @@ void backward_item(const Problem<T>& P, int64_t n, const T* gout, const Layout& 
         exp_row(row, lse[n * T_ + i0 + r], cols);  // P = exp(S - lse)
         T* prow = pd + r * kBk;
         if (P.p > 0) {
-          keep_row(P.seed, P.offset, uint64_t((n * T_ + i0 + r) * S + j0), cols, P.p, keep.data());
-          for (int64_t j = 0; j < cols; ++j) prow[j] = keep[size_t(j)] ? row[j] * keep_scale : T(0);
+          const uint8_t* keep = drop.draw(P.seed, P.offset, uint64_t((n * T_ + i0 + r) * S + j0), cols, P.p);
+          for (int64_t j = 0; j < cols; ++j) prow[j] = keep[j] ? row[j] * keep_scale : T(0);
         }
       }
       const T* pdrop = P.p > 0 ? pd : s;
@@ -300,8 +306,8 @@ void backward_item(const Problem<T>& P, int64_t n, const T* gout, const Layout& 
         const T* prow = s + r * kBk;
         const T di = delta[i0 + r];
         if (P.p > 0) {
-          keep_row(P.seed, P.offset, uint64_t((n * T_ + i0 + r) * S + j0), cols, P.p, keep.data());
-          for (int64_t j = 0; j < cols; ++j) dsrow[j] = keep[size_t(j)] ? dsrow[j] * keep_scale : T(0);
+          const uint8_t* keep = drop.draw(P.seed, P.offset, uint64_t((n * T_ + i0 + r) * S + j0), cols, P.p);
+          for (int64_t j = 0; j < cols; ++j) dsrow[j] = keep[j] ? dsrow[j] * keep_scale : T(0);
         }
         const T scale = P.scale;
         // A masked score has P = 0: no gradient, even where dP is not finite.
@@ -337,11 +343,11 @@ void attention_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
       std::vector<T> work;
-      std::vector<uint8_t> keep(static_cast<size_t>(kBk));
+      DropRow drop;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t n = 0; n < P.N; ++n)
         backward_item(P, n, go, lg, static_cast<const T*>(o.data_ptr()), static_cast<const T*>(lse.data_ptr()), dq, dk,
-                      dv, work, keep);
+                      dv, work, drop);
     }
   };
   if (f64) {

@@ -16,6 +16,7 @@
 
 #include "engine/op.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/philox.h"
 #include "kernels/cpu/register.h"
 
 namespace brisk::kernels::cpu {
@@ -99,6 +100,26 @@ void philox_block(uint64_t seed, uint64_t counter, int m, uint32_t (*r)[kBlock])
     for (int l = 0; l < 4; ++l) r[l][j] = p.v[l];
   }
 }
+
+}  // namespace
+
+void philox_uniforms(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, float* u) {
+  // Whole counters cover [first rounded down to 4, first + n); the partial ones at the ends are
+  // computed in full and trimmed.
+  alignas(64) uint32_t r[4][kBlock];
+  uint64_t e = first;
+  int64_t done = 0;
+  while (done < n) {
+    const uint64_t counter = e / 4;
+    const int64_t left = n - done + int64_t(e % 4);
+    const int m = int(std::min<int64_t>(kBlock, (left + 3) / 4));
+    philox_block(seed, offset + counter, m, r);
+    for (int64_t k = int64_t(e % 4); k < 4 * int64_t(m) && done < n; ++k, ++done, ++e)
+      u[done] = uniform_float(r[k % 4][k / 4]);
+  }
+}
+
+namespace {
 
 // Runs over the Philox counters of n values, L values per counter, in blocks of kBlock
 // counters split over the threads: lanes(r, z, j) turns the counter's words r[0..4)[j] into its

@@ -38,12 +38,22 @@ __attribute__((target("avx512f"))) float hsum(__m512 v) {
   return total;
 }
 
+// exp(d) per lane. libmvec leaves its fast path for a vector with any lane out of its range
+// (-inf from a masked score, a large negative difference) and recomputes lanes with the scalar
+// expf: those lanes (d < -87.3, where expf is below the smallest normal float) go in as -87.3
+// and come out as 0, so the fast path always runs. NaN lanes are left to expf.
+__attribute__((target("avx512f"))) __m512 exp_ps(__m512 d) {
+  const __m512 low = _mm512_set1_ps(-87.3f);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(d, low, _CMP_LT_OQ);
+  return _mm512_maskz_mov_ps(__mmask16(~tiny), _ZGVeN16v_expf(_mm512_mask_mov_ps(d, tiny, low)));
+}
+
 __attribute__((target("avx512f"))) float exp_sum_avx512(const float* x, float shift, float* y, int64_t n) {
   const __m512 s = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_lanes(n - i);
-    const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s));
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s));
     if (y) _mm512_mask_storeu_ps(y + i, m, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
   }
@@ -55,9 +65,22 @@ __attribute__((target("avx512f"))) void exp_affine_avx512(const float* x, float 
   const __m512 s = _mm512_set1_ps(shift), k = _mm512_set1_ps(scale);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_lanes(n - i);
-    const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s));
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s));
     _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(e, k));
   }
+}
+
+__attribute__((target("avx512f"))) float max_avx512(const float* x, int64_t n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = first_lanes(n - i);
+    m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, x + i));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, m);
+  float best = lanes[0];
+  for (float v : lanes) best = v > best ? v : best;
+  return best;
 }
 
 // The same formulas as functors::Gelu / GeluBackward, lane by lane.
@@ -128,6 +151,15 @@ void exp_affine(const float* x, float shift, float scale, float* y, int64_t n) {
   if (vector_math()) return exp_affine_avx512(x, shift, scale, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - shift) * scale;
+}
+
+float max(const float* x, int64_t n) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return max_avx512(x, n);
+#endif
+  float best = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
 }
 
 void gelu(const float* x, float* y, int64_t n, bool tanh_form) {

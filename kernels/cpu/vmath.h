@@ -16,6 +16,8 @@ namespace brisk::kernels::cpu::vmath {
 float exp_sum(const float* x, float shift, float* y, int64_t n);
 // y[i] = exp(x[i] - shift) * scale (y may be x).
 void exp_affine(const float* x, float shift, float scale, float* y, int64_t n);
+// The largest of x[0 .. n) (-inf for n = 0); NaN elements may or may not win.
+float max(const float* x, int64_t n);
 // y = gelu(x), dx = g * gelu'(x): functors::Gelu / GeluBackward, the tanh or the erf form.
 void gelu(const float* x, float* y, int64_t n, bool tanh_form);
 void gelu_backward(const float* g, const float* x, float* dx, int64_t n, bool tanh_form);
