@@ -48,7 +48,8 @@ void check_close(const Tensor& got, const Tensor& want, double tol, const std::s
 }  // namespace
 
 TEST_CASE("attention: the fused op gives PyTorch's values and gradients (F32, head sizes 32-128, masks)") {
-  for (const auto& [name, options_text] : reference().metadata) {
+  for (const auto& [key, options_text] : reference().metadata) {
+    const std::string name = key;  // (a structured binding cannot be captured by CAPTURE's lambda under clang)
     if (name == "torch_version") continue;
     const nlohmann::json o = nlohmann::json::parse(options_text);
     CAPTURE(name);
