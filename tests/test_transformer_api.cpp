@@ -57,17 +57,20 @@ void check_case(const json& c, nn::Module& m, DType dt, double out_tol, double g
   for (auto& [k, v] : c["inputs"].items()) x[k] = tensor_of(v, dt).requires_grad_(true);
   std::map<std::string, Tensor> out = call(x);
   Tensor loss = scalar_tensor(0.0, dt);
-  for (auto& [k, y] : out) {
+  for (auto& [key, y] : out) {
+    const std::string k = key;  // (clang: a structured binding cannot be captured by CHECK_MESSAGE)
     const double e = rel_err(y, c["outputs"][k]);
     CHECK_MESSAGE(e <= out_tol, c["name"], " ", k, " ", std::string(dtype_name(dt)), " ", e);
     loss = loss + (y * tensor_of(c["loss_weights"][k], dt)).sum();
   }
   loss.backward();
-  for (auto& [k, t] : x) {
+  for (auto& [key, t] : x) {
+    const std::string k = key;
     const double e = rel_err(t.grad(), c["grads"]["input." + k]);
     CHECK_MESSAGE(e <= grad_tol, c["name"], " grad input.", k, " ", std::string(dtype_name(dt)), " ", e);
   }
-  for (auto& [k, p] : m.named_parameters()) {
+  for (auto& [key, p] : m.named_parameters()) {
+    const std::string k = key;
     const double e = rel_err(p.grad(), c["grads"]["param." + k]);
     CHECK_MESSAGE(e <= grad_tol, c["name"], " grad ", k, " ", std::string(dtype_name(dt)), " ", e);
   }
