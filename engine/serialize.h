@@ -48,7 +48,9 @@ struct SafetensorsFile {
 
 // Reads a whole file into fresh tensors on `device`. The file must be as the format says:
 // unique names, a "__metadata__" of strings only, and data ranges that tile the data section
-// exactly (no hole, overlap or trailing bytes), each aligned to its element size.
+// exactly (no hole, overlap or trailing bytes). A tensor need not start at a multiple of its
+// element size (the reference library loads such files too): its bytes are read into fresh,
+// aligned memory.
 // convert_to (a floating dtype): floating tensors are converted to it; integer and Bool
 // tensors keep their dtype. Bool bytes other than 0 read as true.
 SafetensorsFile load_safetensors(const std::string& path, Device device = Device::cpu(),
