@@ -39,7 +39,7 @@ namespace brisk::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kBq = 64;   // query rows per tile
+constexpr int64_t kBq = 128;  // query rows per tile
 constexpr int64_t kBk = 128;  // keys per tile
 
 // Offsets (elements) of each leading index of an (*, R, C) tensor, and its row / column strides.
