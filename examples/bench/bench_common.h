@@ -10,11 +10,48 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 namespace bench {
+
+// The non-empty comma-separated items of s ("1,2" -> {"1", "2"}): the benchmarks' list options.
+inline std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// A Python with PyTorch: $TORCH_PYTHON, else the venv beside the checkout or /work/venv, else
+// Debian's python3; "" when none imports torch. Absolute, not canonical (a venv's python is a
+// symlink, and resolving it would leave the venv).
+inline std::string python_for_torch() {
+  namespace fs = std::filesystem;
+  if (const char* py = std::getenv("TORCH_PYTHON")) return fs::absolute(py).lexically_normal().string();
+  for (const char* py : {"venv/bin/python", "../venv/bin/python", "/work/venv/bin/python", "/usr/bin/python3"}) {
+    if (std::system((std::string(py) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0)
+      return fs::absolute(py).lexically_normal().string();
+  }
+  return "";
+}
+
+// "key=value" out of the line of `text` that starts with `tag` (a child's "RESULT ms=12.5 ..."
+// line); -1 if absent.
+inline double tagged_field(const std::string& text, const std::string& tag, const std::string& key) {
+  const size_t line = text.find(tag + " ");
+  if (line == std::string::npos) return -1;
+  const size_t end = text.find('\n', line);
+  const size_t at = text.find(" " + key + "=", line);
+  if (at == std::string::npos || at > end) return -1;
+  return std::atof(text.c_str() + at + key.size() + 2);
+}
 
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -88,14 +125,11 @@ inline double fma_peak(int threads, double (*clock)() = now_s) {
 // OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for it (they slow OpenBLAS-based builds).
 inline std::map<std::string, double> torch_times(const std::string& body, int threads, std::string& which) {
   std::map<std::string, double> out;
-  which = "none";
-  for (const char* py : {"/work/venv-torch/bin/python", "/work/venv/bin/python", "/usr/bin/python3"}) {
-    if (std::system((std::string(py) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
-      which = py;
-      break;
-    }
+  which = python_for_torch();
+  if (which.empty()) {
+    which = "none";
+    return out;
   }
-  if (which == "none") return out;
   const std::string prelude = R"PY(
 import sys, time, torch
 import torch.nn.functional as F

@@ -96,16 +96,6 @@ struct Shape2 {
   std::string name() const { return std::to_string(B) + "x" + std::to_string(T); }
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 Shape2 parse_config(const std::string& s) {
   const size_t x = s.find('x');
   if (x == std::string::npos) throw Error("bench_gpt2: a config is BxT, e.g. 4x64; got '" + s + "'");
@@ -343,16 +333,6 @@ Proc run_process(const std::vector<std::string>& argv, const std::map<std::strin
   return p;
 }
 
-// "key=value" out of the line of `text` that starts with `tag`; -1 if absent.
-double field(const std::string& text, const std::string& tag, const std::string& key) {
-  const size_t line = text.find(tag + " ");
-  if (line == std::string::npos) return -1;
-  const size_t end = text.find('\n', line);
-  const size_t at = text.find(" " + key + "=", line);
-  if (at == std::string::npos || at > end) return -1;
-  return std::atof(text.c_str() + at + key.size() + 2);
-}
-
 std::string line_of(const std::string& text, const std::string& tag) {
   const size_t at = text.find(tag + " ");
   if (at == std::string::npos) return "";
@@ -361,15 +341,6 @@ std::string line_of(const std::string& text, const std::string& tag) {
 
 std::string tail(const std::string& text, size_t n = 2000) {
   return text.size() <= n ? text : "..." + text.substr(text.size() - n);
-}
-
-std::string python_for_torch() {
-  if (const char* py = std::getenv("TORCH_PYTHON")) return fs::absolute(py).lexically_normal().string();
-  for (const char* py : {"venv/bin/python", "../venv/bin/python", "/work/venv/bin/python", "/usr/bin/python3"}) {
-    if (std::system((std::string(py) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0)
-      return fs::absolute(py).lexically_normal().string();  // not canonical: a venv's python is a symlink
-  }
-  return "";
 }
 
 std::string script_path() {
@@ -464,7 +435,7 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
   const double N = double(gpt2_params(cfg));
 
   // The Python, llm.c and the files.
-  const std::string py = torch ? python_for_torch() : "";
+  const std::string py = torch ? bench::python_for_torch() : "";
   std::string torch_version = torch ? "not found" : "not run (--no-torch)";
   if (!py.empty()) {
     const Proc v = run_process({py, "-c", "import torch; print(torch.__version__, end='')"}, {});
@@ -496,9 +467,9 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
     if (!keep) fs::remove_all(dir);
     return 2;
   }
-  if (field(prep.out, "PREPARED", "params") != N)
+  if (bench::tagged_field(prep.out, "PREPARED", "params") != N)
     std::fprintf(stderr, "bench_gpt2: GPT2 has %.0f parameters, the formula says %.0f\n",
-                 field(prep.out, "PREPARED", "params"), N);
+                 bench::tagged_field(prep.out, "PREPARED", "params"), N);
   if (have_llmc) {
     for (const Shape2& s : configs) {
       const fs::path run = fs::path(dir) / ("llmc_" + s.name()), data = run / "dev/data/tinyshakespeare";
@@ -516,7 +487,7 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       "bench_gpt2: GPT-2 %s (%d layers, %.0f parameters; llm.c's %.0f with wte padded to %lld rows), F32, "
       "dropout 0, AdamW lr 1e-4 weight decay 0; %d steps after %d warm-up, median; %ld cores; "
       "OMP_WAIT_POLICY=%s\n",
-      layers == 12 ? "124M" : "shallow (--layers)", layers, N, field(prep.out, "PREPARED", "llmc_params"),
+      layers == 12 ? "124M" : "shallow (--layers)", layers, N, bench::tagged_field(prep.out, "PREPARED", "llmc_params"),
       (long long)padded_vocab(cfg.vocab_size), steps, warmup, sysconf(_SC_NPROCESSORS_ONLN),
       std::getenv("OMP_WAIT_POLICY"));
   std::printf("PyTorch: %s\nllm.c: %s\n", torch_version.c_str(), llmc_note.c_str());
@@ -564,8 +535,8 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
         ref = run_process({dir + "/train_gpt2_bench"}, e, {}, dir + "/llmc_" + s.name());
         if (ref.ok) lr = parse_llmc(ref.out, warmup);
       }
-      const double ms = mine.ok ? field(mine.out, "RESULT", "ms") : -1;
-      const double tms = theirs.ok ? field(theirs.out, "RESULT", "ms") : -1;
+      const double ms = mine.ok ? bench::tagged_field(mine.out, "RESULT", "ms") : -1;
+      const double tms = theirs.ok ? bench::tagged_field(theirs.out, "RESULT", "ms") : -1;
       const double lms = lr.ms;
       auto pct = [&](double t_ms) {
         return t_ms > 0 && peak[t] > 0 ? 100.0 * flops / (t_ms * 1e-3) / (peak[t] * 1e9) : -1.0;
@@ -585,10 +556,10 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       if (have_llmc && lms < 0)
         std::fprintf(stderr, "bench_gpt2: llm.c %s failed:\n%s\n", s.name().c_str(), tail(ref.out).c_str());
       Losses l{s.name() + " | " + ts,
-               {ms > 0 ? field(mine.out, "RESULT", "loss0") : -1, tms > 0 ? field(theirs.out, "RESULT", "loss0") : -1,
-                lr.loss0},
-               {ms > 0 ? field(mine.out, "RESULT", "loss_last") : -1,
-                tms > 0 ? field(theirs.out, "RESULT", "loss_last") : -1, lr.loss_last}};
+               {ms > 0 ? bench::tagged_field(mine.out, "RESULT", "loss0") : -1,
+                tms > 0 ? bench::tagged_field(theirs.out, "RESULT", "loss0") : -1, lr.loss0},
+               {ms > 0 ? bench::tagged_field(mine.out, "RESULT", "loss_last") : -1,
+                tms > 0 ? bench::tagged_field(theirs.out, "RESULT", "loss_last") : -1, lr.loss_last}};
       losses.push_back(l);
       const std::string ph = line_of(mine.out, "PHASES");
       if (!ph.empty()) phases.push_back("  " + s.name() + ", " + ts + " thread(s): " + ph);
@@ -650,10 +621,10 @@ int main(int argc, char** argv) {
       };
       if (k == "--threads") {
         threads.clear();
-        for (const std::string& t : split(value())) threads.push_back(std::max(1, std::stoi(t)));
+        for (const std::string& t : bench::split(value())) threads.push_back(std::max(1, std::stoi(t)));
       } else if (k == "--configs") {
         configs.clear();
-        for (const std::string& c : split(value())) configs.push_back(parse_config(c));
+        for (const std::string& c : bench::split(value())) configs.push_back(parse_config(c));
       } else if (k == "--steps") {
         steps = std::max(1, std::stoi(value()));
       } else if (k == "--warmup") {

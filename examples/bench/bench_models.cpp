@@ -258,16 +258,6 @@ int run_child(const std::string& name, const std::string& mode, int threads, int
   return 0;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // Runs `cmd` and returns its stdout.
 std::string capture(const std::string& cmd) {
   std::string out;
@@ -278,23 +268,6 @@ std::string capture(const std::string& cmd) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   pclose(p);
   return out;
-}
-
-// "key=value" out of the RESULT line of `text`; -1 if absent.
-double result_field(const std::string& text, const std::string& key) {
-  const size_t line = text.find("RESULT ");
-  if (line == std::string::npos) return -1;
-  const size_t at = text.find(" " + key + "=", line);
-  if (at == std::string::npos) return -1;
-  return std::atof(text.c_str() + at + key.size() + 2);
-}
-
-std::string python_for_torch() {
-  if (const char* py = std::getenv("TORCH_PYTHON")) return py;
-  for (const char* py : {"venv/bin/python", "../venv/bin/python", "/work/venv/bin/python", "/usr/bin/python3"}) {
-    if (std::system((std::string(py) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return py;
-  }
-  return "";
 }
 
 // The directory of this executable's source, for bench_models.py: $BRISK_ROOT, else the
@@ -322,12 +295,12 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (k == "--models") {
-      models = split(value());
+      models = bench::split(value());
     } else if (k == "--threads") {
       threads.clear();
-      for (const std::string& t : split(value())) threads.push_back(std::stoi(t));
+      for (const std::string& t : bench::split(value())) threads.push_back(std::stoi(t));
     } else if (k == "--modes") {
-      modes = split(value());
+      modes = bench::split(value());
     } else if (k == "--steps") {
       steps = std::max(1, std::stoi(value()));
     } else if (k == "--warmup") {
@@ -354,7 +327,7 @@ int main(int argc, char** argv) {
     return run_child(child_model, child_mode, child_threads, steps, warmup, profile, top, by_shape);
 
   setenv("OMP_WAIT_POLICY", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "passive", 1);
-  const std::string py = torch ? python_for_torch() : "";
+  const std::string py = torch ? bench::python_for_torch() : "";
   std::string torch_version = "not run";
   if (!py.empty()) torch_version = capture(py + " -c 'import torch; print(torch.__version__, end=\"\")'");
   const int max_threads = *std::max_element(threads.begin(), threads.end());
@@ -394,9 +367,11 @@ int main(int argc, char** argv) {
                            py + " " + script_path() + " " + m + " " + mode + " " + std::to_string(t) + " " +
                            std::to_string(steps) + " " + std::to_string(warmup) + " 2>&1");
         }
-        const double ms = result_field(mine, "ms"), flops = result_field(mine, "flops");
-        const double tms = result_field(theirs, "ms");
-        const double rss = result_field(mine, "rss_mb"), trss = result_field(theirs, "rss_mb");
+        const double ms = bench::tagged_field(mine, "RESULT", "ms"),
+                     flops = bench::tagged_field(mine, "RESULT", "flops");
+        const double tms = bench::tagged_field(theirs, "RESULT", "ms");
+        const double rss = bench::tagged_field(mine, "RESULT", "rss_mb"),
+                     trss = bench::tagged_field(theirs, "RESULT", "rss_mb");
         const int64_t batch = mode == "train" ? c->train_batch : c->infer_batch;
         auto pct = [&](double t_ms) {
           return t_ms > 0 && peak[t] > 0 ? 100.0 * flops / (t_ms * 1e-3) / (peak[t] * 1e9) : -1.0;
