@@ -11,6 +11,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "brisk.h"
 #include "tests/paths.h"
@@ -113,6 +115,44 @@ TEST_CASE("attention: 16-bit inputs run in F32 and round once; a row with no key
   CHECK(std::isnan(fused.select(0, 0).select(0, 1).sum().item<double>()));
   CHECK(std::isnan(math.select(0, 0).select(0, 1).sum().item<double>()));
   check_close(fused.select(0, 1), math.select(0, 1), 1e-5, "the other batch");
+}
+
+TEST_CASE("attention: empty shapes, NaN and infinite inputs give the math form's values and gradients") {
+  manual_seed(13);
+  // No keys (zeros, the empty product), no queries, an empty batch.
+  for (const auto& [T, S, B] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{3, 0, 2}, {0, 4, 2}, {3, 4, 0}}) {
+    CAPTURE(S);
+    Tensor q = randn({B, T, 5}).requires_grad_(true), k = randn({B, S, 5}).requires_grad_(true),
+           v = randn({B, S, 2}).requires_grad_(true);
+    const Tensor fused = scaled_dot_product_attention(q, k, v);
+    const Tensor math = scaled_dot_product_attention_math(q.detach(), k.detach(), v.detach());
+    REQUIRE(fused.sizes() == math.sizes());
+    CHECK(equal(fused, math));
+    fused.sum().backward();
+    for (const Tensor* t : {&q, &k, &v}) {  // defined, of the input's shape, zero
+      REQUIRE(t->grad().defined());
+      CHECK(t->grad().sizes() == t->sizes());
+      CHECK(abs(t->grad()).sum().item<double>() == 0);
+    }
+  }
+  // A NaN in a query row poisons that row only; an infinite key poisons every row (as the math
+  // form: inf * 0 or inf - inf in the scores).
+  Tensor q = randn({1, 4, 8}), k = randn({1, 6, 8}), v = randn({1, 6, 3});
+  Tensor qn = q.clone();
+  qn.select(1, 2).select(1, 0).fill_(std::numeric_limits<double>::quiet_NaN());
+  const Tensor fused = scaled_dot_product_attention(qn, k, v), math = scaled_dot_product_attention_math(qn, k, v);
+  for (int64_t i = 0; i < 4; ++i) {
+    const bool nan_row = std::isnan(fused.select(1, i).sum().item<double>());
+    CHECK(nan_row == (i == 2));
+    CHECK(nan_row == std::isnan(math.select(1, i).sum().item<double>()));
+  }
+  check_close(fused.select(1, 0), math.select(1, 0), 1e-6, "a clean row beside a NaN one");
+  Tensor kinf = k.clone();
+  kinf.select(1, 1).select(1, 0).fill_(std::numeric_limits<double>::infinity());
+  const Tensor fi = scaled_dot_product_attention(q, kinf, v), mi = scaled_dot_product_attention_math(q, kinf, v);
+  for (int64_t i = 0; i < 4; ++i) {
+    CHECK(std::isnan(fi.select(1, i).sum().item<double>()) == std::isnan(mi.select(1, i).sum().item<double>()));
+  }
 }
 
 TEST_CASE("attention: bad shapes, masks and dropout are errors naming the call and the shapes") {

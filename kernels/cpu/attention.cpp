@@ -35,7 +35,8 @@ namespace brisk::kernels::cpu {
 // dP = dout v^T (times the dropout mask), dS = P * (dP - D) * scale, dq += dS k, dk += dS^T q:
 // five GEMMs per tile, memory O(tile), nothing of size (T, S) stored.
 // The work items share the threads (forward: n x query blocks; backward: n); each runs its
-// GEMMs on its own thread. A row whose keys are all masked gives NaN (0 / 0), as the math form.
+// GEMMs on its own thread. A row whose keys are all masked gives NaN (0 / 0), as the math form;
+// no keys at all (S = 0) give zeros, as the math form's empty product.
 
 namespace {
 
@@ -233,8 +234,8 @@ void attention_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
     T* lse = static_cast<T*>(out[1].data_ptr());
     const int64_t blocks = (P.T_ + kBq - 1) / kBq, items = P.N * blocks;
     if (items == 0) return;
-    if (P.S == 0) {  // no keys: every row attends nothing
-      std::fill(o, o + P.N * P.T_ * P.Dv, std::numeric_limits<T>::quiet_NaN());
+    if (P.S == 0) {  // no keys: an empty sum, zeros, as the math form's (T, 0) @ (0, Dv)
+      std::fill(o, o + P.N * P.T_ * P.Dv, T(0));
       std::fill(lse, lse + P.N * P.T_, -std::numeric_limits<T>::infinity());
       return;
     }
