@@ -120,8 +120,11 @@ TEST_CASE("attention: 16-bit inputs run in F32 and round once; a row with no key
 TEST_CASE("attention: empty shapes, NaN and infinite inputs give the math form's values and gradients") {
   manual_seed(13);
   // No keys (zeros, the empty product), no queries, an empty batch.
-  for (const auto& [T, S, B] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{3, 0, 2}, {0, 4, 2}, {3, 4, 0}}) {
+  for (const auto& shape : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{3, 0, 2}, {0, 4, 2}, {3, 4, 0}}) {
+    const int64_t T = std::get<0>(shape), S = std::get<1>(shape), B = std::get<2>(shape);
+    CAPTURE(T);
     CAPTURE(S);
+    CAPTURE(B);
     Tensor q = randn({B, T, 5}).requires_grad_(true), k = randn({B, S, 5}).requires_grad_(true),
            v = randn({B, S, 2}).requires_grad_(true);
     const Tensor fused = scaled_dot_product_attention(q, k, v);
