@@ -75,3 +75,16 @@ TEST_CASE("matmul: a transposed operand is read in place, a strided one is copie
   CHECK(extra_bytes(transpose(a, 0, 1), b) == 0);
   CHECK(extra_bytes(transpose(a, 0, 1), opcheck::noncontiguous(b)) > 0);
 }
+
+TEST_CASE("matmul: an empty inner dim gives zeros, batched too (no offset of an empty input's null data)") {
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor a = zeros({2, 3, 0}, dt).requires_grad_(true), b = zeros({2, 0, 4}, dt).requires_grad_(true);
+    const Tensor c = matmul(a, b);
+    CHECK(c.sizes() == Shape{2, 3, 4});
+    CHECK(abs(c).sum().item<double>() == 0);
+    c.sum().backward();
+    CHECK(a.grad().sizes() == a.sizes());
+    CHECK(b.grad().sizes() == b.sizes());
+    CHECK(matmul(zeros({0, 3, 5}, dt), zeros({0, 5, 2}, dt)).sizes() == Shape{0, 3, 2});
+  }
+}

@@ -360,6 +360,11 @@ void matmul_float(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const T* pa = static_cast<const T*>(a.data_ptr());
   const T* pb = static_cast<const T*>(b.data_ptr());
   Acc* pc = static_cast<Acc*>(out.data_ptr());
+  if (out.numel() == 0) return;
+  if (k == 0) {  // an empty sum: zeros (a and b hold no elements, possibly no memory to offset)
+    std::fill(pc, pc + out.numel(), Acc(0));
+    return;
+  }
   // a: (M, K), b: (K, N), c: (M, N) at the given element offsets.
   auto mat_a = [&](int64_t off) { return MatrixRef<const T>{pa + off, m, k, a.stride(-2), a.stride(-1)}; };
   auto mat_b = [&](int64_t off) { return MatrixRef<const T>{pb + off, k, n, b.stride(-2), b.stride(-1)}; };
