@@ -34,6 +34,7 @@
 #include "nn/layers_extra.h"
 #include "nn/layers_resize.h"
 #include "nn/losses.h"
+#include "nn/generate.h"
 #include "nn/models/gpt2.h"
 #include "nn/models/simple.h"
 #include "nn/models/vision.h"
