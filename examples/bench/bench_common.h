@@ -123,7 +123,9 @@ inline double fma_peak(int threads, double (*clock)() = now_s) {
 // it prints "index what ms" lines, returned as {"index what": ms}. `which` names the Python:
 // the venv's PyTorch 2.x when present, else Debian's 1.13, else "none" (and nothing is timed).
 // OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for it (they slow OpenBLAS-based builds).
-inline std::map<std::string, double> torch_times(const std::string& body, int threads, std::string& which) {
+// `args` (space-separated) follow the thread count on the child's command line: sys.argv[2:].
+inline std::map<std::string, double> torch_times(const std::string& body, int threads, std::string& which,
+                                                 const std::string& args = "") {
   std::map<std::string, double> out;
   which = python_for_torch();
   if (which.empty()) {
@@ -145,7 +147,7 @@ def per_call_ms(fn, iters, repeats=7):
         times.append((time.perf_counter() - t0) / iters)
     return sorted(times)[len(times) // 2] * 1e3
 )PY";
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " + which + " - " + std::to_string(threads) +
+  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " + which + " - " + std::to_string(threads) + " " + args +
                           " 2>/dev/null <<'BRISK_PY'\n" + prelude + body + "\nBRISK_PY\n";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
