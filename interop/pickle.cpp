@@ -14,6 +14,7 @@
 // (a list that holds the same list twice, 40 times over, would otherwise expand to 2^40).
 #include "interop/pickle.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -48,13 +49,16 @@ constexpr StorageClass kStorageClasses[] = {
 };
 // clang-format on
 
+// A view may have more elements than its storage (stride 0, overlaps) up to this many.
+constexpr int64_t kMaxExpand = int64_t(1) << 24;
+
 // A value on the machine's stack, in the memo or in a container: scalars inline, everything
 // else an index into one of the Machine's arenas.
 struct Val {
   enum class Kind : uint8_t { None, Bool, Int, Float, Str, Bytes, Tensor, List, Tuple, Dict, Global, Storage };
   Kind kind = Kind::None;
-  int64_t i = 0;  // Bool, Int; the arena index of the others; Global: its Global
-  double f = 0;   // Float
+  int64_t i = 0;             // Bool, Int; the arena index of the others; Global: its Global
+  double f = 0;              // Float
   DType dtype = DType::F32;  // Global::StorageType
 };
 using K = Val::Kind;
@@ -75,6 +79,13 @@ const char* kind_name(K kind) {
     case K::Storage: return "storage";
   }
   return "?";
+}
+
+// "an int", "a list", "None": for messages.
+std::string a(K kind) {
+  const std::string name = kind_name(kind);
+  if (kind == K::None) return name;
+  return (name[0] == 'i' ? "an " : "a ") + name;
 }
 
 struct Dict {
@@ -229,7 +240,7 @@ class Machine {
   std::vector<Val>& seq_of(const Val& v) { return seqs_[v.i]; }
 
   void set_item(const Val& target, const Val& key, const Val& value) {
-    check(target.kind == K::Dict, "SETITEM on a ", kind_name(target.kind), ", not a dict");
+    if (target.kind != K::Dict) fail("SETITEM on ", a(target.kind), ", not a dict");
     Dict& d = dicts_[target.i];
     size_t* slot = nullptr;
     if (key.kind == K::Str) {
@@ -246,7 +257,7 @@ class Machine {
     }
   }
   void append(const Val& target, const Val& value) {
-    check(target.kind == K::List, "APPEND to a ", kind_name(target.kind), ", not a list");
+    if (target.kind != K::List) fail("APPEND to ", a(target.kind), ", not a list");
     seq_of(target).push_back(value);
   }
 
@@ -305,7 +316,7 @@ class Machine {
       case 'K': push({.kind = K::Int, .i = int64_t(le(1))}); return;
       case 'M': push({.kind = K::Int, .i = int64_t(le(2))}); return;
       case 0x8a: push({.kind = K::Int, .i = long_int(le(1))}); return;  // LONG1
-      case 0x8b: {                                                       // LONG4
+      case 0x8b: {                                                      // LONG4
         const int64_t n = int32_t(uint32_t(le(4)));
         check(n >= 0, "LONG4 with a negative length");
         push({.kind = K::Int, .i = long_int(uint64_t(n))});
@@ -348,8 +359,9 @@ class Machine {
       }
       case 'b': {  // BUILD: only an OrderedDict's attributes (a state_dict's _metadata), dropped
         const Val state = pop();
-        check(top().kind == K::Dict && (state.kind == K::Dict || state.kind == K::None), "BUILD on a ",
-              kind_name(top().kind), " (only a state_dict's _metadata is read)");
+        const Val target = top();
+        if (target.kind != K::Dict || (state.kind != K::Dict && state.kind != K::None))
+          fail("BUILD on ", a(target.kind), " with ", a(state.kind), " (only a state_dict's _metadata is read)");
         return;
       }
       case 'Q': push(persistent_load(pop())); return;  // BINPERSID
@@ -398,8 +410,8 @@ class Machine {
   }
 
   Val reduce(const Val& callable, const Val& args_val) {
-    check(callable.kind == K::Global, "REDUCE calls a ", kind_name(callable.kind), ", not a known global");
-    check(args_val.kind == K::Tuple, "REDUCE's arguments are a ", kind_name(args_val.kind), ", not a tuple");
+    if (callable.kind != K::Global) fail("REDUCE calls ", a(callable.kind), ", not a known global");
+    if (args_val.kind != K::Tuple) fail("REDUCE's arguments are ", a(args_val.kind), ", not a tuple");
     const std::vector<Val> args = seq_of(args_val);
     switch (Global(callable.i)) {
       case Global::OrderedDict:
@@ -415,7 +427,9 @@ class Machine {
       }
       case Global::TorchSize:
         check(args.size() == 1 && args[0].kind == K::Tuple, "torch.Size needs one tuple");
-        for (const Val& v : seq_of(args[0])) check(v.kind == K::Int, "torch.Size of a ", kind_name(v.kind));
+        for (const Val& v : seq_of(args[0])) {
+          if (v.kind != K::Int) fail("torch.Size of ", a(v.kind));
+        }
         return args[0];
       case Global::StorageType: break;
     }
@@ -424,12 +438,12 @@ class Machine {
 
   // ('storage', torch.FloatStorage, key, location, numel) -> the storage, loaded once per key.
   Val persistent_load(const Val& pid) {
-    check(pid.kind == K::Tuple, "a persistent id that is a ", kind_name(pid.kind), ", not a tuple");
+    if (pid.kind != K::Tuple) fail("a persistent id that is ", a(pid.kind), ", not a tuple");
     const std::vector<Val> id = seq_of(pid);
     check(id.size() == 5 && id[0].kind == K::Str && str_of(id[0]) == "storage",
           "a persistent id other than ('storage', type, key, location, numel)");
-    check(id[1].kind == K::Global && Global(id[1].i) == Global::StorageType,
-          "a persistent id whose storage type is a ", kind_name(id[1].kind));
+    if (id[1].kind != K::Global || Global(id[1].i) != Global::StorageType)
+      fail("a persistent id whose storage type is ", a(id[1].kind));
     check(id[2].kind == K::Str && id[3].kind == K::Str && id[4].kind == K::Int,
           "a persistent id with a key, location or numel of the wrong type");
     const std::string& key = str_of(id[2]);
@@ -449,13 +463,13 @@ class Machine {
 
   // A tuple of ints as a Shape (at most kMaxDims, each >= 0).
   Shape dims(const Val& v, const char* what) {
-    check(v.kind == K::Tuple, "_rebuild_tensor_v2's ", what, " is a ", kind_name(v.kind), ", not a tuple");
+    if (v.kind != K::Tuple) fail("_rebuild_tensor_v2's ", what, " is ", a(v.kind), ", not a tuple");
     const std::vector<Val>& items = seq_of(v);
     check(items.size() <= size_t(kMaxDims), "a tensor of ", items.size(), " dims (brisk has at most ", kMaxDims, ")");
     Shape s;
     for (const Val& d : items) {
-      check(d.kind == K::Int && d.i >= 0, "_rebuild_tensor_v2's ", what, " holds a ", kind_name(d.kind),
-            d.kind == K::Int ? " < 0" : "");
+      if (d.kind != K::Int || d.i < 0)
+        fail("_rebuild_tensor_v2's ", what, " holds ", a(d.kind), d.kind == K::Int ? " < 0" : "");
       s.push_back(d.i);
     }
     return s;
@@ -465,7 +479,7 @@ class Machine {
   // view on the storage, checked to stay inside it (no element is read or copied here).
   Val rebuild_tensor(const std::vector<Val>& args) {
     check(args.size() == 6 || args.size() == 7, "_rebuild_tensor_v2 with ", args.size(), " arguments (6 or 7)");
-    check(args[0].kind == K::Storage, "_rebuild_tensor_v2 of a ", kind_name(args[0].kind), ", not a storage");
+    if (args[0].kind != K::Storage) fail("_rebuild_tensor_v2 of ", a(args[0].kind), ", not a storage");
     check(args[1].kind == K::Int && args[1].i >= 0, "_rebuild_tensor_v2 with a bad storage offset");
     const LoadedStorage& s = storages_[args[0].i];
     const Shape sizes = dims(args[2], "size");
@@ -475,7 +489,12 @@ class Machine {
     check(args[5].kind == K::Dict && dicts_[args[5].i].entries.empty(),
           "_rebuild_tensor_v2 with backward hooks (brisk reads none)");
     // The last element's index, offset + sum (size - 1) * stride, must lie inside the storage.
+    // And the element count (zeros counted as ones, so that the dense strides of an empty
+    // tensor fit int64 too) may pass the storage's only by kMaxExpand: overlapping or
+    // expanded (stride 0) views are views, but a 2^62-element one would be a trap for the
+    // first contiguous() or clone().
     int64_t last = args[1].i;
+    int64_t count = 1;
     bool empty = false;
     bool overflow = false;
     for (int d = 0; d < sizes.size(); ++d) {
@@ -483,10 +502,14 @@ class Machine {
       int64_t step = 0;
       overflow |= __builtin_mul_overflow(sizes[d] == 0 ? 0 : sizes[d] - 1, strides[d], &step);
       overflow |= __builtin_add_overflow(last, step, &last);
+      overflow |= __builtin_mul_overflow(count, std::max<int64_t>(sizes[d], 1), &count);
     }
-    check(!overflow && (empty ? args[1].i <= s.numel : last < s.numel), "a tensor of size ", sizes, " stride ",
-          strides, " offset ", args[1].i, " reaches past its storage of ", s.numel, " elements");
-    if (empty) return tensor(make_empty(sizes, s.dtype, Device::cpu()));
+    if (overflow || (empty ? args[1].i > s.numel : last >= s.numel))
+      fail("a tensor of size ", sizes, " stride ", strides, " offset ", args[1].i, " reaches past its storage of ",
+           s.numel, " elements");
+    if (count > std::max(s.numel, kMaxExpand))
+      fail("a tensor of size ", sizes, " stride ", strides, " has ", count, " elements over a storage of ", s.numel,
+           " (a view that repeats elements is read up to ", kMaxExpand, ")");
     return tensor(make_view(s.storage, sizes, strides, args[1].i, s.dtype));
   }
   Val tensor(Tensor t) {
@@ -537,7 +560,7 @@ class Machine {
       case K::Global:
       case K::Storage: break;
     }
-    fail("the result holds a bare ", kind_name(v.kind), " (torch.save wraps storages in tensors)");
+    fail("the result holds ", a(v.kind), " on its own (torch.save wraps storages in tensors)");
   }
 
   std::string_view p_;

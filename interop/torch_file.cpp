@@ -86,9 +86,9 @@ class Archive {
       BRISK_CHECK(folder_.empty(), "load_torch: ", name_, ": two data.pkl records (", folder_, "data.pkl and ", s, ")");
       folder_ = std::string(s.substr(0, slash + 1));
     }
-    BRISK_CHECK(!folder_.empty(), "load_torch: ", name_, ": no <folder>/data.pkl record: ",
-                torchscript ? "a TorchScript archive (torch.jit.save), not a torch.save file"
-                            : "not a torch.save file");
+    BRISK_CHECK(
+        !folder_.empty(), "load_torch: ", name_, ": no <folder>/data.pkl record: ",
+        torchscript ? "a TorchScript archive (torch.jit.save), not a torch.save file" : "not a torch.save file");
   }
 
   zip_int64_t locate(const std::string& record) const {
@@ -157,8 +157,8 @@ class Archive {
     const uint64_t size = record_size(index, record, UINT64_MAX);
     const uint64_t elem = dtype_size(ref.dtype);
     BRISK_CHECK(uint64_t(ref.numel) <= size / elem && uint64_t(ref.numel) * elem == size, "load_torch: ", name_, ": ",
-                folder_, record, ": data.pkl claims ", ref.numel, " elements of ", ref.dtype,
-                " but the record holds ", size, " bytes");
+                folder_, record, ": data.pkl claims ", ref.numel, " elements of ", ref.dtype, " but the record holds ",
+                size, " bytes");
     Storage s = make_storage(size, Device::cpu());
     read_into(index, record, s->data, size);
     if (swap_bytes_ && elem > 1) {
@@ -196,6 +196,13 @@ TorchValue to_device(const TorchValue& v, Device device) {
 }
 
 TorchValue finish(TorchValue v, Device device) { return device.is_cpu() ? v : to_device(v, device); }
+
+// "an int", "a list", "None": for messages.
+std::string article(const TorchValue& v) {
+  const std::string name = v.kind_name();
+  if (v.is_none()) return name;
+  return (name[0] == 'i' ? "an " : "a ") + name;
+}
 
 void flatten(const TorchValue& v, const std::string& prefix, NamedTensors& out, std::set<std::string>& seen) {
   using Kind = TorchValue::Kind;
@@ -267,7 +274,7 @@ NamedTensors flatten_tensors(const TorchValue& value) {
 
 NamedTensors load_torch_state_dict(const std::string& path, const std::string& key, Device map_location) {
   const TorchValue root = load_torch(path, map_location);
-  BRISK_CHECK(root.is_dict(), "load_torch_state_dict: ", path, " holds a ", root.kind_name(), ", not a dict");
+  BRISK_CHECK(root.is_dict(), "load_torch_state_dict: ", path, " holds ", article(root), ", not a dict");
   if (key.empty()) return flatten_tensors(root);
   const TorchValue* sub = root.find(key);
   if (!sub) {
@@ -278,11 +285,12 @@ NamedTensors load_torch_state_dict(const std::string& path, const std::string& k
         break;
       }
       const TorchValue& k = entry.first;
-      keys += (keys.empty() ? "'" : ", '") + (k.kind() == TorchValue::Kind::Int ? std::to_string(k.as_int()) : k.as_string()) + "'";
+      keys += (keys.empty() ? "'" : ", '") +
+              (k.kind() == TorchValue::Kind::Int ? std::to_string(k.as_int()) : k.as_string()) + "'";
     }
     BRISK_FAIL("load_torch_state_dict: ", path, ": no key '", key, "' in the top-level dict (keys: ", keys, ")");
   }
-  BRISK_CHECK(sub->is_dict(), "load_torch_state_dict: ", path, ": '", key, "' holds a ", sub->kind_name(), ", not a dict");
+  BRISK_CHECK(sub->is_dict(), "load_torch_state_dict: ", path, ": '", key, "' holds ", article(*sub), ", not a dict");
   return flatten_tensors(*sub);
 }
 

@@ -22,12 +22,19 @@ const char* name_of(TorchValue::Kind kind) {
   return "?";
 }
 
+// "an int", "a list", "None": for messages.
+std::string a(TorchValue::Kind kind) {
+  const std::string name = name_of(kind);
+  if (kind == TorchValue::Kind::None) return name;
+  return (name[0] == 'i' ? "an " : "a ") + name;
+}
+
 }  // namespace
 
 const char* TorchValue::kind_name() const { return name_of(kind_); }
 
 void TorchValue::expect(Kind want) const {
-  BRISK_CHECK(kind_ == want, "TorchValue: expected a ", name_of(want), ", got a ", kind_name());
+  BRISK_CHECK(kind_ == want, "TorchValue: expected ", a(want), ", got ", a(kind_));
 }
 
 bool TorchValue::as_bool() const {
@@ -57,7 +64,7 @@ const Tensor& TorchValue::as_tensor() const {
 }
 
 const TorchValue::Items& TorchValue::items() const {
-  BRISK_CHECK(is_sequence(), "TorchValue: expected a list or tuple, got a ", kind_name());
+  BRISK_CHECK(is_sequence(), "TorchValue: expected a list or tuple, got ", a(kind_));
   return std::get<Items>(payload_);
 }
 
@@ -100,7 +107,7 @@ const TorchValue& TorchValue::at(int64_t key) const {
 
 const TorchValue& TorchValue::operator[](size_t i) const {
   const Items& v = items();
-  BRISK_CHECK(i < v.size(), "TorchValue: index ", i, " out of range for a ", kind_name(), " of ", v.size());
+  BRISK_CHECK(i < v.size(), "TorchValue: index ", i, " out of range for ", a(kind_), " of ", v.size());
   return v[i];
 }
 

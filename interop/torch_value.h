@@ -44,7 +44,7 @@ class TorchValue {
   // Each throws brisk::Error naming both kinds when the value is of another kind.
   bool as_bool() const;
   int64_t as_int() const;
-  double as_double() const;  // a float, or an int converted
+  double as_double() const;              // a float, or an int converted
   const std::string& as_string() const;  // a str (UTF-8) or bytes
   const Tensor& as_tensor() const;
   const Items& items() const;      // a list's or a tuple's

@@ -7,7 +7,7 @@
 #
 #   tests/fuzz.sh                     every target, 1000000 runs each
 #   tests/fuzz.sh --runs N            N runs per target
-#   tests/fuzz.sh --only csv[,idx]    some targets (safetensors checkpoint idx idx_gz csv image)
+#   tests/fuzz.sh --only csv[,idx]    some targets (safetensors checkpoint idx idx_gz csv torch_file image)
 #   tests/fuzz.sh --brief             CI: each target at most 20000 runs or 20 s
 #   tests/fuzz.sh --keep-going        do not stop at the first finding (libFuzzer's fork mode:
 #                                     the inputs run in a child; crashes, OOMs, timeouts are
@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-ALL_TARGETS=(safetensors checkpoint idx idx_gz csv image)
+ALL_TARGETS=(safetensors checkpoint idx idx_gz csv torch_file image)
 TARGETS=("${ALL_TARGETS[@]}")
 [ -n "$ONLY" ] && IFS=, read -r -a TARGETS <<<"$ONLY"
 

@@ -134,8 +134,8 @@ std::string tensor_program(const std::string& key, int64_t numel, const std::vec
                            const std::vector<int64_t>& strides, int64_t offset = 0,
                            const std::string& type = "FloatStorage") {
   return std::string("\x80\x02") + "ctorch._utils\n_rebuild_tensor_v2\n(" + "(" + str("storage") + "ctorch\n" + type +
-         "\n" + str(key) + str("cpu") + i64(numel) + "tQ" + i64(offset) + ints(sizes) + ints(strides) +
-         "\x89" + "ccollections\nOrderedDict\n)R" + "tR.";
+         "\n" + str(key) + str("cpu") + i64(numel) + "tQ" + i64(offset) + ints(sizes) + ints(strides) + "\x89" +
+         "ccollections\nOrderedDict\n)R" + "tR.";
 }
 
 // A torch.save-shaped archive: archive/data.pkl, archive/byteorder, archive/data/<key>...
@@ -165,8 +165,8 @@ TEST_CASE("torch_file: every dtype brisk has loads bit for bit, parameters as pl
   CHECK(names == std::vector<std::string>{"f32", "f64", "f16", "bf16", "i64", "i32", "i8", "u8", "bool", "scalar",
                                           "empty", "param"});
   CHECK(sd[4].second.to_vector<int64_t>() == std::vector<int64_t>{std::numeric_limits<int64_t>::min(), -1,
-                                                                   int64_t(1) << 40,
-                                                                   std::numeric_limits<int64_t>::max()});
+                                                                  int64_t(1) << 40,
+                                                                  std::numeric_limits<int64_t>::max()});
   CHECK(sd[9].second.dim() == 0);
   CHECK(sd[10].second.sizes() == Shape{0, 3});
   CHECK_FALSE(sd[11].second.requires_grad());
@@ -224,11 +224,14 @@ TEST_CASE("torch_file: containers of every kind, in pickle protocols 2, 4 and 5"
     CHECK(v["tuple"][1][1][0].as_double() == 2.5);
     CHECK(v["size"].kind() == TorchValue::Kind::Tuple);
     CHECK(v["size"][1].as_int() == 3);
-    if (file != "containers") CHECK(v["raw"].as_string() == std::string("\x00\x01" "binary\xff", 9));
+    if (file != "containers")
+      CHECK(v["raw"].as_string() == std::string("\x00\x01"
+                                                "binary\xff",
+                                                9));
     if (file != "containers") CHECK(v["raw"].kind() == TorchValue::Kind::Bytes);
     check_against_expected(interop::flatten_tensors(v), file);
     // Accessors name what they expected and what they met.
-    CHECK_THROWS_WITH_AS(v["text"].as_int(), doctest::Contains("expected a int, got a str"), Error);
+    CHECK_THROWS_WITH_AS(v["text"].as_int(), doctest::Contains("expected an int, got a str"), Error);
     CHECK_THROWS_WITH_AS(v["nope"], doctest::Contains("no key 'nope'"), Error);
     CHECK(v.find("nope") == nullptr);
   }
@@ -261,7 +264,7 @@ TEST_CASE("torch_file: a checkpoint with an Adam state_dict (int keys, param_gro
                        doctest::Contains("no key 'modle' in the top-level dict (keys: 'model', 'optimizer', 'epoch')"),
                        Error);
   CHECK_THROWS_WITH_AS(load_torch_state_dict(fixture("checkpoint.pth"), "epoch"),
-                       doctest::Contains("'epoch' holds a int, not a dict"), Error);
+                       doctest::Contains("'epoch' holds an int, not a dict"), Error);
 }
 
 TEST_CASE("torch_file: a small CNN saved by PyTorch loads into brisk and gives PyTorch's logits") {
@@ -292,9 +295,10 @@ TEST_CASE("torch_file: a big-endian archive is byte-swapped") {
 TEST_CASE("torch_file: what brisk does not read is refused with a message that says what it is") {
   CHECK_THROWS_WITH_AS(interop::load_torch(fixture("int16.pth")),
                        doctest::Contains("storage type 'torch.ShortStorage' has no brisk dtype"), Error);
-  CHECK_THROWS_WITH_AS(interop::load_torch(fixture("legacy.pth")), doctest::Contains("legacy torch.save format"), Error);
-  CHECK_THROWS_WITH_AS(interop::load_torch(fixture("dtypes.expected.safetensors")), doctest::Contains("not a zip archive"),
+  CHECK_THROWS_WITH_AS(interop::load_torch(fixture("legacy.pth")), doctest::Contains("legacy torch.save format"),
                        Error);
+  CHECK_THROWS_WITH_AS(interop::load_torch(fixture("dtypes.expected.safetensors")),
+                       doctest::Contains("not a zip archive"), Error);
   CHECK_THROWS_WITH_AS(interop::load_torch(fixture("no_such_file.pth")), doctest::Contains("no_such_file.pth"), Error);
   CHECK_THROWS_WITH_AS(interop::load_torch_bytes(make_zip({{"model/constants.pkl", "x"}, {"model/code/a.py", ""}})),
                        doctest::Contains("TorchScript archive"), Error);
@@ -316,7 +320,8 @@ TEST_CASE("torch_file: hostile pickles are refused by name, in bounded time and 
   deep += ".";
   // Each list holds the one before it twice: 2^60 elements if expanded.
   std::string laughs = p2 + std::string("]q\x00", 3);
-  for (int i = 1; i <= 60; ++i) laughs += "]h" + std::string(1, char(i - 1)) + "ah" + std::string(1, char(i - 1)) + "aq" + std::string(1, char(i));
+  for (int i = 1; i <= 60; ++i)
+    laughs += "]h" + std::string(1, char(i - 1)) + "ah" + std::string(1, char(i - 1)) + "aq" + std::string(1, char(i));
   laughs += ".";
   const std::vector<Case> cases = {
       {"os.system", p2 + "cos\nsystem\n" + str("ls") + "\x85R.", "global 'os.system' is not allowed"},
@@ -363,24 +368,44 @@ TEST_CASE("torch_file: storages and tensors whose sizes disagree allocate nothin
   const int64_t big = int64_t(1) << 31;
   const std::vector<Case> cases = {
       {"fine", tensor_program("0", 4, {2, 2}, {2, 1}), {{"0", floats}}, ""},
-      {"a storage larger than its record", tensor_program("0", 1000, {4}, {1}), {{"0", floats}},
+      {"a storage larger than its record",
+       tensor_program("0", 1000, {4}, {1}),
+       {{"0", floats}},
        "data.pkl claims 1000 elements of F32 but the record holds 16 bytes"},
-      {"a storage of 2^62 elements", tensor_program("0", int64_t(1) << 62, {4}, {1}), {{"0", floats}},
+      {"a storage of 2^62 elements",
+       tensor_program("0", int64_t(1) << 62, {4}, {1}),
+       {{"0", floats}},
        "claims 4611686018427387904 elements"},
-      {"a 2^62-element tensor", tensor_program("0", 4, {big, big}, {1, 1}), {{"0", floats}},
+      {"a 2^62-element tensor",
+       tensor_program("0", 4, {big, big}, {1, 1}),
+       {{"0", floats}},
        "reaches past its storage of 4 elements"},
-      {"strides that overflow", tensor_program("0", 4, {3, 3}, {int64_t(1) << 62, int64_t(1) << 62}), {{"0", floats}},
+      {"strides that overflow",
+       tensor_program("0", 4, {3, 3}, {int64_t(1) << 62, int64_t(1) << 62}),
+       {{"0", floats}},
        "reaches past its storage"},
+      {"a 2^62-element view of one element (stride 0)", tensor_program("0", 4, {big, big}, {0, 0}),
+       {{"0", floats}}, "has 4611686018427387904 elements over a storage of 4"},
+      {"an empty tensor whose dense strides overflow", tensor_program("0", 4, {0, big, big, big}, {1, 1, 1, 1}),
+       {{"0", floats}}, "reaches past its storage"},
       {"an offset past the end", tensor_program("0", 4, {2}, {1}, 3), {{"0", floats}}, "reaches past its storage"},
-      {"a negative stride", tensor_program("0", 4, {2}, {-1}, 3), {{"0", floats}}, "stride holds a int < 0"},
-      {"9 dims", tensor_program("0", 4, std::vector<int64_t>(9, 1), std::vector<int64_t>(9, 1)), {{"0", floats}},
+      {"a negative stride", tensor_program("0", 4, {2}, {-1}, 3), {{"0", floats}}, "stride holds an int < 0"},
+      {"9 dims",
+       tensor_program("0", 4, std::vector<int64_t>(9, 1), std::vector<int64_t>(9, 1)),
+       {{"0", floats}},
        "a tensor of 9 dims"},
       {"a missing record", tensor_program("7", 4, {4}, {1}), {{"0", floats}}, "no record archive/data/7"},
-      {"a record claiming 4 GiB", tensor_program("0", int64_t(1) << 30, {4}, {1}), {{"0", floats, 0xfffffffc}},
+      {"a record claiming 4 GiB",
+       tensor_program("0", int64_t(1) << 30, {4}, {1}),
+       {{"0", floats, 0xfffffffc}},
        "claims 4294967292 bytes, more than the"},
-      {"a storage type brisk lacks", tensor_program("0", 4, {4}, {1}, 0, "ComplexFloatStorage"), {{"0", floats}},
+      {"a storage type brisk lacks",
+       tensor_program("0", 4, {4}, {1}, 0, "ComplexFloatStorage"),
+       {{"0", floats}},
        "'torch.ComplexFloatStorage' has no brisk dtype"},
-      {"a storage class that is no storage", tensor_program("0", 4, {4}, {1}, 0, "Tensor"), {{"0", floats}},
+      {"a storage class that is no storage",
+       tensor_program("0", 4, {4}, {1}, 0, "Tensor"),
+       {{"0", floats}},
        "global 'torch.Tensor' is not allowed"},
   };
   for (const Case& c : cases) {
