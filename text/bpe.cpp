@@ -257,6 +257,19 @@ void ByteLevelBPE::build_() {
     auto it = vocab_.find(bc.utf8[b]);
     byte_id_[b] = it == vocab_.end() ? -1 : it->second;
   }
+  // Added tokens by pass (non-normalized first), longest first, so the first that matches at
+  // a position is the longest there.
+  for (int pass = 0; pass < 2; ++pass) {
+    AddedMatcher& m = matchers_[pass];
+    m.tokens.clear();
+    std::fill(std::begin(m.first), std::end(m.first), false);
+    for (size_t i = 0; i < added_.size(); ++i) {
+      if (added_[i].normalized == (pass == 1)) m.tokens.push_back(i);
+    }
+    std::stable_sort(m.tokens.begin(), m.tokens.end(),
+                     [&](size_t a, size_t b) { return added_[a].content.size() > added_[b].content.size(); });
+    for (size_t i : m.tokens) m.first[static_cast<unsigned char>(added_[i].content[0])] = true;
+  }
   table_ = std::make_unique<MergeTable>(merges_.size());
   for (size_t r = 0; r < merges_.size(); ++r) {
     const auto& [a, b] = merges_[r];
@@ -612,7 +625,18 @@ void ByteLevelBPE::encode_segment_(std::string_view text, size_t base, WordCache
 }
 
 void ByteLevelBPE::encode_(std::string_view text, WordCache& cache, std::vector<int32_t>& out) const {
-  if (added_.empty()) {
+  // Most texts hold no added token: one look at each byte's first-byte flag says so.
+  bool maybe = false;
+  for (const AddedMatcher& m : matchers_) {
+    if (m.tokens.empty()) continue;
+    for (unsigned char c : text) {
+      if (m.first[c]) {
+        maybe = true;
+        break;
+      }
+    }
+  }
+  if (!maybe) {
     if (!text.empty()) encode_segment_(text, 0, cache, out);
     return;
   }
@@ -622,18 +646,12 @@ void ByteLevelBPE::encode_(std::string_view text, WordCache& cache, std::vector<
     size_t begin, end;
     int32_t id;  // -1: text still to tokenize
   };
+  // Two passes: non-normalized tokens, then normalized ones (build_() made the matchers).
   std::vector<Span> spans{{0, text.size(), -1}};
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool normalized = pass == 1;
-    std::vector<const AddedToken*> toks;
-    for (const AddedToken& t : added_) {
-      if (t.normalized == normalized) toks.push_back(&t);
-    }
+  for (const AddedMatcher& matcher : matchers_) {
+    const auto& toks = matcher.tokens;
     if (toks.empty()) continue;
-    std::stable_sort(toks.begin(), toks.end(),
-                     [](const AddedToken* a, const AddedToken* b) { return a->content.size() > b->content.size(); });
-    bool first[256] = {};
-    for (const AddedToken* t : toks) first[static_cast<unsigned char>(t->content[0])] = true;
+    const auto& first = matcher.first;
     std::vector<Span> next;
     for (const Span& s : spans) {
       if (s.id >= 0) {
@@ -645,9 +663,10 @@ void ByteLevelBPE::encode_(std::string_view text, WordCache& cache, std::vector<
       while (i < s.end) {
         const AddedToken* hit = nullptr;
         if (first[static_cast<unsigned char>(text[i])]) {
-          for (const AddedToken* t : toks) {
-            if (t->content.size() <= s.end - i && text.compare(i, t->content.size(), t->content) == 0) {
-              hit = t;
+          for (size_t k : toks) {
+            const AddedToken& t = added_[k];
+            if (t.content.size() <= s.end - i && text.compare(i, t.content.size(), t.content) == 0) {
+              hit = &t;
               break;
             }
           }
@@ -694,7 +713,7 @@ std::vector<std::vector<int32_t>> ByteLevelBPE::encode_batch(const std::vector<s
 #pragma omp parallel if (n > 1)
   {
     WordCache cache;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 16)
     for (int64_t i = 0; i < n; ++i) {
       try {
         encode_(texts[i], cache, out[i]);

@@ -95,6 +95,11 @@ class ByteLevelBPE {
   std::vector<uint8_t> has_id_;                     // by id: false for gaps
   std::vector<std::pair<std::string, std::string>> merges_;
   std::vector<AddedToken> added_;
+  struct AddedMatcher {
+    std::vector<size_t> tokens;  // indices into added_, longest first
+    bool first[256] = {};        // the first bytes of tokens
+  };
+  AddedMatcher matchers_[2];  // non-normalized, normalized (see encode_)
   std::unique_ptr<MergeTable> table_;
   int32_t byte_id_[256];  // id of each byte's character; -1 when the vocabulary lacks it
   int32_t unk_id_ = -1;   // the model's unk_token, when it has one
