@@ -6,10 +6,11 @@
 // rebuild functions, OrderedDict, torch.Size and the typed storage classes), each mapped to
 // a C++ action on plain values; any other global is an error naming it, before anything runs.
 // Its costs are bounded by the program's size: every opcode reads at least one byte and
-// pushes at most one value; strings and ints are read only after their length is checked
-// against the bytes left; the memo is a map (an index of 2^32 allocates nothing); containers
-// live in arenas and are referred to by index, so a container that holds itself or a chain a
-// million deep costs no recursion while it is built. Only the final conversion to TorchValue
+// pushes at most one value (so memory is a small multiple of the size, and time linear);
+// strings and ints are read only after their length is checked against the bytes left; the
+// memo is a map (an index of 2^32 allocates nothing); containers live in arenas and are
+// referred to by index, so a container that holds itself or a chain a million deep costs no
+// recursion while it is built. Only the final conversion to TorchValue
 // recurses, up to kPickleMaxDepth, and it charges every value it copies against a budget
 // (a list that holds the same list twice, 40 times over, would otherwise expand to 2^40).
 #include "interop/pickle.h"
@@ -88,12 +89,9 @@ std::string a(K kind) {
   return (name[0] == 'i' ? "an " : "a ") + name;
 }
 
-struct Dict {
-  std::vector<std::pair<Val, Val>> entries;
-  // Python semantics: setting a key again replaces its value in place.
-  std::unordered_map<std::string, size_t> str_keys;
-  std::unordered_map<int64_t, size_t> int_keys;
-};
+// A dict's entries in insertion order; the key index lives in the Machine (one map for all
+// dicts, so an empty dict costs one vector).
+using Dict = std::vector<std::pair<Val, Val>>;
 
 struct LoadedStorage {
   Storage storage;
@@ -241,19 +239,18 @@ class Machine {
 
   void set_item(const Val& target, const Val& key, const Val& value) {
     if (target.kind != K::Dict) fail("SETITEM on ", a(target.kind), ", not a dict");
+    // Python semantics: setting a key again replaces its value in place.
     Dict& d = dicts_[target.i];
-    size_t* slot = nullptr;
-    if (key.kind == K::Str) {
-      slot = &d.str_keys.try_emplace(str_of(key), d.entries.size()).first->second;
-    } else if (key.kind == K::Int) {
-      slot = &d.int_keys.try_emplace(key.i, d.entries.size()).first->second;
-    } else {
+    if (key.kind != K::Str && key.kind != K::Int)
       fail("a dict key of type ", kind_name(key.kind), " (only str and int keys are read)");
-    }
-    if (*slot == d.entries.size()) {
-      d.entries.emplace_back(key, value);
+    std::string id(reinterpret_cast<const char*>(&target.i), sizeof(target.i));
+    id += key.kind == K::Str ? 's' : 'i';
+    id += key.kind == K::Str ? str_of(key) : std::string(reinterpret_cast<const char*>(&key.i), sizeof(key.i));
+    const size_t slot = dict_keys_.try_emplace(std::move(id), d.size()).first->second;
+    if (slot == d.size()) {
+      d.emplace_back(key, value);
     } else {
-      d.entries[*slot].second = value;
+      d[slot].second = value;
     }
   }
   void append(const Val& target, const Val& value) {
@@ -486,7 +483,7 @@ class Machine {
     const Shape strides = dims(args[3], "stride");
     check(sizes.size() == strides.size(), "_rebuild_tensor_v2 with ", sizes.size(), " sizes and ", strides.size(),
           " strides");
-    check(args[5].kind == K::Dict && dicts_[args[5].i].entries.empty(),
+    check(args[5].kind == K::Dict && dicts_[args[5].i].empty(),
           "_rebuild_tensor_v2 with backward hooks (brisk reads none)");
     // The last element's index, offset + sum (size - 1) * stride, must lie inside the storage.
     // And the element count (zeros counted as ones, so that the dense strides of an empty
@@ -547,7 +544,7 @@ class Machine {
       }
       case K::Dict: {
         check(depth < kPickleMaxDepth, "containers nested deeper than ", kPickleMaxDepth);
-        const std::vector<std::pair<Val, Val>>& src = dicts_[v.i].entries;
+        const Dict& src = dicts_[v.i];
         charge(int64_t(src.size() * 2 * sizeof(TorchValue)));
         TorchValue::Entries entries;
         entries.reserve(src.size());
@@ -576,6 +573,7 @@ class Machine {
   std::vector<std::string> strings_;
   std::vector<std::vector<Val>> seqs_;
   std::vector<Dict> dicts_;
+  std::unordered_map<std::string, size_t> dict_keys_;  // (dict, key kind, key) -> slot
   std::vector<Tensor> tensors_;
   std::vector<LoadedStorage> storages_;
   std::unordered_map<std::string, size_t> storage_index_;

@@ -23,8 +23,9 @@ namespace brisk::interop {
 
 namespace {
 
-// data.pkl larger than this is refused: a state_dict of 100k tensors pickles to ~20 MB.
-constexpr uint64_t kMaxPickleBytes = uint64_t(1) << 30;
+// data.pkl larger than this is refused: a state_dict of 100k tensors pickles to ~20 MB, and
+// the unpickler's memory is a small multiple of this size.
+constexpr uint64_t kMaxPickleBytes = uint64_t(256) << 20;
 // Deflate expands at most ~1032:1; a record claiming more is corrupt (a zip bomb's header).
 constexpr uint64_t kMaxDeflateRatio = 1032;
 

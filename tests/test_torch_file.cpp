@@ -307,6 +307,17 @@ TEST_CASE("torch_file: what brisk does not read is refused with a message that s
                        Error);
 }
 
+TEST_CASE("torch_file: a dict key set twice keeps its first place and its last value, as in Python") {
+  const std::string program = std::string("\x80\x02}(") + str("a") + "K\x01" + str("b") + "K\x02" + str("a") + "K\x03" +
+                              "K\x07" + "K\x04" + "u.";
+  const TorchValue v = interop::load_torch_bytes(archive(program));
+  REQUIRE(v.size() == 3);
+  CHECK(v.entries()[0].first.as_string() == "a");
+  CHECK(v["a"].as_int() == 3);
+  CHECK(v["b"].as_int() == 2);
+  CHECK(v.at(7).as_int() == 4);
+}
+
 TEST_CASE("torch_file: hostile pickles are refused by name, in bounded time and memory") {
   const std::string p2 = "\x80\x02";
   struct Case {
