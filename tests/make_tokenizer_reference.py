@@ -9,7 +9,9 @@ tests/test_tokenizer.cpp, written to tests/data/tokenizer/.
                      special_tokens=["<|endoftext|>", "<pad>"]), as save_model() and save() write
   encode.json        ids HF gives for a list of test strings, and for the "1 MB" input (train.txt
                      repeated to at least 1,000,000 bytes): its length, first/last ids and an
-                     FNV-1a hash of the ids as little-endian int32s
+                     FNV-1a hash of the ids as little-endian int32s; the test strings' ids again
+                     under variants of tokenizer.json (add_prefix_space, use_regex false,
+                     ignore_merges, a normalized and a special added token that overlap)
   train_cases.json   merges HF learns in further settings (train_from_iterator over strings: ties,
                      min_frequency, no special tokens), for the trainer's exactness
   pretokenize.json   how HF's ByteLevel pre-tokenizer splits edge cases (whitespace kinds, \r\n, ...)
@@ -118,6 +120,30 @@ def main():
         "decode": [{"ids": c["ids"], "text": hf.decode(c["ids"], skip_special_tokens=False)}
                    for c in cases],
     }
+    # tokenizer.json with fields changed (JSON pointer -> value): ids of every case under each.
+    base = json.loads(hf.to_str())
+    added = base["added_tokens"] + [
+        {"id": 1000, "content": " world", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": True, "special": False},
+        {"id": 1001, "content": "wor", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}]
+    variants = [
+        {"name": "add_prefix_space", "set": {"/pre_tokenizer/add_prefix_space": True}},
+        {"name": "no_regex", "set": {"/pre_tokenizer/use_regex": False}},
+        {"name": "ignore_merges", "set": {"/model/ignore_merges": True}},
+        {"name": "added_tokens", "set": {"/added_tokens": added}},
+    ]
+    for v in variants:
+        j = json.loads(hf.to_str())
+        for pointer, value in v["set"].items():
+            *path, key = pointer.strip("/").split("/")
+            node = j
+            for k in path:
+                node = node[k]
+            node[key] = value
+        t = Tokenizer.from_str(json.dumps(j))
+        v["ids"] = [t.encode(s).ids for s in CASES]
+    encode["variants"] = variants
     with open(os.path.join(OUT, "encode.json"), "w", encoding="utf-8") as f:
         json.dump(encode, f, ensure_ascii=False, indent=0)
 

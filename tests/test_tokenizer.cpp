@@ -128,6 +128,24 @@ TEST_CASE("tokenizer: ids match HF's on the test strings, from both file formats
   CHECK(hf_json().id_to_token(hf_json().token_to_id("Ġthe")) == "Ġthe");
 }
 
+TEST_CASE("tokenizer: tokenizer.json options give HF's ids (prefix space, no regex, added tokens)") {
+  const json ref = read_json("encode.json");
+  const json base = json::parse(test::read_bytes(ref_dir() / "tokenizer.json"));
+  TempDir dir;
+  for (const json& v : ref["variants"]) {
+    json j = base;
+    for (auto it = v["set"].begin(); it != v["set"].end(); ++it) j[json::json_pointer(it.key())] = it.value();
+    const ByteLevelBPE t = ByteLevelBPE::from_tokenizer_json(dir.file("t.json", j.dump()));
+    REQUIRE(v["ids"].size() == ref["cases"].size());
+    for (size_t i = 0; i < v["ids"].size(); ++i) {
+      const std::string text = ref["cases"][i]["text"].get<std::string>();
+      CAPTURE(v["name"].get<std::string>());
+      CAPTURE(text);
+      CHECK(t.encode(text) == ids_of(v["ids"][i]));
+    }
+  }
+}
+
 TEST_CASE("tokenizer: a 1 MB input gives HF's ids; encode_batch gives encode's") {
   const json big = read_json("encode.json")["big"];
   const std::string train = test::read_bytes(ref_dir() / "train.txt");
