@@ -147,7 +147,8 @@ TEST_CASE("tokenizer: tokenizer.json options give HF's ids (prefix space, no reg
 }
 
 TEST_CASE("tokenizer: a 1 MB input gives HF's ids; encode_batch gives encode's") {
-  const json big = read_json("encode.json")["big"];
+  const json ref = read_json("encode.json");
+  const json& big = ref["big"];
   const std::string train = test::read_bytes(ref_dir() / "train.txt");
   std::string text;
   for (int i = 0; i < big["copies"].get<int>(); ++i) text += train;
@@ -162,7 +163,7 @@ TEST_CASE("tokenizer: a 1 MB input gives HF's ids; encode_batch gives encode's")
   // Empty input, and a batch (threads, each with its own cache) equal to one-by-one calls.
   CHECK(hf_json().encode("").empty());
   std::vector<std::string> batch;
-  for (const json& c : read_json("encode.json")["cases"]) batch.push_back(c["text"]);
+  for (const json& c : ref["cases"]) batch.push_back(c["text"]);
   batch.push_back(text.substr(0, 100000));
   const auto out = hf_json().encode_batch(batch);
   REQUIRE(out.size() == batch.size());
