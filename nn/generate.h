@@ -13,30 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "nn/kv_cache.h"
 #include "nn/module.h"
 
 namespace brisk::nn {
-
-// The keys and values of the positions an attention module has seen, (B, H, capacity, D) each,
-// filled up to length(). reserve() preallocates (generate() reserves prompt + new tokens, so
-// decoding allocates nothing); append() beyond the capacity grows it by doubling. reset() starts
-// a new sequence and keeps the memory; clear() frees it.
-class KVCache {
- public:
-  // Appends k and v, (B, H, t, D), at position length(); returns every key and value so far as
-  // (B, H, length(), D) views of the cache (valid until the next append).
-  std::pair<Tensor, Tensor> append(const Tensor& k, const Tensor& v);
-  void reserve(int64_t positions);  // takes effect at the next allocation
-  void reset() { length_ = 0; }
-  void clear();
-  int64_t length() const { return length_; }
-  int64_t capacity() const { return k_.defined() ? k_.size(2) : 0; }
-
- private:
-  Tensor k_{}, v_{};
-  int64_t length_ = 0;
-  int64_t reserved_ = 0;
-};
 
 // Hugging Face generate()'s options, under its names. Greedy unless do_sample (or a
 // temperature of 0, which always means greedy); the processors run in HF's order: repetition

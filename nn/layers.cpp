@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "engine/grad_mode.h"
 #include "nn/init.h"
@@ -228,7 +229,7 @@ MultiheadAttention::WithWeights MultiheadAttention::operator()(const Tensor& que
     BRISK_CHECK(q.dim() == 3 && key.dim() == 3, "MultiheadAttention: query ", q.sizes(), ", key ", key.sizes(),
                 " must be ", batch_first ? "(B, T, " : "(T, B, ", embed_dim, ")");
     const int64_t bsz = q.size(batch_first ? 0 : 1), t = q.size(batch_first ? 1 : 0);
-    const int64_t s = key.size(batch_first ? 1 : 0);
+    const int64_t s = key.size(batch_first ? 1 : 0) + (use_cache ? cache.length() : 0);
     check_key_padding_mask("MultiheadAttention", "key_padding_mask", key_padding_mask, bsz, s);
     check_attn_mask("MultiheadAttention", "attn_mask", attn_mask, bsz, num_heads, t, s);
     Tensor mask = merge_attention_masks(attn_mask, key_padding_mask, bsz, num_heads, t, s, q.dtype());
@@ -260,8 +261,27 @@ Tensor MultiheadAttention::forward(const Tensor& q_in, const Tensor& k_in, const
   };
   Tensor qh = proj(q, 0), kh = proj(k, 1), vh = proj(v, 2);
   // MultiheadAttention's Bool masks say where attention is not allowed; sdpa's where it is.
-  const Tensor allowed =
+  Tensor allowed =
       mask.defined() && mask.dtype() == DType::Bool ? eq(mask, zeros({}, DType::Bool, mask.device())) : mask;
+  if (use_cache) {
+    const int64_t past = cache.length();
+    std::tie(kh, vh) = cache.append(kh, vh);
+    if (is_causal && past > 0) {
+      // The bottom-right diagonal: query i is position past + i. A (T, S) Bool mask joins the
+      // caller's (and with a Bool one; a float one gets -inf where the diagonal forbids).
+      const int64_t t = qh.size(2), s = kh.size(2);
+      Tensor rows = arange(t, DType::I64, qh.device()).unsqueeze(1) + scalar_tensor(double(past), DType::I64, qh.device());
+      Tensor diag = le(arange(s, DType::I64, qh.device()).unsqueeze(0), rows);  // (T, S), true = attend
+      if (!allowed.defined()) {
+        allowed = diag;
+      } else if (allowed.dtype() == DType::Bool) {
+        allowed = gt(cast(allowed, DType::F32) + cast(diag, DType::F32), scalar_tensor(1.5, DType::F32, qh.device()));
+      } else {
+        allowed = allowed + additive(eq(diag, zeros({}, DType::Bool, qh.device())), allowed.dtype());
+      }
+      is_causal = false;
+    }
+  }
   Tensor o = F::scaled_dot_product_attention(qh, kh, vh, allowed, is_causal, dropout, is_training());  // (B, H, T, D)
   Tensor merged = o.transpose(1, 2).reshape({q.size(0), q.size(1), embed_dim});
   Tensor out = (*child("out_proj"))(merged);

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "nn/functional.h"
+#include "nn/kv_cache.h"
 #include "nn/module.h"
 
 namespace brisk::nn {
@@ -230,6 +231,13 @@ class MultiheadAttention : public Module {
   double dropout;
   bool batch_first;
   bool causal;  // mha(x) masks future positions
+  // Incremental decoding (self-attention): while use_cache, each call appends the projected
+  // keys and values of its key / value inputs to `cache` and the queries attend to everything
+  // cached; a causal call then lets query i see keys j <= cached + i (the bottom-right
+  // diagonal), and attn_mask is (T, S) or (B * H, T, S) over all S cached keys. The weights
+  // path (need_weights) does not use the cache. cache.reset() starts a new sequence.
+  KVCache cache;
+  bool use_cache = false;
 };
 
 // The checks of PyTorch's attention masks (MultiheadAttention's, the transformer blocks'), with

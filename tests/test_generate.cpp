@@ -223,3 +223,56 @@ TEST_CASE("generate: errors name what is wrong") {
   CHECK_THROWS_WITH_AS(GPT2::from_pretrained(tmp.string()), doctest::Contains("activation_function"), Error);
   std::filesystem::remove_all(tmp);
 }
+
+// The 4th position's output with the cache and no mask (what the padded call must differ from).
+Tensor parts_of(nn::MultiheadAttention& mha, const Tensor& x, bool batch_first) {
+  mha.cache.reset();
+  Tensor first = x.narrow(batch_first ? 1 : 0, 0, 3), next = x.narrow(batch_first ? 1 : 0, 3, 1);
+  mha(first, first, first, {}, false, {}, true, true);
+  return mha(next, next, next, {}, false, {}, true, true).output;
+}
+
+TEST_CASE("generate: MultiheadAttention with use_cache equals the causal forward over the whole sequence") {
+  NoGradGuard no_grad;
+  manual_seed(5);
+  for (bool batch_first : {true, false}) {
+    CAPTURE(batch_first);
+    nn::MultiheadAttention mha(32, 4, 0.0, true, batch_first);
+    mha.eval();
+    Tensor x = batch_first ? randn({2, 11, 32}) : randn({11, 2, 32});
+    Tensor full = mha(x, x, x, {}, /*need_weights=*/false, {}, true, /*is_causal=*/true).output;
+    mha.use_cache = true;
+    for (int64_t chunk : {1, 4}) {
+      CAPTURE(chunk);
+      mha.cache.reset();
+      std::vector<Tensor> parts;
+      for (int64_t at = 0; at < 11; at += chunk) {
+        const int64_t n = std::min<int64_t>(chunk, 11 - at);
+        Tensor xs = x.narrow(batch_first ? 1 : 0, at, n);
+        parts.push_back(mha(xs, xs, xs, {}, false, {}, true, /*is_causal=*/true).output);
+      }
+      const double err = max_abs_diff(cat(parts, batch_first ? 1 : 0), full);
+      CAPTURE(err);
+      CHECK(err < 1e-5);
+    }
+    // A key-padding mask over all cached keys: the padded key is ignored from then on.
+    mha.cache.reset();
+    Tensor first = x.narrow(batch_first ? 1 : 0, 0, 3), next = x.narrow(batch_first ? 1 : 0, 3, 1);
+    mha(first, first, first, {}, false, {}, true, true);
+    Tensor pad = zeros({2, 4}, DType::Bool);
+    pad.narrow(1, 1, 1).fill_(1.0);
+    Tensor with_pad = mha(next, next, next, pad, false, {}, true, true).output;
+    mha.use_cache = false;
+    Tensor four = x.narrow(batch_first ? 1 : 0, 0, 4);
+    Tensor want = mha(four, four, four, pad, false, {}, true, true).output.narrow(batch_first ? 1 : 0, 3, 1);
+    mha.use_cache = true;
+    const double pad_err = max_abs_diff(with_pad, want);
+    CAPTURE(pad_err);
+    CHECK(pad_err < 1e-5);
+    CHECK(max_abs_diff(with_pad, parts_of(mha, x, batch_first)) > 1e-3);  // the mask mattered
+    CHECK_THROWS_WITH_AS(mha(next, next, next, zeros({2, 4}, DType::Bool), false, {}, true, true),
+                         doctest::Contains("expected (B, S) = (2, 5)"), Error);
+    mha.use_cache = false;
+    mha.cache.clear();
+  }
+}
