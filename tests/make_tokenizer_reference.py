@@ -11,19 +11,23 @@ tests/test_tokenizer.cpp, written to tests/data/tokenizer/.
                      repeated to at least 1,000,000 bytes): its length, first/last ids and an
                      FNV-1a hash of the ids as little-endian int32s; the test strings' ids again
                      under variants of tokenizer.json (add_prefix_space, use_regex false,
-                     ignore_merges, a normalized and a special added token that overlap)
+                     ignore_merges, a normalized and a special added token that overlap, a
+                     TemplateProcessing post-processor, the fields transformers' save_pretrained
+                     writes)
   train_cases.json   merges HF learns in further settings (train_from_iterator over strings: ties,
                      min_frequency, no special tokens), for the trainer's exactness
   pretokenize.json   how HF's ByteLevel pre-tokenizer splits edge cases (whitespace kinds, \r\n, ...)
 Not here: the Unicode classes (text/gen_unicode_tables.py).
 
-Run with /work/venv/bin/python (tokenizers 0.23); fortune(6)'s data in /usr/share/games/fortunes.
+Run with /work/venv/bin/python (tokenizers 0.23, transformers 5); fortune(6)'s data in /usr/share/games/fortunes.
 """
 import json
 import os
 import struct
+import tempfile
 
 from tokenizers import ByteLevelBPETokenizer, Tokenizer, pre_tokenizers
+from transformers import GPT2TokenizerFast
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "data", "tokenizer")
@@ -132,7 +136,33 @@ def main():
         {"name": "no_regex", "set": {"/pre_tokenizer/use_regex": False}},
         {"name": "ignore_merges", "set": {"/model/ignore_merges": True}},
         {"name": "added_tokens", "set": {"/added_tokens": added}},
+        {"name": "template", "set": {"/post_processor": {
+            "type": "Sequence", "processors": [
+                {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+                {"type": "TemplateProcessing",
+                 "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                            {"Sequence": {"id": "A", "type_id": 0}},
+                            {"SpecialToken": {"id": "<pad>", "type_id": 0}}],
+                 "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                 "special_tokens": {
+                     "<|endoftext|>": {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]},
+                     "<pad>": {"id": "<pad>", "ids": [1], "tokens": ["<pad>"]}}}]}}},
     ]
+    # What transformers' GPT2TokenizerFast(vocab, merges).save_pretrained() writes, where it
+    # differs from Tokenizer.save(): its fields set on tokenizer.json.
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = json.load(open(os.path.join(OUT, "vocab.json"), encoding="utf-8"))
+        with open(os.path.join(OUT, "merges.txt"), encoding="utf-8") as f:
+            merges = [tuple(l.rstrip("\n").split(" ")) for l in f if not l.startswith("#version")]
+        GPT2TokenizerFast(vocab=vocab, merges=merges).save_pretrained(tmp)
+        tf = json.load(open(os.path.join(tmp, "tokenizer.json"), encoding="utf-8"))
+    changed = {}
+    for key, value in tf.items():
+        if key == "model":
+            changed.update({f"/model/{k}": v for k, v in value.items() if v != base["model"].get(k)})
+        elif value != base.get(key):
+            changed["/" + key] = value
+    variants.append({"name": "transformers", "set": changed})
     for v in variants:
         j = json.loads(hf.to_str())
         for pointer, value in v["set"].items():

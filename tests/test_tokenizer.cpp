@@ -128,7 +128,7 @@ TEST_CASE("tokenizer: ids match HF's on the test strings, from both file formats
   CHECK(hf_json().id_to_token(hf_json().token_to_id("Ġthe")) == "Ġthe");
 }
 
-TEST_CASE("tokenizer: tokenizer.json options give HF's ids (prefix space, no regex, added tokens)") {
+TEST_CASE("tokenizer: tokenizer.json options give HF's ids (prefix space, no regex, added tokens, template)") {
   const json ref = read_json("encode.json");
   const json base = json::parse(test::read_bytes(ref_dir() / "tokenizer.json"));
   TempDir dir;
@@ -137,11 +137,16 @@ TEST_CASE("tokenizer: tokenizer.json options give HF's ids (prefix space, no reg
     for (auto it = v["set"].begin(); it != v["set"].end(); ++it) j[json::json_pointer(it.key())] = it.value();
     const ByteLevelBPE t = ByteLevelBPE::from_tokenizer_json(dir.file("t.json", j.dump()));
     REQUIRE(v["ids"].size() == ref["cases"].size());
+    // What save_tokenizer_json writes loads back to the same tokenizer.
+    const std::string saved = (dir.path / "saved.json").string();
+    t.save_tokenizer_json(saved);
+    const ByteLevelBPE back = ByteLevelBPE::from_tokenizer_json(saved);
     for (size_t i = 0; i < v["ids"].size(); ++i) {
       const std::string text = ref["cases"][i]["text"].get<std::string>();
       CAPTURE(v["name"].get<std::string>());
       CAPTURE(text);
       CHECK(t.encode(text) == ids_of(v["ids"][i]));
+      CHECK(back.encode(text) == ids_of(v["ids"][i]));
     }
   }
 }
@@ -337,6 +342,15 @@ TEST_CASE("tokenizer: malformed files are refused naming the file and the field 
       {"/normalizer", json{{"type", "NFC"}}, "\"normalizer\" is not supported"},
       {"/pre_tokenizer/type", "Whitespace", "pre_tokenizer \"Whitespace\" is not supported"},
       {"/decoder/type", "WordPiece", "decoder \"WordPiece\" is not supported"},
+      {"/post_processor/type", "RobertaProcessing", "post_processor \"RobertaProcessing\" is not supported"},
+      {"/post_processor",
+       json{{"type", "TemplateProcessing"},
+            {"single", json::array({json{{"SpecialToken", {{"id", "<s>"}}}}, json{{"Sequence", {{"id", "A"}}}}})},
+            {"special_tokens", json::object()}},
+       "post_processor.single[0]: special token \"<s>\" is not in post_processor.special_tokens"},
+      {"/post_processor",
+       json{{"type", "TemplateProcessing"}, {"single", json::array()}, {"special_tokens", json::object()}},
+       "post_processor.single has no Sequence"},
       {"/added_tokens/0/lstrip", true, "added_tokens[0].lstrip = true is not supported"},
       {"/added_tokens/1/id", -3, "added_tokens[1].id -3"},
       {"/added_tokens/1/content", "", "added_tokens[1].content must be a non-empty string"},

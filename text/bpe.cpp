@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -385,10 +386,59 @@ ByteLevelBPE ByteLevelBPE::from_tokenizer_json_(const std::string& path) {
     t.add_prefix_space_ = p.value("add_prefix_space", false);
     t.use_regex_ = p.value("use_regex", true);
   }
-  for (const char* key : {"decoder", "post_processor"}) {
-    if (is_null_or_absent(root, key)) continue;
-    const std::string type = type_of(root[key], key);
-    BRISK_CHECK(type == "ByteLevel", what, ": ", key, " \"", type, "\" is not supported (only ByteLevel or null)");
+  t.decoder_json_ = "null";
+  if (!is_null_or_absent(root, "decoder")) {
+    const std::string type = type_of(root["decoder"], "decoder");
+    BRISK_CHECK(type == "ByteLevel", what, ": decoder \"", type, "\" is not supported (only ByteLevel or null)");
+    t.decoder_json_ = root["decoder"].dump();
+  }
+  // Post-processors: ByteLevel (offsets only), a TemplateProcessing's single-sequence template
+  // (special tokens around every encoding, as HF's encode adds them by default), or a Sequence
+  // of those.
+  t.post_processor_json_ = "null";
+  std::function<void(const Json&, const std::string&)> post = [&](const Json& p, const std::string& name) {
+    const std::string type = type_of(p, name);
+    if (type == "ByteLevel") return;
+    if (type == "Sequence") {
+      const Json& list = field(p, "processors", name + ".");
+      BRISK_CHECK(list.is_array(), what, ": \"", name, ".processors\" must be an array");
+      for (size_t i = 0; i < list.size(); ++i) post(list[i], brisk::detail::cat(name, ".processors[", i, "]"));
+      return;
+    }
+    BRISK_CHECK(type == "TemplateProcessing", what, ": ", name, " \"", type,
+                "\" is not supported (only ByteLevel, TemplateProcessing, Sequence or null)");
+    BRISK_CHECK(t.prefix_ids_.empty() && t.suffix_ids_.empty(), what, ": ", name,
+                ": a second TemplateProcessing is not supported");
+    const Json& single = field(p, "single", name + ".");
+    BRISK_CHECK(single.is_array(), what, ": \"", name, ".single\" must be an array");
+    const Json none = Json::object();
+    const Json& specials = p.contains("special_tokens") ? p["special_tokens"] : none;
+    bool seen = false;
+    for (size_t i = 0; i < single.size(); ++i) {
+      const Json& item = single[i];
+      const std::string where = brisk::detail::cat(what, ": ", name, ".single[", i, "]");
+      if (item.is_object() && item.contains("Sequence")) {
+        BRISK_CHECK(!seen, where, ": a second Sequence");
+        seen = true;
+        continue;
+      }
+      BRISK_CHECK(item.is_object() && item.contains("SpecialToken") && item["SpecialToken"].contains("id"), where,
+                  " is neither a Sequence nor a SpecialToken");
+      const Json& id = item["SpecialToken"]["id"];
+      BRISK_CHECK(id.is_string() && specials.contains(id.get<std::string>()), where, ": special token ", id.dump(),
+                  " is not in ", name, ".special_tokens");
+      const Json& ids = specials[id.get<std::string>()].value("ids", Json::array());
+      for (const Json& x : ids) {
+        BRISK_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() < INT32_MAX, where,
+                    ": special token ", id.dump(), " has id ", x.dump());
+        (seen ? t.suffix_ids_ : t.prefix_ids_).push_back(static_cast<int32_t>(x.get<int64_t>()));
+      }
+    }
+    BRISK_CHECK(seen, what, ": ", name, ".single has no Sequence");
+  };
+  if (!is_null_or_absent(root, "post_processor")) {
+    post(root["post_processor"], "post_processor");
+    t.post_processor_json_ = root["post_processor"].dump();
   }
   const Json& model = field(root, "model", "");
   BRISK_CHECK(model.is_object(), what, ": \"model\" must be an object");
@@ -458,6 +508,14 @@ ByteLevelBPE ByteLevelBPE::from_tokenizer_json_(const std::string& path) {
     }
   }
   t.build_();
+  for (int32_t id : t.prefix_ids_) {
+    BRISK_CHECK(id < t.vocab_size() && t.has_id_[id], what, ": post_processor: special token id ", id,
+                " is not in the vocabulary");
+  }
+  for (int32_t id : t.suffix_ids_) {
+    BRISK_CHECK(id < t.vocab_size() && t.has_id_[id], what, ": post_processor: special token id ", id,
+                " is not in the vocabulary");
+  }
   return t;
 }
 
@@ -625,6 +683,12 @@ void ByteLevelBPE::encode_segment_(std::string_view text, size_t base, WordCache
 }
 
 void ByteLevelBPE::encode_(std::string_view text, WordCache& cache, std::vector<int32_t>& out) const {
+  out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
+  encode_text_(text, cache, out);
+  out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
+}
+
+void ByteLevelBPE::encode_text_(std::string_view text, WordCache& cache, std::vector<int32_t>& out) const {
   // Most texts hold no added token: one look at each byte's first-byte flag says so.
   bool maybe = false;
   for (const AddedMatcher& m : matchers_) {
@@ -870,9 +934,18 @@ void ByteLevelBPE::save_tokenizer_json(const std::string& path) const {
   root["added_tokens"] = std::move(added);
   root["normalizer"] = nullptr;
   root["pre_tokenizer"] = byte_level(add_prefix_space_, true, use_regex_);
-  // What ByteLevelBPETokenizer writes (its post-processor and decoder keep the defaults).
-  root["post_processor"] = byte_level(true, false, true);
-  root["decoder"] = byte_level(true, true, true);
+  // What was loaded; for a trained tokenizer, what ByteLevelBPETokenizer writes. A ByteLevel
+  // one is written in HF's key order, others as parsed.
+  auto processor = [&](const std::string& loaded, bool default_trim) {
+    if (loaded.empty()) return byte_level(true, default_trim, true);
+    const Json j = Json::parse(loaded);
+    if (j.is_object() && j.value("type", "") == "ByteLevel") {
+      return byte_level(j.value("add_prefix_space", true), j.value("trim_offsets", true), j.value("use_regex", true));
+    }
+    return OrderedJson::parse(loaded);
+  };
+  root["post_processor"] = processor(post_processor_json_, false);
+  root["decoder"] = processor(decoder_json_, true);
   OrderedJson model;
   model["type"] = "BPE";
   model["dropout"] = nullptr;

@@ -43,8 +43,11 @@ class ByteLevelBPE {
   // or field: malformed JSON, duplicate ids, a merge line that is not two tokens, a merge whose
   // parts or result are not in the vocabulary.
   static ByteLevelBPE from_files(const std::string& vocab_json, const std::string& merges_txt);
-  // HF's tokenizer.json (Tokenizer.save()): model "BPE" with the ByteLevel pre-tokenizer (or
-  // none), no normalizer, decoder ByteLevel or none; added_tokens become added tokens.
+  // HF's tokenizer.json (Tokenizer.save(), transformers' save_pretrained()): model "BPE" with
+  // the ByteLevel pre-tokenizer (or none), no normalizer, decoder ByteLevel or none,
+  // post-processor ByteLevel, TemplateProcessing (its single template's special tokens go
+  // around every encoding, as HF's encode adds them) or a Sequence of those; added_tokens
+  // become added tokens.
   static ByteLevelBPE from_tokenizer_json(const std::string& path);
   // From memory: vocab (token -> id) and merges in rank order, as HF's BPE(vocab, merges).
   static ByteLevelBPE from_vocab_merges(std::unordered_map<std::string, int32_t> vocab,
@@ -56,7 +59,8 @@ class ByteLevelBPE {
   int add_special_tokens(const std::vector<std::string>& tokens);
   int add_tokens(const std::vector<std::string>& tokens);
 
-  // Token ids of UTF-8 text; invalid UTF-8 is a brisk::Error naming the byte offset.
+  // Token ids of UTF-8 text (with a template's special tokens around them); invalid UTF-8 is a
+  // brisk::Error naming the byte offset.
   std::vector<int32_t> encode(std::string_view text) const;
   // Each text encoded on its own; threads over the batch (OpenMP), each with its own cache.
   std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts) const;
@@ -88,6 +92,7 @@ class ByteLevelBPE {
   void encode_piece_(std::string_view piece, detail::WordCache& cache, std::vector<int32_t>& out) const;
   void encode_segment_(std::string_view text, size_t base, detail::WordCache& cache, std::vector<int32_t>& out) const;
   void encode_(std::string_view text, detail::WordCache& cache, std::vector<int32_t>& out) const;
+  void encode_text_(std::string_view text, detail::WordCache& cache, std::vector<int32_t>& out) const;
 
   std::unordered_map<std::string, int32_t> vocab_;  // the model's vocabulary (byte characters)
   std::vector<std::string> id_to_token_;            // model and added tokens; "" for gaps
@@ -108,6 +113,13 @@ class ByteLevelBPE {
   bool ignore_merges_ = false;
   bool add_prefix_space_ = false;
   bool use_regex_ = true;
+  // A TemplateProcessing post-processor's special tokens before and after every encoding.
+  std::vector<int32_t> prefix_ids_;
+  std::vector<int32_t> suffix_ids_;
+  // tokenizer.json's decoder and post_processor as loaded, written back by
+  // save_tokenizer_json ("" for ByteLevelBPETokenizer's, "null" for none).
+  std::string decoder_json_;
+  std::string post_processor_json_;
   // The cache of encode(): words seen before and their ids. Taken with try_lock, so
   // concurrent encode() calls stay correct (a busy cache means a fresh one for that call).
   std::unique_ptr<detail::WordCache> cache_;
