@@ -15,8 +15,9 @@
 //   stale count goes back with the current one, as HF's does. The pop order is therefore the
 //   order of (count, pair), whatever the heap, with one exception: two entries of the same
 //   pair and count, which only a merge whose result is already in the vocabulary can make
-//   ("a"+"bc" after "ab"+"c"), pop in an order that HF's 8-ary heap and this binary one may
-//   not share; their word lists can differ. Not seen on the reference texts.
+//   ("a"+"bc" after "ab"+"c"), pop in an order that depends on the order they were pushed,
+//   which in HF follows a randomly seeded hash map's iteration: HF itself is not
+//   deterministic there (their word lists can differ). Not seen on the reference texts.
 // - a merge replaces the pair left to right, without overlap, in every word where the pair was
 //   counted when its entry was pushed, and changes the neighbouring pairs' counts the way HF's
 //   Word::merge does (the merged pair's own count is not reset; it leaves the queue).
