@@ -6,9 +6,9 @@
 
 # What both commands need; BRISK_TEST_PACKAGES only the sanitizer and fuzz builds (clang with
 # libFuzzer and its runtimes, LLVM's OpenMP). Always --no-install-recommends.
-BRISK_PACKAGES=(cmake ninja-build g++ ccache libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libzip-dev libstb-dev
+BRISK_PACKAGES=(cmake ninja-build g++ ccache libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libzip-dev libonnx-dev libprotobuf-dev libstb-dev
   libjpeg-dev python3 python3-venv libopenmpi-dev openmpi-bin dataset-fashion-mnist)
-BRISK_TEST_PACKAGES=(clang-format clang libclang-rt-dev libomp-dev)
+BRISK_TEST_PACKAGES=(clang-format clang libclang-rt-dev libomp-dev libonnx-testdata)
 
 # brisk_install PACKAGE...: installs those that are missing (apt).
 brisk_install() {

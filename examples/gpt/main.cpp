@@ -377,6 +377,13 @@ int main(int argc, char** argv) try {
       }
       step_loss += loss.item<double>() / double(a.accum);
     }
+#ifdef BRISK_GPT_DDP
+    if (pg) {  // the logged loss is the mean over ranks (the gradients already are)
+      Tensor l = from_vector({step_loss}, {1}, DType::F64);
+      pg->allreduce(l, dist::ReduceOp::Avg)->wait();
+      step_loss = l.item<double>();
+    }
+#endif
     optim::clip_grad_norm_(model->parameters(), a.clip);
     opt.step();
     sched.step();
