@@ -18,6 +18,8 @@
 #include "text/bpe.h"
 #include "text/bpe_detail.h"
 #include "text/pretokenize.h"
+#include "text/token_file.h"
+#include "text/tokenize_files.h"
 
 using namespace brisk;
 using namespace brisk::text;
@@ -374,4 +376,79 @@ TEST_CASE("tokenizer: malformed files are refused naming the file and the field 
   CHECK(test::error_text([&] {
           ByteLevelBPE::from_tokenizer_json(dir.file("x.json", "not json"));
         }).find("is not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("tokenizer: encode_large cuts only where the ids cannot change") {
+  const std::string train = test::read_bytes(ref_dir() / "train.txt");
+  std::string text;
+  for (int i = 0; i < 4; ++i) text += train;
+  const std::vector<int32_t> whole = hf_json().encode(text);
+  for (int64_t chunk : {int64_t{1}, int64_t{1000}, int64_t{65536}, int64_t{1} << 30}) {
+    CAPTURE(chunk);
+    CHECK(hf_json().encode_large(text, chunk) == whole);
+  }
+  // Whitespace kinds around the newlines: a cut after "\n" before " ", "\t" or U+00A0 would
+  // change the pieces, so none is made there.
+  const std::string tricky = "a\n b\n\tc\n\u00a0d\n\ne\n'sf\n\n\n g\r\nh\n日\n";
+  std::string many;
+  for (int i = 0; i < 200; ++i) many += tricky;
+  // A vocabulary with whitespace-run tokens ("\n\n", "\n\t", ...) sees a wrong cut in its ids.
+  const ByteLevelBPE ws = train_bpe_from_texts({many, train}, {.vocab_size = 600});
+  REQUIRE(ws.token_to_id("ĊĊ") >= 0);
+  for (int64_t chunk : {1, 3, 7, 50}) {
+    CAPTURE(chunk);
+    CHECK(hf_json().encode_large(many, chunk) == hf_json().encode(many));
+    CHECK(ws.encode_large(many, chunk) == ws.encode(many));
+  }
+  // An error names the offset in the whole text, not in a chunk.
+  const std::string msg = test::error_text([&] { hf_json().encode_large(text + "\xff", 1000); });
+  CHECK(msg.find("invalid UTF-8 at byte offset " + std::to_string(text.size())) != std::string::npos);
+}
+
+TEST_CASE("tokenizer: tokenize_files writes llm.c's token file of the files' ids") {
+  TempDir dir;
+  const std::string train = test::read_bytes(ref_dir() / "train.txt");
+  const std::string a = dir.file("a.txt", train);
+  const std::string b = dir.file("b.txt", "Café 日本語 😀\nsecond line\n");
+  const std::string out = (dir.path / "train.bin").string();
+  const TokenizeFilesResult r =
+      tokenize_files(hf_json(), {a, b}, out, {.separator = "<|endoftext|>", .chunk_bytes = 5000});
+  std::vector<int64_t> want{0};
+  for (int32_t id : hf_json().encode(train)) want.push_back(id);
+  want.push_back(0);
+  for (int32_t id : hf_json().encode("Café 日本語 😀\nsecond line\n")) want.push_back(id);
+  CHECK(r.tokens == static_cast<int64_t>(want.size()));
+  CHECK(r.bytes == static_cast<int64_t>(train.size() + std::string("Café 日本語 😀\nsecond line\n").size()));
+  CHECK(r.dtype == TokenDType::U16);
+  for (TokenDType d : {TokenDType::U16, TokenDType::U32}) {
+    tokenize_files(hf_json(), {a, b}, out, {.dtype = d, .separator = "<|endoftext|>"});
+    const auto f = TokenFile::open(out);
+    CHECK(f->dtype() == d);
+    REQUIRE(f->size() == static_cast<int64_t>(want.size()));
+    bool same = true;
+    for (int64_t i = 0; i < f->size(); ++i) same = same && f->at(i) == want[static_cast<size_t>(i)];
+    CHECK(same);
+  }
+  // Errors name what is wrong.
+  auto error = [&](const std::vector<std::string>& in, const TokenizeFilesOptions& o) {
+    return test::error_text([&] { tokenize_files(hf_json(), in, out, o); });
+  };
+  CHECK(
+      error({a, (dir.path / "missing.txt").string()}, {}).find("cannot open " + (dir.path / "missing.txt").string()) !=
+      std::string::npos);
+  CHECK(error({a}, {.separator = "<nope>"}).find("separator \"<nope>\" is not a token") != std::string::npos);
+  const std::string bad = dir.file("bad.txt", "ok\n\xC3(");
+  const std::string msg = error({bad}, {});
+  CHECK(msg.find(bad) != std::string::npos);
+  CHECK(msg.find("invalid UTF-8 at byte offset 3") != std::string::npos);
+  std::unordered_map<std::string, int32_t> big_vocab;
+  for (int byte = 0; byte < 256; ++byte) {
+    big_vocab[text::detail::to_byte_chars(std::string(1, static_cast<char>(byte)))] = byte;
+  }
+  big_vocab["far"] = 70000;
+  const ByteLevelBPE big = ByteLevelBPE::from_vocab_merges(big_vocab, {});
+  CHECK(test::error_text([&] {
+          tokenize_files(big, {a}, out, {.dtype = TokenDType::U16});
+        }).find("uint16 cannot hold the vocabulary's ids (vocab_size 70001)") != std::string::npos);
+  CHECK(tokenize_files(big, {b}, out).dtype == TokenDType::U32);
 }

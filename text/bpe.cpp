@@ -770,6 +770,61 @@ std::vector<int32_t> ByteLevelBPE::encode(std::string_view text) const {
   return out;
 }
 
+std::vector<int32_t> ByteLevelBPE::encode_large(std::string_view text, int64_t chunk_bytes) const {
+  bool can_cut = use_regex_ && !add_prefix_space_ && chunk_bytes > 0;
+  for (const AddedToken& t : added_) can_cut = can_cut && t.content.find('\n') == std::string::npos;
+  if (!can_cut || text.size() <= static_cast<uint64_t>(chunk_bytes)) return encode(text);
+  // Checked whole first, so that an error names the offset in the whole text.
+  const size_t bad = find_invalid_utf8(text);
+  BRISK_CHECK(bad == std::string_view::npos, "tokenizer: invalid UTF-8 at byte offset ", bad);
+  // A cut goes after a "\n" that ASCII non-spaces surround ("x\ny"): the "\n" is then a piece of
+  // its own whether the text goes on or ends there, and the piece after it starts fresh (the
+  // pattern looks only forward). A "\n" after whitespace would not do: " \n" ends a text as
+  // one piece but gives " ", "\n" before a word.
+  auto ascii_word = [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x80 && detail::char_class(u) != 3;
+  };
+  std::vector<size_t> cuts{0};
+  size_t from = static_cast<size_t>(chunk_bytes);
+  while (from < text.size()) {
+    size_t nl = text.find('\n', std::max<size_t>(from - 1, 1));
+    while (nl != std::string_view::npos && nl + 1 < text.size() &&
+           !(ascii_word(text[nl - 1]) && ascii_word(text[nl + 1]))) {
+      nl = text.find('\n', nl + 1);
+    }
+    if (nl == std::string_view::npos || nl + 1 >= text.size()) break;
+    cuts.push_back(nl + 1);
+    from = nl + 1 + static_cast<size_t>(chunk_bytes);
+  }
+  cuts.push_back(text.size());
+  const int64_t chunks = static_cast<int64_t>(cuts.size()) - 1;
+  std::vector<std::vector<int32_t>> parts(static_cast<size_t>(chunks));
+  std::string error;
+#pragma omp parallel if (chunks > 1)
+  {
+    WordCache cache;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      try {
+        encode_text_(text.substr(cuts[c], cuts[c + 1] - cuts[c]), cache, parts[c]);
+      } catch (const std::exception& e) {  // none escapes an OpenMP region
+#pragma omp critical(brisk_text_encode_large)
+        if (error.empty()) error = e.what();
+      }
+    }
+  }
+  BRISK_CHECK(error.empty(), "encode_large: ", error);
+  size_t total = prefix_ids_.size() + suffix_ids_.size();
+  for (const auto& p : parts) total += p.size();
+  std::vector<int32_t> out;
+  out.reserve(total);
+  out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return out;
+}
+
 std::vector<std::vector<int32_t>> ByteLevelBPE::encode_batch(const std::vector<std::string>& texts) const {
   std::vector<std::vector<int32_t>> out(texts.size());
   const int64_t n = static_cast<int64_t>(texts.size());

@@ -62,6 +62,12 @@ class ByteLevelBPE {
   // Token ids of UTF-8 text (with a template's special tokens around them); invalid UTF-8 is a
   // brisk::Error naming the byte offset.
   std::vector<int32_t> encode(std::string_view text) const;
+  // encode() of a long text, with threads: the text is cut into chunks of about chunk_bytes
+  // where a cut cannot change the ids (after a "\n" between two ASCII non-spaces: no piece of
+  // the pattern crosses there), and the chunks are encoded in parallel. The ids are
+  // encode(text)'s; tokenizers whose pieces could cross such a cut (add_prefix_space, no
+  // regex, an added token with a "\n") encode the text whole.
+  std::vector<int32_t> encode_large(std::string_view text, int64_t chunk_bytes = int64_t{1} << 22) const;
   // Each text encoded on its own; threads over the batch (OpenMP), each with its own cache.
   std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts) const;
   // The text of the ids: byte characters back to bytes, invalid UTF-8 replaced by U+FFFD as
