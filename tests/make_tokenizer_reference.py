@@ -13,7 +13,8 @@ tests/test_tokenizer.cpp, written to tests/data/tokenizer/.
                      under variants of tokenizer.json (add_prefix_space, use_regex false,
                      ignore_merges, a normalized and a special added token that overlap, a
                      TemplateProcessing post-processor, the fields transformers' save_pretrained
-                     writes)
+                     writes); 400 random strings over characters that stress the pattern, and
+                     200 random id sequences with HF's decode (broken UTF-8 repaired)
   train_cases.json   merges HF learns in further settings (train_from_iterator over strings: ties,
                      min_frequency, no special tokens), for the trainer's exactness
   pretokenize.json   how HF's ByteLevel pre-tokenizer splits edge cases (whitespace kinds, \r\n, ...)
@@ -23,6 +24,7 @@ Run with /work/venv/bin/python (tokenizers 0.23, transformers 5); fortune(6)'s d
 """
 import json
 import os
+import random
 import struct
 import tempfile
 
@@ -116,8 +118,24 @@ def main():
     copies = -(-1_000_000 // len(text.encode("utf-8")))
     big = text * copies
     big_ids = hf.encode(big).ids
+    # Random strings over characters that stress the pattern (every class, the contraction
+    # letters, whitespace kinds) and random id sequences (decode's UTF-8 repair).
+    rng = random.Random(45)
+    alphabet = (list("abcxyzABCXYZ0123456789' ,.!?-_'") + ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S"]
+                + list(" \t\n\r\u000b\u000c\u0085\u00a0\u1680\u2000\u2028\u2029\u202f\u3000\u001c\u200b")
+                + list("éüßøÅçñЖжΩλ日本語中文한글ア٣๓½²ⅷ𝟙😀👍🏽🇫🇷\u0301\u200d\ufeff\U00031350\U000E0001"))
+    random_cases = []
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        random_cases.append({"text": text, "ids": hf.encode(text).ids})
+    random_decode = []
+    for _ in range(200):
+        ids = [rng.randrange(1000) for _ in range(rng.randint(1, 12))]
+        random_decode.append({"ids": ids, "text": hf.decode(ids, skip_special_tokens=False)})
     encode = {
         "cases": cases,
+        "random": random_cases,
+        "random_decode": random_decode,
         "big": {"copies": copies, "bytes": len(big.encode("utf-8")),
                 "count": len(big_ids), "first": big_ids[:16], "last": big_ids[-16:],
                 "fnv1a": f"{fnv1a(big_ids):016x}"},

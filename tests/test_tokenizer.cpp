@@ -130,6 +130,21 @@ TEST_CASE("tokenizer: ids match HF's on the test strings, from both file formats
   CHECK(hf_json().id_to_token(hf_json().token_to_id("Ġthe")) == "Ġthe");
 }
 
+TEST_CASE("tokenizer: random strings and random id sequences give HF's ids and text") {
+  const json ref = read_json("encode.json");
+  REQUIRE(ref["random"].size() == 400);
+  for (const json& c : ref["random"]) {
+    const std::string text = c["text"].get<std::string>();
+    CAPTURE(text);
+    CHECK(hf_json().encode(text) == ids_of(c["ids"]));
+  }
+  REQUIRE(ref["random_decode"].size() == 200);
+  for (const json& c : ref["random_decode"]) {
+    CAPTURE(c["ids"].dump());
+    CHECK(hf_json().decode(ids_of(c["ids"])) == c["text"].get<std::string>());
+  }
+}
+
 TEST_CASE("tokenizer: tokenizer.json options give HF's ids (prefix space, no regex, added tokens, template)") {
   const json ref = read_json("encode.json");
   const json base = json::parse(test::read_bytes(ref_dir() / "tokenizer.json"));
