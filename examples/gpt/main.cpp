@@ -434,14 +434,19 @@ int main(int argc, char** argv) try {
     save_safetensors(out + "/model/model.safetensors", model->state_dict());
     write_text(out + "/model/config.json", hf_config(cfg, eot).dump(1) + "\n");
     model->eval();
-    Tensor prompt = full({1, 1}, double(eot), DType::I64);
+    // Three fortunes, each from the end-of-text token to the next one.
+    Tensor prompt = full({3, 1}, double(eot), DType::I64);
     Tensor ids = model->generate(prompt, {.max_new_tokens = std::min(a.sample_tokens, a.block - 1), .do_sample = true,
-                                          .temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = a.seed});
-    std::vector<int32_t> v;
-    for (int64_t id : ids.to_vector<int64_t>()) v.push_back(int32_t(id));
-    const std::string sample = tok.decode(v, /*skip_special_tokens=*/true);
-    write_text(out + "/sample.txt", sample + "\n");
-    std::printf("sample:\n%s\n", sample.c_str());
+                                          .temperature = 0.8, .top_k = 40, .top_p = 0.95, .stop_tokens = {eot},
+                                          .pad_token_id = eot, .seed = a.seed});
+    std::string sample;
+    for (int64_t r = 0; r < ids.size(0); ++r) {
+      std::vector<int32_t> v;
+      for (int64_t id : ids.narrow(0, r, 1).to_vector<int64_t>()) v.push_back(int32_t(id));
+      sample += (r ? "%\n" : "") + tok.decode(v, /*skip_special_tokens=*/true) + "\n";
+    }
+    write_text(out + "/sample.txt", sample);
+    std::printf("samples:\n%s", sample.c_str());
   }
   return 0;
 } catch (const std::exception& e) {
