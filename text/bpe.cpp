@@ -940,7 +940,12 @@ OrderedJson ordered_vocab(const std::unordered_map<std::string, int32_t>& vocab)
   for (const auto& [tok, id] : vocab) by_id.emplace_back(id, &tok);
   std::sort(by_id.begin(), by_id.end());
   OrderedJson j = OrderedJson::object();
-  for (const auto& [id, tok] : by_id) j[*tok] = id;
+  // ordered_json's operator[] searches its keys one by one (quadratic for a 50k vocabulary);
+  // the keys are distinct, so they go straight into its vector.
+  auto& items =
+      static_cast<std::vector<std::pair<const std::string, OrderedJson>>&>(j.get_ref<OrderedJson::object_t&>());
+  items.reserve(by_id.size());
+  for (const auto& [id, tok] : by_id) items.emplace_back(*tok, id);
   return j;
 }
 
