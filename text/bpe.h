@@ -4,8 +4,13 @@
 // GPT-2's pre-tokenization pattern (text/pretokenize.h), each piece's bytes mapped to GPT-2's
 // byte characters and merged by rank. The trainer learns the merges HF's BpeTrainer learns with
 // the ByteLevel pre-tokenizer (Note [BPE trainer ties] in text/bpe_trainer.cpp).
-// Not here: normalizers, other pre-tokenizers, post-processors (a tokenizer.json that needs
-// them is refused by name), offsets, truncation and padding.
+//   auto tok = text::ByteLevelBPE::from_tokenizer_json("gpt2/tokenizer.json");
+//   std::vector<int32_t> ids = tok.encode("Hello world<|endoftext|>");
+//   std::string back = tok.decode(ids);
+//   auto mine = text::train_bpe({"corpus.txt"}, {.vocab_size = 8192, .special_tokens = {"<|endoftext|>"}});
+//   mine.save_tokenizer_json("tokenizer.json");  // HF's Tokenizer.from_file reads it
+// Not here: normalizers, other pre-tokenizers and post-processors (a tokenizer.json that
+// needs them is refused by name), offsets, truncation and padding, pair encodings.
 #pragma once
 
 #include <cstdint>
