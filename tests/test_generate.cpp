@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <algorithm>
+#include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -69,6 +71,31 @@ TEST_CASE("generate: GPT-2 from a Hugging Face directory gives transformers' log
   CHECK(err < 2e-5);
   CHECK(model()->config.n_embd == 48);
   CHECK(model()->config.vocab_size == 211);
+}
+
+TEST_CASE("generate: from_pretrained reads a checkpoint whose tensors are not aligned") {
+  // The same file with one more space in its header: every tensor starts at an odd offset
+  // (as files from writers that do not pad the header, MLX's for one).
+  std::ifstream in(dir() / "model.safetensors", std::ios::binary);
+  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  REQUIRE(n % 2 == 0);
+  std::string header = bytes.substr(8, size_t(n)) + " ";
+  const uint64_t odd = header.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &odd, 8);
+  out += header + bytes.substr(8 + size_t(n));
+  const auto tmp = std::filesystem::temp_directory_path() / "brisk_generate_unaligned";
+  std::filesystem::create_directories(tmp);
+  std::ofstream(tmp / "model.safetensors", std::ios::binary) << out;
+  std::filesystem::copy_file(dir() / "config.json", tmp / "config.json", std::filesystem::copy_options::overwrite_existing);
+  auto g = GPT2::from_pretrained(tmp.string());
+  g->eval();
+  NoGradGuard no_grad;
+  Tensor ids = randint(0, 211, {1, 9}, DType::I64);
+  CHECK(max_abs_diff((*g)(ids), (*model())(ids)) == 0);
+  std::filesystem::remove_all(tmp);
 }
 
 TEST_CASE("generate: greedy decoding equals transformers' generate, with the cache and without") {
