@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   row("train (s, 1 thread)", train_s, field("train_s"), false);
   row("encode one string (MB/s)", text_mb / encode_s, field("encode_mbps"), true);
   row("encode_batch of lines (MB/s)", text_mb / batch_s, field("batch_mbps"), true);
+  row("  vs encode_batch_fast (no offsets)", text_mb / batch_s, field("fast_mbps"), true);
   if (have_hf) {
     const bool same_ids = uint64_t(field("count")) == ids.size() &&
                           hf.find("checksum=" + std::to_string(checksum(ids))) != std::string::npos;
