@@ -402,8 +402,9 @@ class Machine {
         fail("storage type 'torch.", name, "' has no brisk dtype (brisk reads Float, Double, Half, BFloat16, Long, ",
              "Int, Char, Byte and Bool storages)");
     }
+    const bool whole_module = module.starts_with("torch.nn.modules.");
     fail("global '", module, ".", name, "' is not allowed (only the globals torch.save writes for tensors and ",
-         "containers)");
+         "containers)", whole_module ? ": this file holds a whole nn.Module; save its state_dict() instead" : "");
   }
 
   Val reduce(const Val& callable, const Val& args_val) {

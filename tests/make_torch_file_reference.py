@@ -23,6 +23,7 @@
 #   big_endian.pth      dtypes.pth's f32 and i64 tensors rewritten as a big-endian archive
 #   int16.pth           an int16 tensor (a dtype brisk lacks: refused by name)
 #   legacy.pth          the pre-1.6 format (_use_new_zipfile_serialization=False): refused
+#   module.pth          a whole nn.Linear (torch.save(model)): refused, naming its class
 #   <name>.expected.safetensors  the tensors of <name>.pth (flattened names, contiguous)
 import io
 import os
@@ -148,13 +149,14 @@ def big_endian():
                 data = b"".join(struct.pack(">f", v) for v in struct.unpack("<3f", data))
             elif rest == "data/1":  # i64
                 data = b"".join(struct.pack(">q", v) for v in struct.unpack("<3q", data))
-            dst.writestr(name, data)
+            dst.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)  # no clock in the bytes
     save_file({k: v.contiguous() for k, v in value.items()}, os.path.join(HERE, "big_endian.expected.safetensors"))
 
 
 def refused():
     torch.save({"x": torch.tensor([1, 2], dtype=torch.int16)}, os.path.join(HERE, "int16.pth"))
     torch.save({"x": torch.tensor([1.0])}, os.path.join(HERE, "legacy.pth"), _use_new_zipfile_serialization=False)
+    torch.save(torch.nn.Linear(2, 1), os.path.join(HERE, "module.pth"))
 
 
 def main():

@@ -296,6 +296,11 @@ TEST_CASE("torch_file: a big-endian archive is byte-swapped") {
 TEST_CASE("torch_file: what brisk does not read is refused with a message that says what it is") {
   CHECK_THROWS_WITH_AS(interop::load_torch(fixture("int16.pth")),
                        doctest::Contains("storage type 'torch.ShortStorage' has no brisk dtype"), Error);
+  CHECK_THROWS_WITH_AS(interop::load_torch(fixture("module.pth")),
+                       doctest::Contains("global 'torch.nn.modules.linear.Linear' is not allowed (only the globals "
+                                         "torch.save writes for tensors and containers): this file holds a whole "
+                                         "nn.Module; save its state_dict() instead"),
+                       Error);
   CHECK_THROWS_WITH_AS(interop::load_torch(fixture("legacy.pth")), doctest::Contains("legacy torch.save format"),
                        Error);
   CHECK_THROWS_WITH_AS(interop::load_torch(fixture("dtypes.expected.safetensors")),

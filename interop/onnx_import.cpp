@@ -1,0 +1,451 @@
+// interop/onnx_import.cpp: reading and validating an ONNX model, and OnnxModel, the module that
+// runs its graph. Everything that can be refused is refused in load_model(), before any node
+// runs: a file that does not parse, tensor data that disagrees with its shape, a cycle, what
+// ONNX's checker and shape inference reject, and every op, attribute, opset, domain or dtype the
+// op table (interop/onnx_ops.cpp) does not handle.
+// Not here: the ops themselves (interop/onnx_ops.cpp).
+#include "interop/onnx_import.h"
+
+#include <onnx/checker.h>
+#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "engine/functions.h"
+#include "interop/onnx_ops.h"
+
+namespace brisk::onnx {
+
+using detail::Attribute;
+using detail::Node;
+
+struct OnnxModel::Graph {
+  std::vector<Node> nodes{};  // in a valid run order
+  std::vector<std::string> inputs{};
+  std::vector<std::string> outputs{};
+  std::vector<std::pair<std::string, Tensor>> initializers{};
+  // Per value: the index of the last node that reads it (freed after), or nodes.size() for outputs.
+  std::unordered_map<std::string, size_t> last_use{};
+};
+
+namespace detail {
+
+DType dtype_from_onnx(int64_t onnx_type, const std::string& where) {
+  using TP = ::onnx::TensorProto;
+  switch (onnx_type) {
+    case TP::FLOAT: return DType::F32;
+    case TP::DOUBLE: return DType::F64;
+    case TP::FLOAT16: return DType::F16;
+    case TP::BFLOAT16: return DType::BF16;
+    case TP::INT8: return DType::I8;
+    case TP::UINT8: return DType::U8;
+    case TP::INT32: return DType::I32;
+    case TP::INT64: return DType::I64;
+    case TP::BOOL: return DType::Bool;
+    default: break;
+  }
+  std::string name =
+      TP::DataType_IsValid(int(onnx_type)) ? TP::DataType_Name(TP::DataType(onnx_type)) : std::to_string(onnx_type);
+  throw UnsupportedError(brisk::detail::cat("onnx: ", where, ": data type ", name, " has no brisk dtype"));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::dtype_from_onnx;
+
+// Note [ONNX tensor sizes]: a TensorProto's dims are checked (at most brisk's kMaxDims, none
+// negative, the element count and byte size without overflow) and its data's length is checked
+// against them before anything is allocated, so a truncated file or a 2^62-element initializer
+// is an error that costs nothing.
+Tensor tensor_from_proto(const ::onnx::TensorProto& tp, const std::string& where) {
+  std::string what = brisk::detail::cat(where, " tensor '", tp.name(), "'");
+  if (tp.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    throw UnsupportedError(brisk::detail::cat("onnx: ", what, " keeps its data in an external file (not supported)"));
+  }
+  if (tp.has_segment()) throw UnsupportedError(brisk::detail::cat("onnx: ", what, " is segmented (not supported)"));
+  DType dt = dtype_from_onnx(tp.data_type(), what);
+  if (tp.dims_size() > kMaxDims) {
+    throw UnsupportedError(
+        brisk::detail::cat("onnx: ", what, " has ", tp.dims_size(), " dims (brisk has at most ", kMaxDims, ")"));
+  }
+  Shape shape;
+  int64_t numel = 1;
+  for (int64_t d : tp.dims()) {
+    BRISK_CHECK(d >= 0, "onnx: ", what, " has a negative dim ", d);
+    BRISK_CHECK(!__builtin_mul_overflow(numel, d, &numel) && numel <= (int64_t(1) << 48), "onnx: ", what,
+                " is too large (", tp.dims_size(), " dims whose product overflows or exceeds 2^48 elements)");
+    shape.push_back(d);
+  }
+  size_t bytes = size_t(numel) * dtype_size(dt);
+  int64_t have = -1;  // elements in the typed field used
+  if (tp.has_raw_data()) {
+    BRISK_CHECK(tp.raw_data().size() == bytes, "onnx: ", what, " has ", tp.raw_data().size(),
+                " bytes of data but its shape ", shape, " and dtype ", dt, " need ", bytes);
+  } else {
+    switch (dt) {
+      case DType::F32: have = tp.float_data_size(); break;
+      case DType::F64: have = tp.double_data_size(); break;
+      case DType::I64: have = tp.int64_data_size(); break;
+      default: have = tp.int32_data_size(); break;  // the narrower types, F16 and BF16 as bits
+    }
+    BRISK_CHECK(have == numel, "onnx: ", what, " has ", have, " values but its shape ", shape, " needs ", numel);
+  }
+  Tensor t = empty(shape, dt);
+  if (numel == 0) return t;
+  char* out = static_cast<char*>(t.data_ptr());
+  if (tp.has_raw_data()) {
+    std::memcpy(out, tp.raw_data().data(), bytes);  // little-endian, as ONNX stores it
+    return t;
+  }
+  switch (dt) {
+    case DType::F32: std::memcpy(out, tp.float_data().data(), bytes); break;
+    case DType::F64: std::memcpy(out, tp.double_data().data(), bytes); break;
+    case DType::I64: std::memcpy(out, tp.int64_data().data(), bytes); break;
+    case DType::I32: std::memcpy(out, tp.int32_data().data(), bytes); break;
+    default:
+      for (int64_t k = 0; k < numel; ++k) {
+        int32_t v = tp.int32_data(int(k));
+        if (dtype_size(dt) == 1) {
+          out[k] = char(v);
+        } else {
+          uint16_t bits = uint16_t(v);
+          std::memcpy(out + 2 * k, &bits, 2);
+        }
+      }
+  }
+  return t;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  BRISK_CHECK(f.good(), "onnx: cannot open '", path, "'");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The value type of a graph input, output or value_info: only tensors of brisk's dtypes.
+void check_value_type(const ::onnx::ValueInfoProto& v, const std::string& what) {
+  if (!v.has_type()) return;
+  const ::onnx::TypeProto& t = v.type();
+  if (t.has_sequence_type() || t.has_map_type() || t.has_optional_type() || t.has_sparse_tensor_type()) {
+    throw UnsupportedError(brisk::detail::cat("onnx: ", what, " '", v.name(), "' is not a tensor (sequences, maps, ",
+                                              "optionals and sparse tensors are not supported)"));
+  }
+  if (t.has_tensor_type() && t.tensor_type().elem_type() != 0) {
+    dtype_from_onnx(t.tensor_type().elem_type(), brisk::detail::cat(what, " '", v.name(), "'"));
+  }
+}
+
+Attribute parse_attribute(const ::onnx::AttributeProto& a, const Node& node) {
+  using AP = ::onnx::AttributeProto;
+  Attribute out;
+  switch (a.type()) {
+    case AP::FLOAT:
+      out.kind = Attribute::Kind::Float;
+      out.f = a.f();
+      break;
+    case AP::INT:
+      out.kind = Attribute::Kind::Int;
+      out.i = a.i();
+      break;
+    case AP::STRING:
+      out.kind = Attribute::Kind::String;
+      out.s = a.s();
+      break;
+    case AP::TENSOR:
+      out.kind = Attribute::Kind::Tensor;
+      out.t = tensor_from_proto(a.t(), node.describe() + " attribute '" + a.name() + "'");
+      break;
+    case AP::FLOATS:
+      out.kind = Attribute::Kind::Floats;
+      out.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case AP::INTS:
+      out.kind = Attribute::Kind::Ints;
+      out.ints.assign(a.ints().begin(), a.ints().end());
+      break;
+    case AP::STRINGS:
+      out.kind = Attribute::Kind::Strings;
+      out.strings.assign(a.strings().begin(), a.strings().end());
+      break;
+    default:
+      throw UnsupportedError(brisk::detail::cat("onnx: ", node.describe(), ": attribute '", a.name(), "' of type ",
+                                                AP::AttributeType_Name(a.type()),
+                                                " is not supported (subgraphs: control flow is refused)"));
+  }
+  return out;
+}
+
+// Kahn's order over the nodes; a node that can never run (a cycle, or an input nobody makes)
+// is an error naming it.
+std::vector<int> run_order(const ::onnx::GraphProto& g, const std::set<std::string>& available) {
+  std::unordered_map<std::string, int> producer;
+  for (int k = 0; k < g.node_size(); ++k) {
+    for (const std::string& out : g.node(k).output()) {
+      if (!out.empty()) producer[out] = k;
+    }
+  }
+  std::vector<int> waiting(g.node_size(), 0);
+  std::vector<std::vector<int>> readers(g.node_size());
+  for (int k = 0; k < g.node_size(); ++k) {
+    for (const std::string& in : g.node(k).input()) {
+      if (in.empty() || available.count(in)) continue;
+      auto it = producer.find(in);
+      BRISK_CHECK(it != producer.end(), "onnx: node '", g.node(k).name(), "' (", g.node(k).op_type(), ") reads '", in,
+                  "', which no node, input or initializer makes");
+      ++waiting[k];
+      readers[it->second].push_back(k);
+    }
+  }
+  std::vector<int> order;
+  for (int k = 0; k < g.node_size(); ++k) {
+    if (waiting[k] == 0) order.push_back(k);
+  }
+  for (size_t j = 0; j < order.size(); ++j) {
+    for (int r : readers[order[j]]) {
+      if (--waiting[r] == 0) order.push_back(r);
+    }
+  }
+  if (int(order.size()) != g.node_size()) {
+    for (int k = 0; k < g.node_size(); ++k) {
+      BRISK_CHECK(waiting[k] == 0, "onnx: the graph has a cycle through node '", g.node(k).name(), "' (",
+                  g.node(k).op_type(), ")");
+    }
+  }
+  return order;
+}
+
+int default_opset(const ::onnx::ModelProto& model) {
+  for (const auto& op : model.opset_import()) {
+    if (op.domain().empty() || op.domain() == "ai.onnx") return int(op.version());
+  }
+  return 0;
+}
+
+Node parse_node(const ::onnx::NodeProto& n, int index, int opset) {
+  Node node;
+  node.name = n.name().empty() ? brisk::detail::cat("#", index) : n.name();
+  node.op_type = n.op_type();
+  node.opset = opset;
+  node.inputs.assign(n.input().begin(), n.input().end());
+  node.outputs.assign(n.output().begin(), n.output().end());
+  if (!n.domain().empty() && n.domain() != "ai.onnx") {
+    throw UnsupportedError(
+        brisk::detail::cat("onnx: ", node.describe(), ": domain '", n.domain(), "' is not supported"));
+  }
+  const ::onnx::OpSchema* schema = ::onnx::OpSchemaRegistry::Schema(n.op_type(), opset, "");
+  if (schema == nullptr) {
+    throw UnsupportedError(brisk::detail::cat("onnx: ", node.describe(), ": ONNX has no such op at this opset"));
+  }
+  node.since_version = schema->since_version();
+  node.op = detail::find_op(n.op_type(), node.since_version);
+  if (node.op == nullptr) {
+    throw UnsupportedError(brisk::detail::cat("onnx: ", node.describe(), ": op not supported by brisk's importer (",
+                                              n.op_type(), "-", node.since_version, ")"));
+  }
+  for (const auto& a : n.attribute()) {
+    const auto& known = node.op->attributes;
+    if (std::find(known.begin(), known.end(), a.name()) == known.end()) {
+      throw UnsupportedError(
+          brisk::detail::cat("onnx: ", node.describe(), ": attribute '", a.name(), "' is not supported"));
+    }
+    node.attributes[a.name()] = parse_attribute(a, node);
+  }
+  // Types named by attributes (Cast's `to`, EyeLike's `dtype`) are checked here, not at run time.
+  for (const char* type_attr : {"to", "dtype"}) {
+    auto it = node.attributes.find(type_attr);
+    if (it != node.attributes.end()) dtype_from_onnx(it->second.i, node.describe());
+  }
+  return node;
+}
+
+}  // namespace
+
+Tensor load_tensor(const std::string& path) {
+  ::onnx::TensorProto tp;
+  std::string bytes = read_file(path);
+  BRISK_CHECK(tp.ParseFromString(bytes), "onnx: '", path, "' is not a serialized TensorProto (truncated or corrupt)");
+  return tensor_from_proto(tp, path);
+}
+
+std::vector<std::string> model_op_types(const std::string& path) {
+  ::onnx::ModelProto model;
+  BRISK_CHECK(model.ParseFromString(read_file(path)), "onnx: '", path, "' is not an ONNX model");
+  std::vector<std::string> out;
+  for (const auto& n : model.graph().node()) {
+    if (std::find(out.begin(), out.end(), n.op_type()) == out.end()) out.push_back(n.op_type());
+  }
+  return out;
+}
+
+std::shared_ptr<OnnxModel> load_model(const std::string& path, const LoadOptions& options) {
+  ::onnx::ModelProto model;
+  std::string bytes = read_file(path);
+  BRISK_CHECK(model.ParseFromString(bytes), "onnx: '", path,
+              "' is not an ONNX model (its protobuf does not parse: truncated or corrupt)");
+  bytes.clear();
+  const ::onnx::GraphProto& g0 = model.graph();
+  int opset = default_opset(model);
+  BRISK_CHECK(opset > 0, "onnx: '", path, "' imports no ai.onnx opset");
+
+  // Our own checks first (sizes, cycles), so that the checker never sees an absurd tensor.
+  auto graph = std::make_shared<OnnxModel::Graph>();
+  std::set<std::string> available;
+  for (const auto& init : g0.initializer()) {
+    graph->initializers.emplace_back(init.name(), tensor_from_proto(init, "initializer"));
+    available.insert(init.name());
+  }
+  if (g0.sparse_initializer_size() > 0) throw UnsupportedError("onnx: sparse initializers are not supported");
+  for (const auto& in : g0.input()) {
+    available.insert(in.name());
+    if (std::none_of(graph->initializers.begin(), graph->initializers.end(),
+                     [&](const auto& p) { return p.first == in.name(); })) {
+      graph->inputs.push_back(in.name());
+    }
+  }
+  std::vector<int> order = run_order(g0, available);
+
+  if (options.run_checker) {
+    try {
+      ::onnx::checker::check_model(model);
+    } catch (const std::exception& e) {
+      BRISK_FAIL("onnx: '", path, "': the ONNX checker rejects the model: ", e.what());
+    }
+  }
+  if (options.infer_shapes) {
+    try {
+      ::onnx::shape_inference::InferShapes(model, ::onnx::OpSchemaRegistry::Instance(),
+                                           ::onnx::ShapeInferenceOptions(true, 0, false));
+    } catch (const std::exception& e) {
+      BRISK_FAIL("onnx: '", path, "': ONNX shape inference fails: ", e.what());
+    }
+  }
+  const ::onnx::GraphProto& g = model.graph();
+  for (const auto& v : g.input()) check_value_type(v, "graph input");
+  for (const auto& v : g.output()) check_value_type(v, "graph output");
+  for (const auto& v : g.value_info()) check_value_type(v, "value");
+  for (int k : order) graph->nodes.push_back(parse_node(g.node(k), k, opset));
+  for (const auto& out : g.output()) graph->outputs.push_back(out.name());
+
+  for (size_t k = 0; k < graph->nodes.size(); ++k) {
+    for (const std::string& in : graph->nodes[k].inputs) graph->last_use[in] = k;
+  }
+  for (const std::string& out : graph->outputs) graph->last_use[out] = graph->nodes.size();
+
+  auto m = std::make_shared<OnnxModel>(graph);
+  if (!options.trainable_initializers) m->requires_grad_(false);
+  return m;
+}
+
+std::vector<OpSupport> supported_ops() {
+  std::vector<OpSupport> out;
+  for (const detail::OpEntry& e : detail::op_table()) out.push_back({e.op_type, e.first, e.last});
+  return out;
+}
+
+// ---- OnnxModel
+
+namespace {
+
+// The module that holds `name` and its key there: PyTorch exports name initializers with dots
+// ("layer1.0.conv1.weight"), which brisk keeps as child modules, so state_dict()'s key is the
+// ONNX name exactly.
+std::pair<nn::Module*, std::string> owner_of(nn::Module& root, const std::string& name) {
+  nn::Module* m = &root;
+  size_t start = 0;
+  for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', start)) {
+    std::string part = name.substr(start, dot - start);
+    if (part.empty()) return {nullptr, ""};
+    nn::ModulePtr child = m->child(part);
+    if (!child) child = m->register_module(part, std::make_shared<nn::Module>("OnnxScope"));
+    m = child.get();
+    start = dot + 1;
+  }
+  std::string leaf = name.substr(start);
+  if (leaf.empty()) return {nullptr, ""};
+  return {m, leaf};
+}
+
+}  // namespace
+
+OnnxModel::OnnxModel(std::shared_ptr<const Graph> graph) : nn::Module("OnnxModel"), graph_(std::move(graph)) {
+  for (const auto& [name, value] : graph_->initializers) {
+    auto [owner, key] = owner_of(*this, name);
+    BRISK_CHECK(owner != nullptr && !owner->maybe_parameter(key).defined() && !owner->maybe_buffer(key).defined(),
+                "onnx: initializer name '", name, "' cannot be a state_dict key (empty part or used twice)");
+    Tensor stored =
+        is_floating(value.dtype()) ? owner->register_parameter(key, value, true) : owner->register_buffer(key, value);
+    initializers_.emplace(name, stored);
+  }
+  eval();  // an imported graph is an inference graph until the caller says otherwise
+}
+
+const std::vector<std::string>& OnnxModel::input_names() const { return graph_->inputs; }
+const std::vector<std::string>& OnnxModel::output_names() const { return graph_->outputs; }
+
+std::vector<std::string> OnnxModel::op_types() const {
+  std::vector<std::string> out;
+  for (const Node& n : graph_->nodes) {
+    if (std::find(out.begin(), out.end(), n.op_type) == out.end()) out.push_back(n.op_type);
+  }
+  return out;
+}
+
+Tensor OnnxModel::forward(const Tensor& x) {
+  BRISK_CHECK(graph_->inputs.size() == 1 && graph_->outputs.size() == 1, "OnnxModel: forward(x) needs one input and ",
+              "one output; this graph has ", graph_->inputs.size(), " and ", graph_->outputs.size(),
+              " (use forward_dict)");
+  return forward_dict(nn::TensorDict{{graph_->inputs[0], x}}).at(graph_->outputs[0]);
+}
+
+nn::TensorDict OnnxModel::forward_dict(const nn::TensorDict& inputs) {
+  std::unordered_map<std::string, Tensor> values;
+  for (const auto& [name, t] : initializers_) values[name] = t;
+  for (const std::string& name : graph_->inputs) {
+    BRISK_CHECK(inputs.contains(name), "OnnxModel: missing input '", name, "'");
+    values[name] = inputs.at(name);
+  }
+  for (size_t k = 0; k < graph_->nodes.size(); ++k) {
+    const Node& node = graph_->nodes[k];
+    detail::OpContext ctx{node, {}};
+    for (const std::string& in : node.inputs) ctx.inputs.push_back(in.empty() ? Tensor{} : values.at(in));
+    std::vector<Tensor> outs;
+    try {
+      outs = node.op->fn(ctx);
+    } catch (const UnsupportedError& e) {
+      throw UnsupportedError(brisk::detail::cat("onnx: ", node.describe(), ": ", e.what()));
+    } catch (const std::exception& e) {
+      BRISK_FAIL("onnx: ", node.describe(), ": ", e.what());
+    }
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      if (node.outputs[j].empty()) continue;
+      BRISK_CHECK(j < outs.size(), "onnx: ", node.describe(), ": output ", j, " is not computed");
+      values[node.outputs[j]] = outs[j];
+    }
+    // Values nobody reads again are dropped, so peak memory follows the graph's live set.
+    for (const std::string& in : node.inputs) {
+      auto it = graph_->last_use.find(in);
+      if (!in.empty() && it != graph_->last_use.end() && it->second == k) values.erase(in);
+    }
+  }
+  nn::TensorDict out;
+  for (const std::string& name : graph_->outputs) {
+    auto it = values.find(name);
+    BRISK_CHECK(it != values.end(), "OnnxModel: output '", name, "' was not computed");
+    out.set(name, it->second);
+  }
+  return out;
+}
+
+}  // namespace brisk::onnx

@@ -1,0 +1,902 @@
+// interop/onnx_ops.cpp: the ONNX importer's op table. Each row maps an ONNX op type (with the
+// schema versions it handles and the attributes it reads) to a function of a few lines over
+// brisk's public ops (engine/functions.h, nn/functional.h), so an imported graph has autograd
+// and runs on every device with no kernel of its own. An op brisk lacks is left out of the
+// table (load_model() refuses it) rather than written here from scratch.
+// Not here: parsing and validating the model (interop/onnx_import.cpp).
+#include "interop/onnx_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "engine/functions.h"
+#include "nn/functional.h"
+
+namespace brisk::onnx::detail {
+
+namespace F = brisk::nn::functional;
+using Outs = std::vector<Tensor>;
+
+std::string Node::describe() const {
+  return brisk::detail::cat("node '", name, "' (", op_type, ", opset ", opset, ")");
+}
+
+const Tensor& OpContext::in(size_t i) const {
+  BRISK_CHECK(has(i), "input ", i, " is missing");
+  return inputs[i];
+}
+
+int64_t OpContext::i(const std::string& name, int64_t fallback) const {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : it->second.i;
+}
+
+double OpContext::f(const std::string& name, double fallback) const {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : it->second.f;
+}
+
+std::string OpContext::s(const std::string& name, const std::string& fallback) const {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : it->second.s;
+}
+
+std::vector<int64_t> OpContext::ints(const std::string& name, std::vector<int64_t> fallback) const {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : it->second.ints;
+}
+
+const Tensor& OpContext::t(const std::string& name) const {
+  auto it = node.attributes.find(name);
+  BRISK_CHECK(it != node.attributes.end() && it->second.t.defined(), "attribute '", name, "' is missing");
+  return it->second.t;
+}
+
+std::vector<int64_t> OpContext::values(size_t i) const { return in(i).to_vector<int64_t>(); }
+
+namespace {
+
+int64_t wrap(int64_t axis, int64_t rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  BRISK_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), "axis ", axis, " out of range for rank ", rank);
+  return a;
+}
+
+// ---- elementwise
+Tensor same_dtype(const Tensor& y, DType dtype) { return y.dtype() == dtype ? y : cast(y, dtype); }
+
+Tensor onnx_div(const Tensor& a, const Tensor& b) {
+  if (is_floating(a.dtype())) return div(a, b);
+  // ONNX's integer division truncates (as C), brisk's div is true division.
+  return same_dtype(trunc(div(cast(a, DType::F64), cast(b, DType::F64))), a.dtype());
+}
+
+Tensor onnx_pow(const Tensor& a, const Tensor& b) {
+  if (is_floating(a.dtype())) return same_dtype(pow(a, same_dtype(b, a.dtype())), a.dtype());
+  return same_dtype(round(pow(cast(a, DType::F64), cast(b, DType::F64))), a.dtype());
+}
+
+Tensor onnx_mod(const OpContext& c) {
+  const Tensor& a = c.in(0);
+  Tensor x = cast(a, DType::F64);
+  Tensor y = cast(c.in(1), DType::F64);
+  // fmod = 1: the sign of the dividend (C's fmod); 0: the sign of the divisor (Python's %).
+  Tensor q = c.i("fmod", 0) ? trunc(div(x, y)) : floor(div(x, y));
+  return same_dtype(sub(x, mul(y, q)), a.dtype());
+}
+
+Tensor logical_not(const Tensor& x) { return eq(x, zeros_like(x)); }
+
+Tensor fold(const OpContext& c, Tensor (*f)(const Tensor&, const Tensor&)) {
+  Tensor acc = c.in(0);
+  for (size_t k = 1; k < c.inputs.size(); ++k) acc = f(acc, c.in(k));
+  return acc;
+}
+
+Tensor add2(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor max2(const Tensor& a, const Tensor& b) { return maximum(a, b); }
+Tensor min2(const Tensor& a, const Tensor& b) { return minimum(a, b); }
+
+Tensor is_inf(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  Tensor pos = eq(x, scalar_operand(std::numeric_limits<double>::infinity(), x));
+  Tensor neg_ = eq(x, scalar_operand(-std::numeric_limits<double>::infinity(), x));
+  bool p = c.i("detect_positive", 1) != 0;
+  bool n = c.i("detect_negative", 1) != 0;
+  if (p && n) return isinf(x);
+  if (p) return pos;
+  if (n) return neg_;
+  return zeros(x.sizes(), DType::Bool, x.device());
+}
+
+// ---- reductions
+// The reduced dims: the `axes` attribute or (ReduceSum from opset 13) the second input; none
+// means all dims unless noop_with_empty_axes.
+std::vector<int64_t> reduce_axes(const OpContext& c, bool& noop) {
+  std::vector<int64_t> axes = c.has_attr("axes") ? c.ints("axes") : (c.has(1) ? c.values(1) : std::vector<int64_t>{});
+  noop = axes.empty() && c.i("noop_with_empty_axes", 0) != 0;
+  if (axes.empty()) {
+    for (int64_t d = 0; d < c.in(0).dim(); ++d) axes.push_back(d);
+  }
+  for (auto& a : axes) a = wrap(a, c.in(0).dim());
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+using ReduceFn = Tensor (*)(const Tensor& x, const Shape& dims, bool keepdim);
+
+Outs reduce(const OpContext& c, ReduceFn f, bool keep_dtype = true) {
+  bool noop = false;
+  std::vector<int64_t> axes = reduce_axes(c, noop);
+  const Tensor& x = c.in(0);
+  if (noop) return {x};
+  bool keep = c.i("keepdims", 1) != 0;
+  Tensor y = x.dim() == 0 ? x : f(x, Shape(axes), keep);
+  return {keep_dtype ? same_dtype(y, x.dtype()) : y};
+}
+
+Tensor r_sum(const Tensor& x, const Shape& d, bool k) { return sum(x, d, k); }
+Tensor r_mean(const Tensor& x, const Shape& d, bool k) { return mean(x, d, k); }
+Tensor r_max(const Tensor& x, const Shape& d, bool k) { return amax(x, d, k); }
+Tensor r_min(const Tensor& x, const Shape& d, bool k) { return amin(x, d, k); }
+Tensor r_l1(const Tensor& x, const Shape& d, bool k) { return sum(abs(x), d, k); }
+Tensor r_l2(const Tensor& x, const Shape& d, bool k) { return sqrt(sum(mul(x, x), d, k)); }
+Tensor r_sumsq(const Tensor& x, const Shape& d, bool k) { return sum(mul(x, x), d, k); }
+Tensor r_logsum(const Tensor& x, const Shape& d, bool k) { return log(sum(x, d, k)); }
+Tensor r_logsumexp(const Tensor& x, const Shape& d, bool k) { return logsumexp(x, d, k); }
+Tensor r_prod(const Tensor& x, const Shape& d, bool k) {
+  Tensor y = x;
+  for (int j = d.size() - 1; j >= 0; --j) y = prod(y, d[j], true);
+  if (!k) {
+    for (int j = d.size() - 1; j >= 0; --j) y = squeeze(y, d[j]);
+  }
+  return y;
+}
+
+Outs arg_reduce(const OpContext& c, bool is_max) {
+  Tensor x = c.in(0);
+  int64_t axis = wrap(c.i("axis", 0), x.dim());
+  bool keep = c.i("keepdims", 1) != 0;
+  bool last = c.i("select_last_index", 0) != 0;
+  if (last) x = flip(x, {axis});
+  Tensor idx = is_max ? argmax(x, axis, keep) : argmin(x, axis, keep);
+  // The first extreme of the flipped tensor is the last one of the original.
+  if (last) idx = sub(full_like(idx, double(x.size(axis) - 1)), idx);
+  return {idx};
+}
+
+// ---- softmax family: before opset 13 the input is seen as 2-D (dims before axis, after).
+Tensor along_axis(const OpContext& c, Tensor (*f)(const Tensor&, int64_t)) {
+  const Tensor& x = c.in(0);
+  if (c.node.since_version >= 13) return f(x, wrap(c.i("axis", -1), x.dim()));
+  int64_t axis = wrap(c.i("axis", 1), x.dim());
+  int64_t rows = 1;
+  for (int64_t d = 0; d < axis; ++d) rows *= x.size(d);
+  return reshape(f(reshape(x, {rows, -1}), 1), x.sizes());
+}
+
+Tensor softmax_(const Tensor& x, int64_t d) { return softmax(x, d); }
+Tensor log_softmax_(const Tensor& x, int64_t d) { return log_softmax(x, d); }
+Tensor hardmax_(const Tensor& x, int64_t d) {
+  Shape sizes = Shape::filled(x.dim(), 1);
+  sizes[d] = x.size(d);
+  Tensor positions = reshape(arange(x.size(d), DType::I64, x.device()), sizes);
+  return cast(eq(positions, argmax(x, d, true)), x.dtype());
+}
+
+// ---- shapes
+Outs onnx_reshape(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  std::vector<int64_t> shape = c.values(1);
+  bool allow_zero = c.i("allowzero", 0) != 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0 && !allow_zero) shape[d] = x.size(d);  // 0 copies the input's size
+  }
+  return {reshape(x, Shape(shape))};
+}
+
+Outs onnx_flatten(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = c.i("axis", 1);
+  if (axis < 0) axis += x.dim();
+  int64_t rows = 1;
+  for (int64_t d = 0; d < axis; ++d) rows *= x.size(d);
+  int64_t cols = 1;
+  for (int64_t d = axis; d < x.dim(); ++d) cols *= x.size(d);
+  return {reshape(x, {rows, cols})};
+}
+
+Outs onnx_transpose(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  std::vector<int64_t> perm = c.ints("perm");
+  if (perm.empty()) {
+    for (int64_t d = x.dim() - 1; d >= 0; --d) perm.push_back(d);
+  }
+  return {permute(x, Shape(perm))};
+}
+
+std::vector<int64_t> axes_of(const OpContext& c) {
+  return c.has_attr("axes") ? c.ints("axes") : (c.has(1) ? c.values(1) : std::vector<int64_t>{});
+}
+
+Outs onnx_squeeze(const OpContext& c) {
+  Tensor x = c.in(0);
+  std::vector<int64_t> axes = axes_of(c);
+  if (axes.empty()) return {squeeze(x)};
+  for (auto& a : axes) a = wrap(a, x.dim());
+  std::sort(axes.rbegin(), axes.rend());
+  for (int64_t a : axes) x = squeeze(x, a);
+  return {x};
+}
+
+Outs onnx_unsqueeze(const OpContext& c) {
+  Tensor x = c.in(0);
+  std::vector<int64_t> axes = axes_of(c);
+  int64_t rank = x.dim() + int64_t(axes.size());
+  for (auto& a : axes) a = wrap(a, rank);
+  std::sort(axes.begin(), axes.end());
+  for (int64_t a : axes) x = unsqueeze(x, a);
+  return {x};
+}
+
+Outs onnx_concat(const OpContext& c) {
+  std::vector<Tensor> parts(c.inputs.begin(), c.inputs.end());
+  return {cat(parts, wrap(c.i("axis", 0), c.in(0).dim()))};
+}
+
+Outs onnx_split(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = wrap(c.i("axis", 0), x.dim());
+  std::vector<int64_t> sizes =
+      c.has_attr("split") ? c.ints("split") : (c.has(1) ? c.values(1) : std::vector<int64_t>{});
+  if (sizes.empty()) {
+    int64_t n = int64_t(c.num_outputs());
+    BRISK_CHECK(x.size(axis) % n == 0, "size ", x.size(axis), " does not split into ", n, " equal parts");
+    sizes.assign(n, x.size(axis) / n);
+  }
+  return split(x, sizes, axis);
+}
+
+Outs onnx_slice(const OpContext& c) {
+  Tensor x = c.in(0);
+  bool attrs = c.node.since_version < 10;
+  std::vector<int64_t> starts = attrs ? c.ints("starts") : c.values(1);
+  std::vector<int64_t> ends = attrs ? c.ints("ends") : c.values(2);
+  std::vector<int64_t> axes = attrs ? c.ints("axes") : (c.has(3) ? c.values(3) : std::vector<int64_t>{});
+  std::vector<int64_t> steps = (!attrs && c.has(4)) ? c.values(4) : std::vector<int64_t>(starts.size(), 1);
+  if (axes.empty()) {
+    for (size_t k = 0; k < starts.size(); ++k) axes.push_back(int64_t(k));
+  }
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t axis = wrap(axes[k], x.dim());
+    int64_t n = x.size(axis);
+    int64_t step = steps[k];
+    BRISK_CHECK(step != 0, "slice step 0");
+    int64_t start = starts[k] < 0 ? starts[k] + n : starts[k];
+    int64_t end = ends[k] < 0 ? ends[k] + n : ends[k];
+    // numpy's clamping: [0, n] going forward, [-1, n - 1] going backward.
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, n);
+      end = std::clamp<int64_t>(end, 0, n);
+      x = slice(x, axis, start, std::max(start, end), step);
+    } else {
+      start = std::clamp<int64_t>(start, -1, n - 1);
+      end = std::clamp<int64_t>(end, -1, n - 1);
+      std::vector<double> idx;
+      for (int64_t j = start; j > end; j += step) idx.push_back(double(j));
+      x = index_select(x, axis, from_vector(idx, {int64_t(idx.size())}, DType::I64, x.device()));
+    }
+  }
+  return {x};
+}
+
+// Negative indices count from the end (Gather, GatherElements, OneHot).
+Tensor wrap_indices(const Tensor& idx, int64_t n) {
+  Tensor i = cast(idx, DType::I64);
+  return where(lt(i, zeros_like(i)), add(i, full_like(i, double(n))), i);
+}
+
+Outs onnx_gather(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = wrap(c.i("axis", 0), x.dim());
+  Tensor idx = wrap_indices(c.in(1), x.size(axis));
+  Tensor picked = index_select(x, axis, reshape(idx, {idx.numel()}));
+  Shape sizes;
+  for (int64_t d = 0; d < axis; ++d) sizes.push_back(x.size(d));
+  for (int64_t s : idx.sizes()) sizes.push_back(s);
+  for (int64_t d = axis + 1; d < x.dim(); ++d) sizes.push_back(x.size(d));
+  return {reshape(picked, sizes)};
+}
+
+Outs onnx_gather_elements(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = wrap(c.i("axis", 0), x.dim());
+  return {gather(x, axis, wrap_indices(c.in(1), x.size(axis)))};
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  int n = std::max(a.size(), b.size());
+  Shape out = Shape::filled(n, 1);
+  for (int k = 0; k < n; ++k) {
+    int64_t x = k < n - a.size() ? 1 : a[k - (n - a.size())];
+    int64_t y = k < n - b.size() ? 1 : b[k - (n - b.size())];
+    BRISK_CHECK(x == y || x == 1 || y == 1, "shapes ", a, " and ", b, " do not broadcast");
+    out[k] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+Outs onnx_expand(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  return {expand(x, broadcast_shapes(x.sizes(), Shape(c.values(1))))};
+}
+
+Outs onnx_shape(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t r = x.dim();
+  int64_t start = std::clamp<int64_t>(c.i("start", 0) < 0 ? c.i("start", 0) + r : c.i("start", 0), 0, r);
+  int64_t end = std::clamp<int64_t>(c.i("end", r) < 0 ? c.i("end", r) + r : c.i("end", r), 0, r);
+  std::vector<double> sizes;
+  for (int64_t d = start; d < end; ++d) sizes.push_back(double(x.size(d)));
+  return {from_vector(sizes, {int64_t(sizes.size())}, DType::I64, x.device())};
+}
+
+Outs onnx_constant_of_shape(const OpContext& c) {
+  Shape shape(c.values(0));
+  if (!c.has_attr("value")) return {zeros(shape, DType::F32, c.in(0).device())};
+  const Tensor& v = c.t("value");
+  return {full(shape, v.item<double>(), v.dtype(), c.in(0).device())};
+}
+
+Outs onnx_range(const OpContext& c) {
+  const Tensor& start = c.in(0);
+  return {arange(start.item<double>(), c.in(1).item<double>(), c.in(2).item<double>(), start.dtype(), start.device())};
+}
+
+Outs onnx_pad(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  bool attrs = c.node.since_version < 11;
+  std::vector<int64_t> pads = attrs ? c.ints("pads") : c.values(1);
+  double value = attrs ? c.f("value", 0.0) : (c.has(2) ? c.in(2).item<double>() : 0.0);
+  std::string mode = c.s("mode", "constant");
+  if (mode == "edge") mode = "replicate";
+  int64_t r = x.dim();
+  BRISK_CHECK(int64_t(pads.size()) == 2 * r, "pads has ", pads.size(), " values for rank ", r);
+  // ONNX lists all begins then all ends, first dim first; brisk's pad wants pairs, last dim first.
+  std::vector<int64_t> pairs;
+  for (int64_t d = r - 1; d >= 0; --d) {
+    pairs.push_back(pads[d]);
+    pairs.push_back(pads[d + r]);
+  }
+  return {F::pad(x, pairs, mode, mode == "constant" ? value : 0.0)};
+}
+
+Outs onnx_cumsum(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = wrap(c.values(1).at(0), x.dim());
+  bool reverse = c.i("reverse", 0) != 0;
+  Tensor v = reverse ? flip(x, {axis}) : x;
+  Tensor y = cumsum(v, axis);
+  if (c.i("exclusive", 0) != 0) y = sub(y, same_dtype(v, y.dtype()));
+  if (reverse) y = flip(y, {axis});
+  return {same_dtype(y, x.dtype())};
+}
+
+Outs onnx_depth_to_space(const OpContext& c) {
+  const Tensor& x = c.in(0);  // (B, C, H, W)
+  int64_t bs = c.i("blocksize", 1);
+  int64_t b = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
+  Tensor y = c.s("mode", "DCR") == "DCR" ? permute(reshape(x, {b, bs, bs, ch / (bs * bs), h, w}), {0, 3, 4, 1, 5, 2})
+                                         : permute(reshape(x, {b, ch / (bs * bs), bs, bs, h, w}), {0, 1, 4, 2, 5, 3});
+  return {reshape(y, {b, ch / (bs * bs), h * bs, w * bs})};
+}
+
+Outs onnx_space_to_depth(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t bs = c.i("blocksize", 1);
+  int64_t b = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
+  Tensor y = permute(reshape(x, {b, ch, h / bs, bs, w / bs, bs}), {0, 3, 5, 1, 2, 4});
+  return {reshape(y, {b, ch * bs * bs, h / bs, w / bs})};
+}
+
+Outs onnx_topk(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  SortResult r = topk(x, c.values(1).at(0), wrap(c.i("axis", -1), x.dim()), c.i("largest", 1) != 0, true);
+  return {r.values, r.indices};
+}
+
+Outs onnx_one_hot(const OpContext& c) {
+  const Tensor& idx = c.in(0);
+  int64_t depth = int64_t(c.in(1).item<double>());
+  const Tensor& values = c.in(2);
+  int64_t axis = wrap(c.i("axis", -1), idx.dim() + 1);
+  Shape sizes = Shape::filled(idx.dim() + 1, 1);
+  sizes[axis] = depth;
+  Tensor positions = reshape(arange(depth, DType::I64, idx.device()), sizes);
+  Tensor hot = eq(unsqueeze(wrap_indices(idx, depth), axis), positions);
+  return {where(hot, select(values, 0, 1), select(values, 0, 0))};
+}
+
+Outs onnx_eye_like(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t n = x.size(0), m = x.size(1);
+  Tensor cols = unsqueeze(arange(m, DType::I64, x.device()), 0);
+  Tensor rows = unsqueeze(arange(n, DType::I64, x.device()), 1);
+  Tensor diag = eq(sub(cols, rows), full({1, 1}, double(c.i("k", 0)), DType::I64, x.device()));
+  return {cast(diag, c.has_attr("dtype") ? dtype_from_onnx(c.i("dtype", 0), c.node.describe()) : x.dtype())};
+}
+
+Outs onnx_compress(const OpContext& c) {
+  Tensor x = c.in(0);
+  Tensor picks = reshape(nonzero(c.in(1)), {-1});
+  if (!c.has_attr("axis")) return {index_select(reshape(x, {-1}), 0, picks)};
+  return {index_select(x, wrap(c.i("axis", 0), x.dim()), picks)};
+}
+
+// ---- convolution and pooling, written for 2-D; a 1-D input runs as (B, C, 1, L).
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, begin, end;  // per spatial dim
+};
+
+Window window(const OpContext& c, const Tensor& x, std::vector<int64_t> kernel) {
+  int64_t n = x.dim() - 2;
+  BRISK_CHECK(n == 1 || n == 2, "only 1-d and 2-d inputs (brisk has no 3-d convolution or pooling), got ", x.sizes());
+  Window w;
+  w.kernel = kernel;
+  w.strides = c.ints("strides", std::vector<int64_t>(n, 1));
+  w.dilations = c.ints("dilations", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> pads = c.ints("pads", std::vector<int64_t>(2 * n, 0));
+  std::string auto_pad = c.s("auto_pad", "NOTSET");
+  w.begin.assign(pads.begin(), pads.begin() + n);
+  w.end.assign(pads.begin() + n, pads.end());
+  for (int64_t d = 0; d < n; ++d) {
+    if (auto_pad == "VALID") {
+      w.begin[d] = w.end[d] = 0;
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t in = x.size(2 + d);
+      int64_t out = (in + w.strides[d] - 1) / w.strides[d];
+      int64_t total = std::max<int64_t>(0, (out - 1) * w.strides[d] + (kernel[d] - 1) * w.dilations[d] + 1 - in);
+      w.begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.end[d] = total - w.begin[d];
+    }
+  }
+  return w;
+}
+
+// Lifts a 1-D window to 2-D (H = 1).
+Window lift(Window w) {
+  if (w.kernel.size() == 2) return w;
+  w.kernel.insert(w.kernel.begin(), 1);
+  w.strides.insert(w.strides.begin(), 1);
+  w.dilations.insert(w.dilations.begin(), 1);
+  w.begin.insert(w.begin.begin(), 0);
+  w.end.insert(w.end.begin(), 0);
+  return w;
+}
+
+bool symmetric(const Window& w) { return w.begin == w.end; }
+F::Pair pair(const std::vector<int64_t>& v) { return {v[0], v[1]}; }
+std::vector<int64_t> explicit_pads(const Window& w) { return {w.begin[1], w.end[1], w.begin[0], w.end[0]}; }
+Tensor to_2d(const Tensor& x) { return x.dim() == 3 ? unsqueeze(x, 2) : x; }
+Tensor from_2d(const Tensor& y, int rank) { return rank == 3 ? squeeze(y, 2) : y; }
+
+Outs onnx_conv(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& weight = c.in(1);
+  std::vector<int64_t> kernel(weight.sizes().begin() + 2, weight.sizes().end());
+  Window w = lift(window(c, x, kernel));
+  Tensor x2 = to_2d(x);
+  Tensor w2 = to_2d(weight);
+  Tensor bias = c.has(2) ? c.in(2) : Tensor{};
+  F::Pair padding = {0, 0};
+  if (symmetric(w)) {
+    padding = pair(w.begin);
+  } else {
+    x2 = F::pad(x2, explicit_pads(w));
+  }
+  Tensor y = F::conv2d(x2, w2, bias, pair(w.strides), padding, pair(w.dilations), c.i("group", 1));
+  return {from_2d(y, x.dim())};
+}
+
+Outs onnx_conv_transpose(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& weight = c.in(1);  // (C_in, C_out / groups, k...)
+  int64_t n = x.dim() - 2;
+  BRISK_CHECK(n == 1 || n == 2, "only 1-d and 2-d inputs (brisk has no 3-d transposed convolution), got ", x.sizes());
+  std::vector<int64_t> kernel(weight.sizes().begin() + 2, weight.sizes().end());
+  std::vector<int64_t> strides = c.ints("strides", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> dilations = c.ints("dilations", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> out_pad = c.ints("output_padding", std::vector<int64_t>(n, 0));
+  std::vector<int64_t> pads = c.ints("pads", std::vector<int64_t>(2 * n, 0));
+  std::vector<int64_t> output_shape = c.ints("output_shape");
+  std::string auto_pad = c.s("auto_pad", "NOTSET");
+  // The full output (no padding), then cropped by the pads: asymmetric pads and output_shape
+  // need no case of their own.
+  std::vector<int64_t> full(n);
+  for (int64_t d = 0; d < n; ++d) {
+    full[d] = (x.size(2 + d) - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 + out_pad[d];
+    if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t target = output_shape.empty() ? x.size(2 + d) * strides[d] : output_shape[output_shape.size() - n + d];
+      int64_t total = full[d] - target;
+      pads[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[d + n] = total - pads[d];
+    } else if (auto_pad == "VALID") {
+      pads[d] = pads[d + n] = 0;
+    }
+  }
+  Tensor x2 = to_2d(x);
+  Tensor w2 = to_2d(weight);
+  Window lifted = lift(Window{kernel, strides, dilations, {}, {}});
+  std::vector<int64_t> op2 = out_pad;
+  if (n == 1) op2.insert(op2.begin(), 0);
+  Tensor bias = c.has(2) ? c.in(2) : Tensor{};
+  Tensor y = F::conv_transpose2d(x2, w2, bias, pair(lifted.strides), {0, 0}, pair(op2), c.i("group", 1),
+                                 pair(lifted.dilations));
+  for (int64_t d = 0; d < n; ++d) {
+    int64_t axis = y.dim() - n + d;
+    y = slice(y, axis, pads[d], full[d] - pads[d + n]);
+  }
+  return {from_2d(y, x.dim())};
+}
+
+Outs onnx_max_pool(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  BRISK_CHECK(c.i("storage_order", 0) == 0, "storage_order 1 (column-major indices) is not supported");
+  Window w = lift(window(c, x, c.ints("kernel_shape")));
+  Tensor x2 = to_2d(x);
+  bool ceil_mode = c.i("ceil_mode", 0) != 0;
+  bool pad_inside = symmetric(w) && w.begin[0] * 2 <= w.kernel[0] && w.begin[1] * 2 <= w.kernel[1];
+  if (c.num_outputs() > 1 && !c.node.outputs[1].empty()) {
+    BRISK_CHECK(pad_inside, "indices with asymmetric pads are not supported");
+    auto [y, idx] =
+        F::max_pool2d_with_indices(x2, pair(w.kernel), pair(w.strides), pair(w.begin), pair(w.dilations), ceil_mode);
+    // PyTorch's indices count within each (H, W) plane; ONNX's within the whole tensor.
+    int64_t planes = x2.size(0) * x2.size(1);
+    int64_t area = x2.size(2) * x2.size(3);
+    Tensor base = reshape(mul(arange(planes, DType::I64, x.device()), full({1}, double(area), DType::I64, x.device())),
+                          {x2.size(0), x2.size(1), 1, 1});
+    return {from_2d(y, x.dim()), from_2d(add(idx, base), x.dim())};
+  }
+  F::Pair padding = {0, 0};
+  if (pad_inside) {
+    padding = pair(w.begin);
+  } else {
+    x2 = F::pad(x2, explicit_pads(w), "constant", -std::numeric_limits<double>::infinity());
+  }
+  return {from_2d(F::max_pool2d(x2, pair(w.kernel), pair(w.strides), padding, pair(w.dilations), ceil_mode), x.dim())};
+}
+
+Outs onnx_average_pool(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  Window w = lift(window(c, x, c.ints("kernel_shape")));
+  Tensor x2 = to_2d(x);
+  bool ceil_mode = c.i("ceil_mode", 0) != 0;
+  bool include_pad = c.i("count_include_pad", 0) != 0;
+  bool pad_inside = symmetric(w) && w.begin[0] * 2 <= w.kernel[0] && w.begin[1] * 2 <= w.kernel[1];
+  if (pad_inside) {
+    return {
+        from_2d(F::avg_pool2d(x2, pair(w.kernel), pair(w.strides), pair(w.begin), ceil_mode, include_pad), x.dim())};
+  }
+  // Asymmetric pads: average the zero-padded input; without count_include_pad divide by the
+  // share of each window that lies inside the input (the same pooling of ones).
+  Tensor y = F::avg_pool2d(F::pad(x2, explicit_pads(w)), pair(w.kernel), pair(w.strides), {0, 0}, ceil_mode, true);
+  if (!include_pad) {
+    Tensor inside = F::avg_pool2d(F::pad(ones_like(x2), explicit_pads(w)), pair(w.kernel), pair(w.strides), {0, 0},
+                                  ceil_mode, true);
+    y = div(y, inside);
+  }
+  return {from_2d(y, x.dim())};
+}
+
+Shape spatial_dims(const Tensor& x) {
+  Shape dims;
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  return dims;
+}
+
+Outs onnx_batch_norm(const OpContext& c) {
+  BRISK_CHECK(c.i("training_mode", 0) == 0, "training_mode 1 is not supported (inference only)");
+  BRISK_CHECK(c.i("spatial", 1) == 1, "spatial 0 is not supported");
+  BRISK_CHECK(c.num_outputs() == 1, "the training outputs (running mean and variance) are not supported");
+  return {
+      F::batch_norm(c.in(0), c.in(3), c.in(4), c.in(1), c.in(2), false, c.f("momentum", 0.9), c.f("epsilon", 1e-5))};
+}
+
+Outs onnx_layer_norm(const OpContext& c) {
+  const Tensor& x0 = c.in(0);
+  int64_t axis = wrap(c.i("axis", -1), x0.dim());
+  // stash_type 1 (the default): statistics in F32 for 16-bit inputs.
+  bool up = c.i("stash_type", 1) == 1 && is_reduced_float(x0.dtype());
+  Tensor x = up ? cast(x0, DType::F32) : x0;
+  Shape dims;
+  for (int64_t d = axis; d < x.dim(); ++d) dims.push_back(d);
+  Tensor mu = mean(x, dims, true);
+  Tensor centered = sub(x, mu);
+  Tensor inv_std = rsqrt(add(mean(mul(centered, centered), dims, true), scalar_operand(c.f("epsilon", 1e-5), x)));
+  Tensor y = same_dtype(mul(centered, inv_std), x0.dtype());
+  y = mul(y, c.in(1));
+  if (c.has(2)) y = add(y, c.in(2));
+  return {y, mu, inv_std};
+}
+
+Tensor to_i64(const Tensor& t) { return same_dtype(t, DType::I64); }
+
+Reduction reduction_of(const OpContext& c) {
+  std::string r = c.s("reduction", "mean");
+  BRISK_CHECK(r == "mean" || r == "sum" || r == "none", "unknown reduction '", r, "'");
+  return r == "mean" ? Reduction::Mean : (r == "sum" ? Reduction::Sum : Reduction::None);
+}
+
+int64_t ignore_index_of(const OpContext& c) {
+  // No ignore_index: none ignored (a value no target has).
+  return c.i("ignore_index", std::numeric_limits<int64_t>::min());
+}
+
+Outs onnx_nll(const OpContext& c) {
+  return {F::nll_loss(c.in(0), to_i64(c.in(1)), c.has(2) ? c.in(2) : Tensor{}, reduction_of(c), ignore_index_of(c))};
+}
+
+Outs onnx_softmax_cross_entropy(const OpContext& c) {
+  Tensor logp = log_softmax(c.in(0), 1);
+  Tensor loss = F::nll_loss(logp, to_i64(c.in(1)), c.has(2) ? c.in(2) : Tensor{}, reduction_of(c), ignore_index_of(c));
+  return {loss, logp};
+}
+
+Outs onnx_gemm(const OpContext& c) {
+  Tensor a = c.i("transA", 0) ? transpose(c.in(0), 0, 1) : c.in(0);
+  Tensor b = c.i("transB", 0) ? transpose(c.in(1), 0, 1) : c.in(1);
+  Tensor y = matmul(a, b);
+  double alpha = c.f("alpha", 1.0);
+  if (alpha != 1.0) y = mul(y, scalar_operand(alpha, y));
+  if (c.has(2)) {
+    double beta = c.f("beta", 1.0);
+    y = add(y, beta == 1.0 ? c.in(2) : mul(c.in(2), scalar_operand(beta, c.in(2))));
+  }
+  return {y};
+}
+
+Outs onnx_constant(const OpContext& c) {
+  const Node& n = c.node;
+  if (c.has_attr("value")) return {c.t("value")};
+  if (c.has_attr("value_float")) return {scalar_tensor(c.f("value_float", 0), DType::F32)};
+  if (c.has_attr("value_int")) return {full({}, double(c.i("value_int", 0)), DType::I64)};
+  if (c.has_attr("value_floats")) {
+    const std::vector<double>& v = n.attributes.at("value_floats").floats;
+    return {from_vector(v, {int64_t(v.size())}, DType::F32)};
+  }
+  std::vector<int64_t> v = c.ints("value_ints");
+  std::vector<double> d(v.begin(), v.end());
+  return {from_vector(d, {int64_t(d.size())}, DType::I64)};
+}
+
+Outs onnx_dropout(const OpContext& c) {
+  // Inference: the identity, and a mask of ones when asked for.
+  const Tensor& x = c.in(0);
+  return {x, ones(x.sizes(), DType::Bool, x.device())};
+}
+
+Outs onnx_clip(const OpContext& c) {
+  Tensor y = c.in(0);
+  if (c.node.since_version < 11) {
+    return {clamp(y, c.f("min", -std::numeric_limits<double>::infinity()),
+                  c.f("max", std::numeric_limits<double>::infinity()))};
+  }
+  if (c.has(1)) y = maximum(y, c.in(1));
+  if (c.has(2)) y = minimum(y, c.in(2));
+  return {y};
+}
+
+Outs onnx_lp_norm(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = wrap(c.i("axis", -1), x.dim());
+  return {div(x, norm(x, double(c.i("p", 2)), {axis}, true))};
+}
+
+Outs onnx_mvn(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  Shape dims(c.ints("axes", {0, 2, 3}));
+  Tensor mu = mean(x, dims, true);
+  Tensor var_ = sub(mean(mul(x, x), dims, true), mul(mu, mu));
+  return {div(sub(x, mu), add(sqrt(var_), scalar_operand(1e-9, x)))};
+}
+
+Outs onnx_prelu(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  return {where(lt(x, zeros_like(x)), mul(x, c.in(1)), x)};
+}
+
+// A unary op from a brisk function of one tensor.
+#define BRISK_ONNX_UNARY(expr)     \
+  [](const OpContext& c) -> Outs { \
+    const Tensor& x = c.in(0);     \
+    return {expr};                 \
+  }
+#define BRISK_ONNX_BINARY(expr)    \
+  [](const OpContext& c) -> Outs { \
+    const Tensor& a = c.in(0);     \
+    const Tensor& b = c.in(1);     \
+    return {expr};                 \
+  }
+
+Tensor scalar(double v, const Tensor& like) { return scalar_operand(v, like); }
+
+}  // namespace
+
+// Hand-aligned table:
+// clang-format off
+const std::vector<OpEntry>& op_table() {
+  static const std::vector<OpEntry> table = {
+      // ---- elementwise, one input
+      {"Abs", 1, 17, BRISK_ONNX_UNARY(brisk::abs(x)), {}},
+      {"Neg", 1, 17, BRISK_ONNX_UNARY(neg(x)), {}},
+      {"Exp", 1, 17, BRISK_ONNX_UNARY(brisk::exp(x)), {}},
+      {"Log", 1, 17, BRISK_ONNX_UNARY(brisk::log(x)), {}},
+      {"Sqrt", 1, 17, BRISK_ONNX_UNARY(brisk::sqrt(x)), {}},
+      {"Reciprocal", 1, 17, BRISK_ONNX_UNARY(reciprocal(x)), {}},
+      {"Floor", 1, 17, BRISK_ONNX_UNARY(brisk::floor(x)), {}},
+      {"Ceil", 1, 17, BRISK_ONNX_UNARY(brisk::ceil(x)), {}},
+      {"Round", 11, 17, BRISK_ONNX_UNARY(brisk::round(x)), {}},
+      {"Sign", 9, 17, BRISK_ONNX_UNARY(sign(x)), {}},
+      {"Sin", 7, 17, BRISK_ONNX_UNARY(brisk::sin(x)), {}},
+      {"Cos", 7, 17, BRISK_ONNX_UNARY(brisk::cos(x)), {}},
+      {"Tan", 7, 17, BRISK_ONNX_UNARY(div(brisk::sin(x), brisk::cos(x))), {}},
+      {"Sinh", 9, 17, BRISK_ONNX_UNARY(mul(sub(brisk::exp(x), brisk::exp(neg(x))), scalar(0.5, x))), {}},
+      {"Cosh", 9, 17, BRISK_ONNX_UNARY(mul(add(brisk::exp(x), brisk::exp(neg(x))), scalar(0.5, x))), {}},
+      {"Asinh", 9, 17, BRISK_ONNX_UNARY(brisk::log(add(x, brisk::sqrt(add(mul(x, x), scalar(1, x)))))), {}},
+      {"Acosh", 9, 17, BRISK_ONNX_UNARY(brisk::log(add(x, brisk::sqrt(sub(mul(x, x), scalar(1, x)))))), {}},
+      {"Atanh", 9, 17, BRISK_ONNX_UNARY(mul(brisk::log(div(add(scalar(1, x), x), sub(scalar(1, x), x))), scalar(0.5, x))), {}},
+      {"Tanh", 1, 17, BRISK_ONNX_UNARY(brisk::tanh(x)), {}},
+      {"Sigmoid", 1, 17, BRISK_ONNX_UNARY(sigmoid(x)), {}},
+      {"Relu", 1, 17, BRISK_ONNX_UNARY(relu(x)), {}},
+      {"Erf", 9, 17, BRISK_ONNX_UNARY(erf(x)), {}},
+      {"Softplus", 1, 17, BRISK_ONNX_UNARY(softplus(x)), {}},
+      {"Softsign", 1, 17, BRISK_ONNX_UNARY(div(x, add(brisk::abs(x), scalar(1, x)))), {}},
+      {"IsNaN", 9, 17, BRISK_ONNX_UNARY(isnan(x)), {}},
+      {"IsInf", 10, 17, [](const OpContext& c) -> Outs { return {is_inf(c)}; }, {"detect_negative", "detect_positive"}},
+      {"Not", 1, 17, BRISK_ONNX_UNARY(logical_not(x)), {}},
+      {"Identity", 1, 17, BRISK_ONNX_UNARY(x), {}},
+      {"HardSigmoid", 6, 17, [](const OpContext& c) -> Outs {
+         const Tensor& x = c.in(0);
+         return {clamp(add(mul(x, scalar(c.f("alpha", 0.2), x)), scalar(c.f("beta", 0.5), x)), 0, 1)};
+       }, {"alpha", "beta"}},
+      {"HardSwish", 14, 17, BRISK_ONNX_UNARY(hardswish(x)), {}},
+      {"Elu", 6, 17, [](const OpContext& c) -> Outs { return {elu(c.in(0), c.f("alpha", 1.0))}; }, {"alpha"}},
+      {"Selu", 6, 17, [](const OpContext& c) -> Outs {
+         const Tensor& x = c.in(0);
+         double gamma = c.f("gamma", 1.0507009873554804934193349852946);
+         return {mul(elu(x, c.f("alpha", 1.6732632423543772848170429916717)), scalar(gamma, x))};
+       }, {"alpha", "gamma"}},
+      {"LeakyRelu", 6, 17, [](const OpContext& c) -> Outs { return {leaky_relu(c.in(0), c.f("alpha", 0.01))}; }, {"alpha"}},
+      {"Celu", 12, 17, [](const OpContext& c) -> Outs {
+         const Tensor& x = c.in(0);
+         double alpha = c.f("alpha", 1.0);
+         return {mul(elu(div(x, scalar(alpha, x)), 1.0), scalar(alpha, x))};
+       }, {"alpha"}},
+      {"ThresholdedRelu", 10, 17, [](const OpContext& c) -> Outs {
+         const Tensor& x = c.in(0);
+         return {where(gt(x, scalar(c.f("alpha", 1.0), x)), x, zeros_like(x))};
+       }, {"alpha"}},
+      {"Shrink", 9, 17, [](const OpContext& c) -> Outs {
+         const Tensor& x = c.in(0);
+         double lambd = c.f("lambd", 0.5), bias = c.f("bias", 0.0);
+         Tensor lo = where(lt(x, scalar(-lambd, x)), add(x, scalar(bias, x)), zeros_like(x));
+         return {where(gt(x, scalar(lambd, x)), sub(x, scalar(bias, x)), lo)};
+       }, {"bias", "lambd"}},
+      {"PRelu", 7, 17, onnx_prelu, {}},
+      {"Clip", 6, 17, onnx_clip, {"min", "max"}},
+      // ---- elementwise, two or more inputs (numpy broadcasting)
+      {"Add", 7, 17, BRISK_ONNX_BINARY(add(a, b)), {}},
+      {"Sub", 7, 17, BRISK_ONNX_BINARY(sub(a, b)), {}},
+      {"Mul", 7, 17, BRISK_ONNX_BINARY(mul(a, b)), {}},
+      {"Div", 7, 17, BRISK_ONNX_BINARY(onnx_div(a, b)), {}},
+      {"Pow", 7, 17, BRISK_ONNX_BINARY(onnx_pow(a, b)), {}},
+      {"Mod", 10, 17, [](const OpContext& c) -> Outs { return {onnx_mod(c)}; }, {"fmod"}},
+      {"Equal", 7, 17, BRISK_ONNX_BINARY(eq(a, b)), {}},
+      {"Less", 7, 17, BRISK_ONNX_BINARY(lt(a, b)), {}},
+      {"LessOrEqual", 12, 17, BRISK_ONNX_BINARY(le(a, b)), {}},
+      {"Greater", 7, 17, BRISK_ONNX_BINARY(gt(a, b)), {}},
+      {"GreaterOrEqual", 12, 17, BRISK_ONNX_BINARY(ge(a, b)), {}},
+      {"And", 7, 17, BRISK_ONNX_BINARY(where(a, b, zeros_like(b))), {}},
+      {"Or", 7, 17, BRISK_ONNX_BINARY(where(a, ones_like(b), b)), {}},
+      {"Xor", 7, 17, BRISK_ONNX_BINARY(ne(a, b)), {}},
+      {"Where", 9, 17, [](const OpContext& c) -> Outs { return {where(c.in(0), c.in(1), c.in(2))}; }, {}},
+      {"Max", 8, 17, [](const OpContext& c) -> Outs { return {fold(c, max2)}; }, {}},
+      {"Min", 8, 17, [](const OpContext& c) -> Outs { return {fold(c, min2)}; }, {}},
+      {"Sum", 8, 17, [](const OpContext& c) -> Outs { return {fold(c, add2)}; }, {}},
+      {"Mean", 8, 17, [](const OpContext& c) -> Outs {
+         Tensor s = fold(c, add2);
+         return {div(s, scalar(double(c.inputs.size()), s))};
+       }, {}},
+      // ---- reductions
+      {"ReduceSum", 1, 17, [](const OpContext& c) { return reduce(c, r_sum); }, {"axes", "keepdims", "noop_with_empty_axes"}},
+      {"ReduceMean", 1, 17, [](const OpContext& c) { return reduce(c, r_mean); }, {"axes", "keepdims"}},
+      {"ReduceMax", 1, 17, [](const OpContext& c) { return reduce(c, r_max); }, {"axes", "keepdims"}},
+      {"ReduceMin", 1, 17, [](const OpContext& c) { return reduce(c, r_min); }, {"axes", "keepdims"}},
+      {"ReduceProd", 1, 17, [](const OpContext& c) { return reduce(c, r_prod); }, {"axes", "keepdims"}},
+      {"ReduceL1", 1, 17, [](const OpContext& c) { return reduce(c, r_l1); }, {"axes", "keepdims"}},
+      {"ReduceL2", 1, 17, [](const OpContext& c) { return reduce(c, r_l2); }, {"axes", "keepdims"}},
+      {"ReduceSumSquare", 1, 17, [](const OpContext& c) { return reduce(c, r_sumsq); }, {"axes", "keepdims"}},
+      {"ReduceLogSum", 1, 17, [](const OpContext& c) { return reduce(c, r_logsum); }, {"axes", "keepdims"}},
+      {"ReduceLogSumExp", 1, 17, [](const OpContext& c) { return reduce(c, r_logsumexp); }, {"axes", "keepdims"}},
+      {"ArgMax", 1, 17, [](const OpContext& c) { return arg_reduce(c, true); }, {"axis", "keepdims", "select_last_index"}},
+      {"ArgMin", 1, 17, [](const OpContext& c) { return arg_reduce(c, false); }, {"axis", "keepdims", "select_last_index"}},
+      {"CumSum", 11, 17, onnx_cumsum, {"exclusive", "reverse"}},
+      {"TopK", 10, 17, onnx_topk, {"axis", "largest", "sorted"}},
+      {"Det", 11, 17, BRISK_ONNX_UNARY(linalg::det(x)), {}},
+      // ---- shapes and indexing
+      {"Reshape", 5, 17, onnx_reshape, {"allowzero"}},
+      {"Flatten", 1, 17, onnx_flatten, {"axis"}},
+      {"Transpose", 1, 17, onnx_transpose, {"perm"}},
+      {"Squeeze", 1, 17, onnx_squeeze, {"axes"}},
+      {"Unsqueeze", 1, 17, onnx_unsqueeze, {"axes"}},
+      {"Concat", 4, 17, onnx_concat, {"axis"}},
+      {"Split", 2, 17, onnx_split, {"axis", "split"}},
+      {"Slice", 1, 17, onnx_slice, {"starts", "ends", "axes"}},
+      {"Gather", 1, 17, onnx_gather, {"axis"}},
+      {"GatherElements", 11, 17, onnx_gather_elements, {"axis"}},
+      {"Expand", 8, 17, onnx_expand, {}},
+      {"Tile", 6, 17, [](const OpContext& c) -> Outs { return {tile(c.in(0), Shape(c.values(1)))}; }, {}},
+      {"Shape", 1, 17, onnx_shape, {"start", "end"}},
+      {"Size", 1, 17, BRISK_ONNX_UNARY(full({}, double(x.numel()), DType::I64, x.device())), {}},
+      {"ConstantOfShape", 9, 17, onnx_constant_of_shape, {"value"}},
+      {"Range", 11, 17, onnx_range, {}},
+      {"Pad", 2, 17, onnx_pad, {"mode", "pads", "value"}},
+      {"Cast", 6, 17, [](const OpContext& c) -> Outs { return {cast(c.in(0), dtype_from_onnx(c.i("to", 0), c.node.describe()))}; }, {"to"}},
+      {"CastLike", 15, 17, BRISK_ONNX_BINARY(cast(a, b.dtype())), {}},
+      {"Dropout", 1, 17, onnx_dropout, {"seed", "ratio", "is_test"}},
+      {"Trilu", 14, 17, [](const OpContext& c) -> Outs {
+         int64_t k = c.has(1) ? c.values(1).at(0) : 0;
+         return {c.i("upper", 1) ? triu(c.in(0), k) : tril(c.in(0), k)};
+       }, {"upper"}},
+      {"OneHot", 9, 17, onnx_one_hot, {"axis"}},
+      {"EyeLike", 9, 17, onnx_eye_like, {"k", "dtype"}},
+      {"Compress", 9, 17, onnx_compress, {"axis"}},
+      {"NonZero", 9, 17, BRISK_ONNX_UNARY(contiguous(transpose(nonzero(x), 0, 1))), {}},
+      {"DepthToSpace", 1, 17, onnx_depth_to_space, {"blocksize", "mode"}},
+      {"SpaceToDepth", 1, 17, onnx_space_to_depth, {"blocksize"}},
+      {"Einsum", 12, 17, [](const OpContext& c) -> Outs {
+         return {einsum(c.s("equation", ""), std::vector<Tensor>(c.inputs.begin(), c.inputs.end()))};
+       }, {"equation"}},
+      {"Constant", 1, 17, onnx_constant, {"value", "value_float", "value_floats", "value_int", "value_ints"}},
+      // ---- neural-network layers
+      {"MatMul", 1, 17, BRISK_ONNX_BINARY(matmul(a, b)), {}},
+      {"Gemm", 6, 17, onnx_gemm, {"alpha", "beta", "transA", "transB"}},
+      {"Conv", 1, 17, onnx_conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+      {"ConvTranspose", 1, 17, onnx_conv_transpose,
+       {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"}},
+      {"MaxPool", 8, 17, onnx_max_pool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
+      {"AveragePool", 7, 17, onnx_average_pool, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}},
+      {"GlobalAveragePool", 1, 17, BRISK_ONNX_UNARY(mean(x, spatial_dims(x), true)), {}},
+      {"GlobalMaxPool", 1, 17, BRISK_ONNX_UNARY(amax(x, spatial_dims(x), true)), {}},
+      {"GlobalLpPool", 2, 17, [](const OpContext& c) -> Outs {
+         const Tensor& x = c.in(0);
+         return {norm(x, double(c.i("p", 2)), spatial_dims(x), true)};
+       }, {"p"}},
+      {"BatchNormalization", 7, 17, onnx_batch_norm, {"epsilon", "momentum", "spatial", "training_mode"}},
+      {"InstanceNormalization", 6, 17, [](const OpContext& c) -> Outs {
+         const Tensor& x = c.in(0);
+         return {F::group_norm(x, x.size(1), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
+       }, {"epsilon"}},
+      {"LayerNormalization", 17, 17, onnx_layer_norm, {"axis", "epsilon", "stash_type"}},
+      {"LpNormalization", 1, 17, onnx_lp_norm, {"axis", "p"}},
+      {"MeanVarianceNormalization", 9, 17, onnx_mvn, {"axes"}},
+      {"Softmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, softmax_)}; }, {"axis"}},
+      {"LogSoftmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, log_softmax_)}; }, {"axis"}},
+      {"Hardmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, hardmax_)}; }, {"axis"}},
+      {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
+      {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
+  };
+  return table;
+}
+// clang-format on
+
+const OpEntry* find_op(const std::string& op_type, int since_version) {
+  for (const OpEntry& e : op_table()) {
+    if (op_type == e.op_type && since_version >= e.first && since_version <= e.last) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace brisk::onnx::detail
