@@ -1,0 +1,220 @@
+// tests/test_onnx_conformance.cpp: ONNX's own backend tests (Debian's libonnx-testdata: node,
+// pytorch-converted, pytorch-operator, simple) run through brisk::onnx::load_model and compared
+// as ONNX's runner does (numpy's allclose, rtol 1e-3, atol 1e-7, NaNs equal; dtypes and shapes
+// must match). Each case passes, fails, or is unsupported (refused by the importer with
+// UnsupportedError); tests/data/onnx/conformance_expected.txt lists every case that does not
+// pass with its reason, and any change either way fails the test, naming the cases.
+// Writes to $TMPDIR: onnx_conformance_actual.txt (the list as it now is: copy it over the
+// expected file after a deliberate change) and onnx.md (the supported-op table: copy it to
+// docs/onnx.md).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/functions.h"
+#include "engine/grad_mode.h"
+#include "interop/onnx_import.h"
+#include "paths.h"
+
+using namespace brisk;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRoot = "/usr/share/libonnx-testdata/data";
+const std::vector<std::string> kSuites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
+
+struct Outcome {
+  std::string status;  // pass, fail, unsupported
+  std::string reason;
+};
+
+// One line, at most 200 characters: the reason column of the expected list.
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  if (s.size() > 200) s = s.substr(0, 200) + "...";
+  return s;
+}
+
+// numpy.testing's rule (ONNX's runner): |got - want| <= atol + rtol * |want|, NaN equal to NaN.
+std::string compare(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype()) return one_line(detail::cat("dtype ", got.dtype(), ", expected ", want.dtype()));
+  if (got.sizes() != want.sizes()) return one_line(detail::cat("shape ", got.sizes(), ", expected ", want.sizes()));
+  std::vector<double> a = got.to_vector<double>();
+  std::vector<double> b = want.to_vector<double>();
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (std::isnan(a[k]) && std::isnan(b[k])) continue;
+    if (a[k] == b[k]) continue;  // infinities of the same sign
+    double diff = std::abs(a[k] - b[k]);
+    if (!(diff <= 1e-7 + 1e-3 * std::abs(b[k]))) {
+      ++bad;
+      worst = std::isnan(diff) ? diff : std::max(worst, diff);
+    }
+  }
+  if (bad == 0) return "";
+  return detail::cat(bad, " of ", a.size(), " values differ (max |diff| ", worst, ")");
+}
+
+std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path());
+  }
+  // input_10.pb after input_9.pb
+  std::sort(out.begin(), out.end(), [&](const fs::path& x, const fs::path& y) {
+    std::string a = x.stem().string(), b = y.stem().string();
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  return out;
+}
+
+Outcome run_case(const fs::path& dir) {
+  std::shared_ptr<onnx::OnnxModel> model;
+  try {
+    model = onnx::load_model((dir / "model.onnx").string());
+  } catch (const onnx::UnsupportedError& e) {
+    return {"unsupported", one_line(e.what())};
+  } catch (const std::exception& e) {
+    return {"fail", one_line(detail::cat("load: ", e.what()))};
+  }
+  NoGradGuard no_grad;
+  std::vector<fs::path> sets = sorted_files(dir, "test_data_set_");
+  if (sets.empty()) return {"fail", "no test data sets"};
+  for (const fs::path& set : sets) {
+    try {
+      std::vector<fs::path> ins = sorted_files(set, "input_");
+      std::vector<fs::path> outs = sorted_files(set, "output_");
+      const auto& names = model->input_names();
+      if (ins.size() != names.size()) {
+        return {"fail", detail::cat(ins.size(), " input files for ", names.size(), " graph inputs")};
+      }
+      nn::TensorDict inputs;
+      for (size_t k = 0; k < ins.size(); ++k) inputs.set(names[k], onnx::load_tensor(ins[k].string()));
+      nn::TensorDict got = model->forward_dict(inputs);
+      if (outs.size() != got.size()) return {"fail", detail::cat(got.size(), " outputs, expected ", outs.size())};
+      for (size_t k = 0; k < outs.size(); ++k) {
+        std::string diff = compare(got.items()[k].second, onnx::load_tensor(outs[k].string()));
+        if (!diff.empty()) return {"fail", detail::cat("output ", k, ": ", diff)};
+      }
+    } catch (const onnx::UnsupportedError& e) {
+      return {"unsupported", one_line(e.what())};
+    } catch (const std::exception& e) {
+      return {"fail", one_line(e.what())};
+    }
+  }
+  return {"pass", ""};
+}
+
+// "<suite>/<case>" -> (status, reason)
+std::map<std::string, Outcome> read_expected(const fs::path& path) {
+  std::map<std::string, Outcome> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream s(line);
+    std::string name, status, reason;
+    s >> name >> status;
+    std::getline(s, reason);
+    out[name] = {status, reason.empty() ? reason : reason.substr(1)};
+  }
+  return out;
+}
+
+struct OpCount {
+  int pass = 0, fail = 0, unsupported = 0;
+};
+
+}  // namespace
+
+TEST_CASE("onnx conformance: ONNX's backend tests give exactly the expected passes, failures and refusals") {
+  if (!fs::exists(kRoot)) {
+    MESSAGE("ONNX's backend tests are not installed (" << kRoot << ", Debian's libonnx-testdata): skipped");
+    return;
+  }
+  std::map<std::string, Outcome> expected = read_expected(test::data_dir() / "onnx" / "conformance_expected.txt");
+  std::map<std::string, Outcome> actual;
+  std::map<std::string, OpCount> by_op;
+  std::vector<std::string> changes;
+  for (const std::string& suite : kSuites) {
+    int pass = 0, fail = 0, unsupported = 0;
+    std::set<std::string> suite_ops_passing;
+    std::vector<fs::path> cases;
+    for (const auto& e : fs::directory_iterator(kRoot / suite)) cases.push_back(e.path());
+    std::sort(cases.begin(), cases.end());
+    for (const fs::path& dir : cases) {
+      std::string name = suite + "/" + dir.filename().string();
+      Outcome got = run_case(dir);
+      actual[name] = got;
+      (got.status == "pass" ? pass : got.status == "fail" ? fail : unsupported)++;
+      std::vector<std::string> ops;
+      try {
+        ops = onnx::model_op_types((dir / "model.onnx").string());
+      } catch (const std::exception&) {
+      }
+      for (const std::string& op : ops) {
+        OpCount& c = by_op[op];
+        (got.status == "pass" ? c.pass : got.status == "fail" ? c.fail : c.unsupported)++;
+      }
+      auto it = expected.find(name);
+      std::string want = it == expected.end() ? "pass" : it->second.status;
+      if (want != got.status) {
+        changes.push_back(name + ": expected " + want + ", now " + got.status + (got.reason.empty() ? "" : " (" + got.reason + ")"));
+      }
+    }
+    MESSAGE("onnx conformance, " << suite << ": " << pass << " passed, " << fail << " failed, " << unsupported
+                                 << " unsupported of " << cases.size());
+  }
+  for (const auto& kv : expected) {
+    if (!actual.count(kv.first)) changes.push_back(kv.first + ": listed as expected " + kv.second.status + " but no such case");
+  }
+  std::set<std::string> supported;
+  for (const auto& op : onnx::supported_ops()) supported.insert(op.op_type);
+  MESSAGE("onnx conformance: the importer supports " << supported.size() << " ONNX op types");
+
+  fs::path tmp = fs::temp_directory_path();
+  {
+    std::ofstream f(tmp / "onnx_conformance_actual.txt");
+    f << "# tests/data/onnx/conformance_expected.txt: every ONNX backend-test case that does not pass, with why\n"
+      << "# (<suite>/<case> <fail|unsupported> <reason>); written by tests/test_onnx_conformance.cpp.\n";
+    for (const auto& kv : actual) {
+      if (kv.second.status != "pass") f << kv.first << " " << kv.second.status << " " << kv.second.reason << "\n";
+    }
+  }
+  {
+    std::ofstream f(tmp / "onnx.md");
+    f << "# ONNX import: supported ops\n\n"
+      << "`brisk::onnx::load_model(path)` (interop/onnx_import.h) runs these ONNX ops (domain ai.onnx) through\n"
+      << "brisk's own ops. Generated by tests/test_onnx_conformance.cpp (it writes `$TMPDIR/onnx.md`;\n"
+      << "`ctest -R onnx_conformance` puts it under build/tests/tmp/test_onnx_conformance/). Pass / fail /\n"
+      << "unsupported count ONNX's backend-test cases (libonnx-testdata) that use the op.\n\n"
+      << "| op | opsets | pass | fail | unsupported |\n|---|---|---|---|---|\n";
+    for (const auto& op : onnx::supported_ops()) {
+      const OpCount& c = by_op[op.op_type];
+      f << "| " << op.op_type << " | " << op.first_opset << "-" << op.last_opset << " | " << c.pass << " | " << c.fail
+        << " | " << c.unsupported << " |\n";
+    }
+    f << "\nNot supported (refused by load_model with the node, op type and opset named):\n\n";
+    std::string sep;
+    for (const auto& kv : by_op) {
+      if (!supported.count(kv.first)) {
+        f << sep << kv.first;
+        sep = ", ";
+      }
+    }
+    f << "\n";
+  }
+  for (const std::string& c : changes) MESSAGE(c);
+  CHECK_MESSAGE(changes.empty(), changes.size() << " cases changed; see the messages above and "
+                                                << (tmp / "onnx_conformance_actual.txt").string());
+}
