@@ -10,15 +10,14 @@
 // strings and ints are read only after their length is checked against the bytes left; the
 // memo is a map (an index of 2^32 allocates nothing); containers live in arenas and are
 // referred to by index, so a container that holds itself or a chain a million deep costs no
-// recursion while it is built. Only the final conversion to TorchValue
-// recurses, up to kPickleMaxDepth, and it charges every value it copies against a budget
-// (a list that holds the same list twice, 40 times over, would otherwise expand to 2^40).
+// recursion while it is built. Only the final conversion to TorchValue recurses, up to
+// kPickleMaxDepth, and it charges every value it copies against a budget (a list that holds
+// the same list twice, 40 times over, would otherwise expand to 2^40). Tensors are views whose
+// last element must lie inside their storage, checked with overflow-safe arithmetic.
 #include "interop/pickle.h"
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
-#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>

@@ -110,9 +110,12 @@ class Archive {
     BRISK_CHECK(st.comp_method == ZIP_CM_STORE || st.comp_method == ZIP_CM_DEFLATE, "load_torch: ", name_, ": ",
                 folder_, record, ": compression method ", st.comp_method,
                 " (torch.save stores records; brisk reads stored and deflated ones)");
-    const uint64_t bound = st.comp_method == ZIP_CM_STORE ? st.comp_size : st.comp_size * kMaxDeflateRatio + 1024;
-    BRISK_CHECK(st.comp_size <= archive_bytes_ && st.size <= bound, "load_torch: ", name_, ": ", folder_, record,
-                ": claims ", st.size, " bytes, more than the ", archive_bytes_, "-byte archive can hold (corrupt)");
+    // comp_size is checked first, so the deflate bound cannot overflow.
+    const bool fits =
+        st.comp_size <= archive_bytes_ &&
+        st.size <= (st.comp_method == ZIP_CM_STORE ? st.comp_size : st.comp_size * kMaxDeflateRatio + 1024);
+    BRISK_CHECK(fits, "load_torch: ", name_, ": ", folder_, record, ": claims ", st.size, " bytes, more than the ",
+                archive_bytes_, "-byte archive can hold (corrupt)");
     BRISK_CHECK(st.size <= max, "load_torch: ", name_, ": ", folder_, record, ": ", st.size,
                 " bytes, more than the limit of ", max);
     return st.size;
