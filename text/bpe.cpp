@@ -3,8 +3,6 @@
 // Not here: the pattern matcher (text/pretokenize.cpp), the trainer (text/bpe_trainer.cpp).
 #include "text/bpe.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>
