@@ -273,6 +273,12 @@ TEST_CASE("tokenizer: added tokens are split off first and take HF's ids") {
   CHECK(t.decode(t.encode("a<new>b"), true) == "ab");
   CHECK(t.add_tokens({"<new>", "xyz"}) == 1);
   CHECK(t.token_to_id("xyz") == 1001);
+  // An empty tokenizer knows no byte: nothing but its added tokens.
+  ByteLevelBPE empty;
+  CHECK(empty.vocab_size() == 0);
+  CHECK(empty.encode("abc").empty());
+  CHECK(empty.add_special_tokens({"<s>"}) == 1);
+  CHECK(empty.encode("a<s>b") == std::vector<int32_t>{0});
 }
 
 TEST_CASE("tokenizer: invalid UTF-8 is refused with its byte offset") {

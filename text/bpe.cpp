@@ -184,9 +184,9 @@ struct ByteLevelBPE::MergeTable {
   }
 };
 
-ByteLevelBPE::ByteLevelBPE() : cache_(std::make_unique<WordCache>()), cache_mutex_(std::make_unique<std::mutex>()) {
-  std::fill(std::begin(byte_id_), std::end(byte_id_), -1);
-}
+// An empty tokenizer (no vocabulary) is a usable one: every byte is unknown, so it encodes to
+// nothing, as HF's empty BPE does.
+ByteLevelBPE::ByteLevelBPE() : cache_mutex_(std::make_unique<std::mutex>()) { build_(); }
 ByteLevelBPE::~ByteLevelBPE() = default;
 ByteLevelBPE::ByteLevelBPE(ByteLevelBPE&&) noexcept = default;
 ByteLevelBPE& ByteLevelBPE::operator=(ByteLevelBPE&&) noexcept = default;
