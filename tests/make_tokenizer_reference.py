@@ -11,7 +11,8 @@ tests/test_tokenizer.cpp, written to tests/data/tokenizer/.
                      repeated to at least 1,000,000 bytes): its length, first/last ids and an
                      FNV-1a hash of the ids as little-endian int32s; the test strings' ids again
                      under variants of tokenizer.json (add_prefix_space, use_regex false,
-                     ignore_merges, a normalized and a special added token that overlap, a
+                     ignore_merges, a normalized and a special added token that overlap,
+                     lstrip / rstrip added tokens, a
                      TemplateProcessing post-processor, the fields transformers' save_pretrained
                      writes); 400 random strings over characters that stress the pattern, and
                      200 random id sequences with HF's decode (broken UTF-8 repaired)
@@ -62,6 +63,8 @@ CASES = [
     "supercalifragilisticexpialidocious " * 3, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "ab" * 100, "the " * 50, "\u0000\u0001\u007f", "zero\u200dwidth\u200cjoiners",
     "combining e\u0301 a\u0308", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math 𝟙𝟚𝟛", "Ǆǅǆ ꜰ ﬁ", "\ufeffBOM",
+    "a <mask> b", "a\u00a0\t <mask>  b", "<mask>", "x<sep>  \u3000y", " <sep>", "<mask><mask>  <sep> <sep>",
+    "tab\t<mask>\n", "é <sep>\u2028\u2029z", "  <mask>", "<sep>   ",
 ] + MULTILINGUAL
 
 # Settings for further trainer checks (train_from_iterator over these strings).
@@ -149,7 +152,13 @@ def main():
          "normalized": True, "special": False},
         {"id": 1001, "content": "wor", "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": False, "special": True}]
+    strip = base["added_tokens"] + [
+        {"id": 1000, "content": "<mask>", "single_word": False, "lstrip": True, "rstrip": False,
+         "normalized": False, "special": True},
+        {"id": 1001, "content": "<sep>", "single_word": False, "lstrip": False, "rstrip": True,
+         "normalized": True, "special": False}]
     variants = [
+        {"name": "lstrip_rstrip", "set": {"/added_tokens": strip}},
         {"name": "add_prefix_space", "set": {"/pre_tokenizer/add_prefix_space": True}},
         {"name": "no_regex", "set": {"/pre_tokenizer/use_regex": False}},
         {"name": "ignore_merges", "set": {"/model/ignore_merges": True}},

@@ -374,7 +374,7 @@ TEST_CASE("tokenizer: malformed files are refused naming the file and the field 
       {"/post_processor",
        json{{"type", "TemplateProcessing"}, {"single", json::array()}, {"special_tokens", json::object()}},
        "post_processor.single has no Sequence"},
-      {"/added_tokens/0/lstrip", true, "added_tokens[0].lstrip = true is not supported"},
+      {"/added_tokens/0/single_word", true, "added_tokens[0].single_word = true is not supported"},
       {"/added_tokens/1/id", -3, "added_tokens[1].id -3"},
       {"/added_tokens/1/content", "", "added_tokens[1].content must be a non-empty string"},
       {"/model/fuse_unk", "yes", "type must be boolean"},

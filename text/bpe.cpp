@@ -53,6 +53,17 @@ const ByteChars& byte_chars() {
   return table;
 }
 
+// The code point of one valid UTF-8 character of `len` bytes.
+uint32_t decode_one(std::string_view ch, size_t len) {
+  const auto* s = reinterpret_cast<const unsigned char*>(ch.data());
+  switch (len) {
+    case 1: return s[0];
+    case 2: return ((s[0] & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+    case 3: return ((s[0] & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+    default: return ((s[0] & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+  }
+}
+
 std::string to_byte_chars(std::string_view bytes) {
   const ByteChars& t = byte_chars();
   std::string out;
@@ -493,11 +504,10 @@ ByteLevelBPE ByteLevelBPE::from_tokenizer_json_(const std::string& path) {
                   id.dump(), " is not a non-negative integer");
       BRISK_CHECK(content.is_string() && !content.get<std::string>().empty(), where,
                   ".content must be a non-empty string");
-      for (const char* key : {"single_word", "lstrip", "rstrip"}) {
-        BRISK_CHECK(!a.value(key, false), where, ".", key, " = true is not supported");
-      }
-      AddedToken tok{content.get<std::string>(), static_cast<int32_t>(id.get<int64_t>()), a.value("special", false),
-                     a.value("normalized", true)};
+      BRISK_CHECK(!a.value("single_word", false), where, ".single_word = true is not supported");
+      AddedToken tok{content.get<std::string>(), static_cast<int32_t>(id.get<int64_t>()),
+                     a.value("special", false),  a.value("normalized", true),
+                     a.value("lstrip", false),   a.value("rstrip", false)};
       BRISK_CHECK(find_invalid_utf8(tok.content) == std::string::npos, where, ".content is not valid UTF-8");
       for (const AddedToken& o : t.added_) {
         BRISK_CHECK(o.content != tok.content, where, ": token ", content.dump(), " is listed twice");
@@ -545,7 +555,7 @@ int ByteLevelBPE::add_(const std::vector<std::string>& tokens, bool special) {
       ++fresh;
     }
     // HF's add_special_tokens makes them non-normalized; add_tokens normalized.
-    added_.push_back(AddedToken{content, id, special, !special});
+    added_.push_back(AddedToken{.content = content, .id = id, .special = special, .normalized = !special});
   }
   build_();
   return fresh;
@@ -680,6 +690,37 @@ void ByteLevelBPE::encode_segment_(std::string_view text, size_t base, WordCache
   for (std::string_view p : pieces) encode_piece_(p, cache, out);
 }
 
+namespace {
+
+// The start of the run of whitespace (\s, Unicode White_Space) that ends at `at`, not before
+// `floor`. Invalid UTF-8 counts as non-space (encode refuses it later, naming the offset).
+size_t whitespace_before(std::string_view text, size_t floor, size_t at) {
+  while (at > floor) {
+    size_t b = at - 1;
+    while (b > floor && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+    const std::string_view ch = text.substr(b, at - b);
+    const size_t len = ch.size();
+    if (find_invalid_utf8(ch) != std::string_view::npos || detail::char_class(detail::decode_one(ch, len)) != 3) break;
+    at = b;
+  }
+  return at;
+}
+
+// The end of the run of whitespace that starts at `at`, not past `limit`.
+size_t whitespace_after(std::string_view text, size_t at, size_t limit) {
+  while (at < limit) {
+    const auto b0 = static_cast<unsigned char>(text[at]);
+    const size_t len = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
+    if (at + len > limit) break;
+    const std::string_view ch = text.substr(at, len);
+    if (find_invalid_utf8(ch) != std::string_view::npos || detail::char_class(detail::decode_one(ch, len)) != 3) break;
+    at += len;
+  }
+  return at;
+}
+
+}  // namespace
+
 void ByteLevelBPE::encode_(std::string_view text, WordCache& cache, std::vector<int32_t>& out) const {
   out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
   encode_text_(text, cache, out);
@@ -737,10 +778,15 @@ void ByteLevelBPE::encode_text_(std::string_view text, WordCache& cache, std::ve
           ++i;
           continue;
         }
-        if (i > from) next.push_back(Span{from, i, -1});
-        next.push_back(Span{i, i + hit->content.size(), hit->id});
-        i += hit->content.size();
-        from = i;
+        // lstrip / rstrip widen the match over whitespace (not into the previous match or
+        // past the span), as HF's find_matches; the search goes on after the match itself.
+        const size_t end = i + hit->content.size();
+        const size_t start = hit->lstrip ? whitespace_before(text, from, i) : i;
+        const size_t stop = hit->rstrip ? whitespace_after(text, end, s.end) : end;
+        if (start > from) next.push_back(Span{from, start, -1});
+        next.push_back(Span{start, stop, hit->id});
+        i = stop;
+        from = stop;
       }
       if (from < s.end) next.push_back(Span{from, s.end, -1});
     }
@@ -983,8 +1029,8 @@ void ByteLevelBPE::save_tokenizer_json(const std::string& path) const {
     a["id"] = t->id;
     a["content"] = t->content;
     a["single_word"] = false;
-    a["lstrip"] = false;
-    a["rstrip"] = false;
+    a["lstrip"] = t->lstrip;
+    a["rstrip"] = t->rstrip;
     a["normalized"] = t->normalized;
     a["special"] = t->special;
     added.push_back(std::move(a));

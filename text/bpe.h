@@ -30,11 +30,15 @@ class WordCache;
 // A token matched in the raw text before pre-tokenization, as HF's AddedToken. Special tokens
 // are skipped by decode(ids, skip_special_tokens = true). `normalized` tokens are matched after
 // the non-normalized ones (HF's two passes; with no normalizer that is the only difference).
+// lstrip / rstrip: the match takes the whitespace on its left / right with it (RoBERTa's
+// "<mask>"). HF's single_word is not supported.
 struct AddedToken {
   std::string content;
   int32_t id = -1;
   bool special = true;
   bool normalized = false;
+  bool lstrip = false;
+  bool rstrip = false;
 };
 
 class ByteLevelBPE {
