@@ -255,6 +255,7 @@ Node parse_node(const ::onnx::NodeProto& n, int index, int opset) {
                                               n.op_type(), "-", node.since_version, ")"));
   }
   for (const auto& a : n.attribute()) {
+    if (a.name() == "consumed_inputs") continue;  // opset 1's in-place hint: no meaning for the result
     const auto& known = node.op->attributes;
     if (std::find(known.begin(), known.end(), a.name()) == known.end()) {
       throw UnsupportedError(
@@ -297,7 +298,9 @@ std::shared_ptr<OnnxModel> load_model(const std::string& path, const LoadOptions
   bytes.clear();
   const ::onnx::GraphProto& g0 = model.graph();
   int opset = default_opset(model);
-  BRISK_CHECK(opset > 0, "onnx: '", path, "' imports no ai.onnx opset");
+  if (opset == 0)
+    throw UnsupportedError(
+        brisk::detail::cat("onnx: '", path, "' imports no ai.onnx opset (other domains are not supported)"));
 
   // Our own checks first (sizes, cycles), so that the checker never sees an absurd tensor.
   auto graph = std::make_shared<OnnxModel::Graph>();
@@ -324,9 +327,11 @@ std::shared_ptr<OnnxModel> load_model(const std::string& path, const LoadOptions
     }
   }
   if (options.infer_shapes) {
+    // Types are not checked by inference: opset 1-6 exporters wrote int64 Constants, which
+    // those opsets' schemas do not allow and every runtime accepts.
     try {
       ::onnx::shape_inference::InferShapes(model, ::onnx::OpSchemaRegistry::Instance(),
-                                           ::onnx::ShapeInferenceOptions(true, 0, false));
+                                           ::onnx::ShapeInferenceOptions(false, 0, false));
     } catch (const std::exception& e) {
       BRISK_FAIL("onnx: '", path, "': ONNX shape inference fails: ", e.what());
     }

@@ -87,6 +87,18 @@ Tensor onnx_mod(const OpContext& c) {
   return same_dtype(sub(x, mul(y, q)), a.dtype());
 }
 
+// Before opset 7, a binary op's second input broadcast to the first only with broadcast = 1,
+// placed at `axis` when given (suffix-aligned, as numpy, otherwise).
+Tensor legacy_broadcast(const OpContext& c) {
+  const Tensor& a = c.in(0);
+  const Tensor& b = c.in(1);
+  if (c.node.since_version >= 7 || !c.has_attr("axis") || b.dim() >= a.dim()) return b;
+  Shape sizes = b.sizes();
+  int64_t axis = wrap(c.i("axis", 0), a.dim());
+  while (axis + sizes.size() < int64_t(a.dim())) sizes.push_back(1);
+  return reshape(b, sizes);
+}
+
 Tensor logical_not(const Tensor& x) { return eq(x, zeros_like(x)); }
 
 Tensor fold(const OpContext& c, Tensor (*f)(const Tensor&, const Tensor&)) {
@@ -189,7 +201,7 @@ Tensor hardmax_(const Tensor& x, int64_t d) {
 // ---- shapes
 Outs onnx_reshape(const OpContext& c) {
   const Tensor& x = c.in(0);
-  std::vector<int64_t> shape = c.values(1);
+  std::vector<int64_t> shape = c.node.since_version < 5 ? c.ints("shape") : c.values(1);
   bool allow_zero = c.i("allowzero", 0) != 0;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 0 && !allow_zero) shape[d] = x.size(d);  // 0 copies the input's size
@@ -243,7 +255,7 @@ Outs onnx_unsqueeze(const OpContext& c) {
 
 Outs onnx_concat(const OpContext& c) {
   std::vector<Tensor> parts(c.inputs.begin(), c.inputs.end());
-  return {cat(parts, wrap(c.i("axis", 0), c.in(0).dim()))};
+  return {cat(parts, wrap(c.i("axis", c.node.since_version < 4 ? 1 : 0), c.in(0).dim()))};
 }
 
 Outs onnx_split(const OpContext& c) {
@@ -370,6 +382,9 @@ Outs onnx_pad(const OpContext& c) {
     pairs.push_back(pads[d]);
     pairs.push_back(pads[d + r]);
   }
+  if (mode != "constant" && !is_floating(x.dtype())) {
+    return {cast(F::pad(cast(x, DType::F64), pairs, mode), x.dtype())};  // brisk pads integers in constant mode only
+  }
   return {F::pad(x, pairs, mode, mode == "constant" ? value : 0.0)};
 }
 
@@ -442,7 +457,8 @@ struct Window {
 
 Window window(const OpContext& c, const Tensor& x, std::vector<int64_t> kernel) {
   int64_t n = x.dim() - 2;
-  BRISK_CHECK(n == 1 || n == 2, "only 1-d and 2-d inputs (brisk has no 3-d convolution or pooling), got ", x.sizes());
+  if (n < 1 || n > 3)
+    throw UnsupportedError(brisk::detail::cat("a ", n, "-d window (input ", x.sizes(), ") is not supported"));
   Window w;
   w.kernel = kernel;
   w.strides = c.ints("strides", std::vector<int64_t>(n, 1));
@@ -482,10 +498,77 @@ std::vector<int64_t> explicit_pads(const Window& w) { return {w.begin[1], w.end[
 Tensor to_2d(const Tensor& x) { return x.dim() == 3 ? unsqueeze(x, 2) : x; }
 Tensor from_2d(const Tensor& y, int rank) { return rank == 3 ? squeeze(y, 2) : y; }
 
+// Note [3-d windows from 2-d ones]: brisk has no 3-d convolution or pooling. A 3-d window is
+// its depth taps' 2-d windows combined (summed for convolution, max or mean for pooling): for
+// tap j the depth slices j * dilation + o * stride (o over the output depths) are a batch of
+// 2-d inputs. kd 2-d calls; autograd comes with them.
+struct DepthTaps {
+  Tensor x;  // padded
+  int64_t od = 0;
+};
+
+DepthTaps depth_taps(const Tensor& x, const Window& w, double pad_value) {
+  DepthTaps t;
+  t.x = F::pad(x, {w.begin[2], w.end[2], w.begin[1], w.end[1], w.begin[0], w.end[0]}, "constant", pad_value);
+  t.od = (t.x.size(2) - w.dilations[0] * (w.kernel[0] - 1) - 1) / w.strides[0] + 1;
+  return t;
+}
+
+// Tap j's depth slices as a batch of 2-d inputs: (B * od, C, H, W).
+Tensor tap(const DepthTaps& t, const Window& w, int64_t j) {
+  const Tensor& x = t.x;
+  int64_t start = j * w.dilations[0];
+  Tensor xs = slice(x, 2, start, start + (t.od - 1) * w.strides[0] + 1, w.strides[0]);
+  return reshape(permute(xs, {0, 2, 1, 3, 4}), {x.size(0) * t.od, x.size(1), x.size(3), x.size(4)});
+}
+
+// (B * od, C', oh, ow) -> (B, C', od, oh, ow)
+Tensor untap(const Tensor& y, int64_t batch, int64_t od) {
+  return permute(reshape(y, {batch, od, y.size(1), y.size(2), y.size(3)}), {0, 2, 1, 3, 4});
+}
+
+F::Pair hw(const std::vector<int64_t>& v) { return {v[1], v[2]}; }
+
+Tensor conv3d(const OpContext& c, const Window& w) {
+  DepthTaps t = depth_taps(c.in(0), w, 0.0);
+  Tensor y;
+  for (int64_t j = 0; j < w.kernel[0]; ++j) {
+    Tensor yj =
+        F::conv2d(tap(t, w, j), select(c.in(1), 2, j), {}, hw(w.strides), {0, 0}, hw(w.dilations), c.i("group", 1));
+    y = y.defined() ? add(y, yj) : yj;
+  }
+  y = untap(y, t.x.size(0), t.od);
+  return c.has(2) ? add(y, reshape(c.in(2), {1, -1, 1, 1, 1})) : y;
+}
+
+Tensor pool3d(const OpContext& c, const Window& w, bool is_max) {
+  if (c.i("ceil_mode", 0) != 0) throw UnsupportedError("ceil_mode with a 3-d window is not supported");
+  const Tensor& x = c.in(0);
+  DepthTaps t = depth_taps(x, w, is_max ? -std::numeric_limits<double>::infinity() : 0.0);
+  F::Pair k = hw(w.kernel), st = hw(w.strides);
+  Tensor y, count;
+  for (int64_t j = 0; j < w.kernel[0]; ++j) {
+    Tensor xj = tap(t, w, j);
+    Tensor yj = is_max ? F::max_pool2d(xj, k, st, {0, 0}, hw(w.dilations)) : F::avg_pool2d(xj, k, st);
+    y = !y.defined() ? yj : (is_max ? maximum(y, yj) : add(y, yj));
+  }
+  y = untap(y, x.size(0), t.od);
+  if (is_max) return y;
+  if (c.i("count_include_pad", 0) != 0) return div(y, scalar_operand(double(w.kernel[0]), y));
+  // Without count_include_pad, divide by the share of each window inside the input.
+  DepthTaps ones_t = depth_taps(ones_like(x), w, 0.0);
+  for (int64_t j = 0; j < w.kernel[0]; ++j) {
+    Tensor cj = F::avg_pool2d(tap(ones_t, w, j), k, st);
+    count = count.defined() ? add(count, cj) : cj;
+  }
+  return div(y, untap(count, x.size(0), t.od));
+}
+
 Outs onnx_conv(const OpContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& weight = c.in(1);
   std::vector<int64_t> kernel(weight.sizes().begin() + 2, weight.sizes().end());
+  if (x.dim() == 5) return {conv3d(c, window(c, x, kernel))};
   Window w = lift(window(c, x, kernel));
   Tensor x2 = to_2d(x);
   Tensor w2 = to_2d(weight);
@@ -504,7 +587,10 @@ Outs onnx_conv_transpose(const OpContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& weight = c.in(1);  // (C_in, C_out / groups, k...)
   int64_t n = x.dim() - 2;
-  BRISK_CHECK(n == 1 || n == 2, "only 1-d and 2-d inputs (brisk has no 3-d transposed convolution), got ", x.sizes());
+  if (n != 1 && n != 2) {
+    throw UnsupportedError(
+        brisk::detail::cat("a ", n, "-d transposed convolution (input ", x.sizes(), ") is not supported"));
+  }
   std::vector<int64_t> kernel(weight.sizes().begin() + 2, weight.sizes().end());
   std::vector<int64_t> strides = c.ints("strides", std::vector<int64_t>(n, 1));
   std::vector<int64_t> dilations = c.ints("dilations", std::vector<int64_t>(n, 1));
@@ -520,7 +606,7 @@ Outs onnx_conv_transpose(const OpContext& c) {
     if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       int64_t target = output_shape.empty() ? x.size(2 + d) * strides[d] : output_shape[output_shape.size() - n + d];
       int64_t total = full[d] - target;
-      pads[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[d] = total < 0 ? 0 : (auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2);
       pads[d + n] = total - pads[d];
     } else if (auto_pad == "VALID") {
       pads[d] = pads[d + n] = 0;
@@ -531,19 +617,37 @@ Outs onnx_conv_transpose(const OpContext& c) {
   Window lifted = lift(Window{kernel, strides, dilations, {}, {}});
   std::vector<int64_t> op2 = out_pad;
   if (n == 1) op2.insert(op2.begin(), 0);
-  Tensor bias = c.has(2) ? c.in(2) : Tensor{};
-  Tensor y = F::conv_transpose2d(x2, w2, bias, pair(lifted.strides), {0, 0}, pair(op2), c.i("group", 1),
-                                 pair(lifted.dilations));
+  Tensor y =
+      F::conv_transpose2d(x2, w2, {}, pair(lifted.strides), {0, 0}, pair(op2), c.i("group", 1), pair(lifted.dilations));
+  // Negative pads (an output_shape beyond the full output) extend it with zeros at the end.
   for (int64_t d = 0; d < n; ++d) {
     int64_t axis = y.dim() - n + d;
-    y = slice(y, axis, pads[d], full[d] - pads[d + n]);
+    int64_t size = y.size(axis);
+    y = slice(y, axis, std::max<int64_t>(pads[d], 0), size - std::max<int64_t>(pads[d + n], 0));
+    if (pads[d + n] < 0) {
+      std::vector<int64_t> extra(2 * (y.dim() - axis), 0);
+      extra[extra.size() - 1] = -pads[d + n];
+      y = F::pad(y, extra);
+    }
   }
+  if (c.has(2)) y = add(y, reshape(c.in(2), {1, -1, 1, 1}));
   return {from_2d(y, x.dim())};
 }
 
 Outs onnx_max_pool(const OpContext& c) {
+  if (!is_floating(c.in(0).dtype())) {
+    // brisk pools floating tensors; every 8-bit value is exact in F32.
+    OpContext f{c.node, c.inputs};
+    f.inputs[0] = cast(c.in(0), DType::F32);
+    Outs y = onnx_max_pool(f);
+    y[0] = cast(y[0], c.in(0).dtype());
+    return y;
+  }
   const Tensor& x = c.in(0);
-  BRISK_CHECK(c.i("storage_order", 0) == 0, "storage_order 1 (column-major indices) is not supported");
+  if (x.dim() == 5) {
+    if (c.num_outputs() > 1) throw UnsupportedError("the indices of a 3-d max pool are not supported");
+    return {pool3d(c, window(c, x, c.ints("kernel_shape")), true)};
+  }
   Window w = lift(window(c, x, c.ints("kernel_shape")));
   Tensor x2 = to_2d(x);
   bool ceil_mode = c.i("ceil_mode", 0) != 0;
@@ -557,6 +661,12 @@ Outs onnx_max_pool(const OpContext& c) {
     int64_t area = x2.size(2) * x2.size(3);
     Tensor base = reshape(mul(arange(planes, DType::I64, x.device()), full({1}, double(area), DType::I64, x.device())),
                           {x2.size(0), x2.size(1), 1, 1});
+    if (c.i("storage_order", 0) == 1) {
+      // Column-major positions within the plane: w * H + h.
+      Tensor h = onnx_div(idx, full({}, double(x2.size(3)), DType::I64, x.device()));
+      Tensor w_ = sub(idx, mul(h, full({}, double(x2.size(3)), DType::I64, x.device())));
+      idx = add(mul(w_, full({}, double(x2.size(2)), DType::I64, x.device())), h);
+    }
     return {from_2d(y, x.dim()), from_2d(add(idx, base), x.dim())};
   }
   F::Pair padding = {0, 0};
@@ -570,6 +680,7 @@ Outs onnx_max_pool(const OpContext& c) {
 
 Outs onnx_average_pool(const OpContext& c) {
   const Tensor& x = c.in(0);
+  if (x.dim() == 5) return {pool3d(c, window(c, x, c.ints("kernel_shape")), false)};
   Window w = lift(window(c, x, c.ints("kernel_shape")));
   Tensor x2 = to_2d(x);
   bool ceil_mode = c.i("ceil_mode", 0) != 0;
@@ -597,7 +708,7 @@ Shape spatial_dims(const Tensor& x) {
 }
 
 Outs onnx_batch_norm(const OpContext& c) {
-  BRISK_CHECK(c.i("training_mode", 0) == 0, "training_mode 1 is not supported (inference only)");
+  if (c.i("training_mode", 0) != 0) throw UnsupportedError("training_mode 1 is not supported (inference only)");
   BRISK_CHECK(c.i("spatial", 1) == 1, "spatial 0 is not supported");
   BRISK_CHECK(c.num_outputs() == 1, "the training outputs (running mean and variance) are not supported");
   return {
@@ -674,6 +785,9 @@ Outs onnx_constant(const OpContext& c) {
 Outs onnx_dropout(const OpContext& c) {
   // Inference: the identity, and a mask of ones when asked for.
   const Tensor& x = c.in(0);
+  if (c.has(2) && c.in(2).item<bool>()) {
+    throw UnsupportedError("training mode (random masks) is not supported (inference only)");
+  }
   return {x, ones(x.sizes(), DType::Bool, x.device())};
 }
 
@@ -702,9 +816,24 @@ Outs onnx_mvn(const OpContext& c) {
   return {div(sub(x, mu), add(sqrt(var_), scalar_operand(1e-9, x)))};
 }
 
+Outs onnx_einsum(const OpContext& c) {
+  std::string equation = c.s("equation", "");
+  if (equation.find("...") != std::string::npos) {
+    throw UnsupportedError("ellipses in einsum equations are not supported (brisk's einsum has none)");
+  }
+  return {einsum(equation, std::vector<Tensor>(c.inputs.begin(), c.inputs.end()))};
+}
+
 Outs onnx_prelu(const OpContext& c) {
   const Tensor& x = c.in(0);
-  return {where(lt(x, zeros_like(x)), mul(x, c.in(1)), x)};
+  Tensor slope = c.in(1);
+  // Opset 6 and before: a 1-D slope is per channel (dim 1).
+  if (c.node.since_version < 7 && slope.dim() == 1 && x.dim() > 2 && slope.size(0) == x.size(1)) {
+    Shape sizes = Shape::filled(x.dim() - 1, 1);
+    sizes[0] = slope.size(0);
+    slope = reshape(slope, sizes);
+  }
+  return {where(lt(x, zeros_like(x)), mul(x, slope), x)};
 }
 
 // A unary op from a brisk function of one tensor.
@@ -713,11 +842,11 @@ Outs onnx_prelu(const OpContext& c) {
     const Tensor& x = c.in(0);     \
     return {expr};                 \
   }
-#define BRISK_ONNX_BINARY(expr)    \
-  [](const OpContext& c) -> Outs { \
-    const Tensor& a = c.in(0);     \
-    const Tensor& b = c.in(1);     \
-    return {expr};                 \
+#define BRISK_ONNX_BINARY(expr)           \
+  [](const OpContext& c) -> Outs {        \
+    const Tensor& a = c.in(0);            \
+    const Tensor b = legacy_broadcast(c); \
+    return {expr};                        \
   }
 
 Tensor scalar(double v, const Tensor& like) { return scalar_operand(v, like); }
@@ -757,18 +886,18 @@ const std::vector<OpEntry>& op_table() {
       {"IsInf", 10, 17, [](const OpContext& c) -> Outs { return {is_inf(c)}; }, {"detect_negative", "detect_positive"}},
       {"Not", 1, 17, BRISK_ONNX_UNARY(logical_not(x)), {}},
       {"Identity", 1, 17, BRISK_ONNX_UNARY(x), {}},
-      {"HardSigmoid", 6, 17, [](const OpContext& c) -> Outs {
+      {"HardSigmoid", 1, 17, [](const OpContext& c) -> Outs {
          const Tensor& x = c.in(0);
          return {clamp(add(mul(x, scalar(c.f("alpha", 0.2), x)), scalar(c.f("beta", 0.5), x)), 0, 1)};
        }, {"alpha", "beta"}},
       {"HardSwish", 14, 17, BRISK_ONNX_UNARY(hardswish(x)), {}},
-      {"Elu", 6, 17, [](const OpContext& c) -> Outs { return {elu(c.in(0), c.f("alpha", 1.0))}; }, {"alpha"}},
-      {"Selu", 6, 17, [](const OpContext& c) -> Outs {
+      {"Elu", 1, 17, [](const OpContext& c) -> Outs { return {elu(c.in(0), c.f("alpha", 1.0))}; }, {"alpha"}},
+      {"Selu", 1, 17, [](const OpContext& c) -> Outs {
          const Tensor& x = c.in(0);
          double gamma = c.f("gamma", 1.0507009873554804934193349852946);
          return {mul(elu(x, c.f("alpha", 1.6732632423543772848170429916717)), scalar(gamma, x))};
        }, {"alpha", "gamma"}},
-      {"LeakyRelu", 6, 17, [](const OpContext& c) -> Outs { return {leaky_relu(c.in(0), c.f("alpha", 0.01))}; }, {"alpha"}},
+      {"LeakyRelu", 1, 17, [](const OpContext& c) -> Outs { return {leaky_relu(c.in(0), c.f("alpha", 0.01))}; }, {"alpha"}},
       {"Celu", 12, 17, [](const OpContext& c) -> Outs {
          const Tensor& x = c.in(0);
          double alpha = c.f("alpha", 1.0);
@@ -784,28 +913,28 @@ const std::vector<OpEntry>& op_table() {
          Tensor lo = where(lt(x, scalar(-lambd, x)), add(x, scalar(bias, x)), zeros_like(x));
          return {where(gt(x, scalar(lambd, x)), sub(x, scalar(bias, x)), lo)};
        }, {"bias", "lambd"}},
-      {"PRelu", 7, 17, onnx_prelu, {}},
-      {"Clip", 6, 17, onnx_clip, {"min", "max"}},
+      {"PRelu", 1, 17, onnx_prelu, {}},
+      {"Clip", 1, 17, onnx_clip, {"min", "max"}},
       // ---- elementwise, two or more inputs (numpy broadcasting)
-      {"Add", 7, 17, BRISK_ONNX_BINARY(add(a, b)), {}},
-      {"Sub", 7, 17, BRISK_ONNX_BINARY(sub(a, b)), {}},
-      {"Mul", 7, 17, BRISK_ONNX_BINARY(mul(a, b)), {}},
-      {"Div", 7, 17, BRISK_ONNX_BINARY(onnx_div(a, b)), {}},
-      {"Pow", 7, 17, BRISK_ONNX_BINARY(onnx_pow(a, b)), {}},
+      {"Add", 1, 17, BRISK_ONNX_BINARY(add(a, b)), {"broadcast", "axis"}},
+      {"Sub", 1, 17, BRISK_ONNX_BINARY(sub(a, b)), {"broadcast", "axis"}},
+      {"Mul", 1, 17, BRISK_ONNX_BINARY(mul(a, b)), {"broadcast", "axis"}},
+      {"Div", 1, 17, BRISK_ONNX_BINARY(onnx_div(a, b)), {"broadcast", "axis"}},
+      {"Pow", 1, 17, BRISK_ONNX_BINARY(onnx_pow(a, b)), {"broadcast", "axis"}},
       {"Mod", 10, 17, [](const OpContext& c) -> Outs { return {onnx_mod(c)}; }, {"fmod"}},
-      {"Equal", 7, 17, BRISK_ONNX_BINARY(eq(a, b)), {}},
-      {"Less", 7, 17, BRISK_ONNX_BINARY(lt(a, b)), {}},
+      {"Equal", 1, 17, BRISK_ONNX_BINARY(eq(a, b)), {"broadcast", "axis"}},
+      {"Less", 1, 17, BRISK_ONNX_BINARY(lt(a, b)), {"broadcast", "axis"}},
       {"LessOrEqual", 12, 17, BRISK_ONNX_BINARY(le(a, b)), {}},
-      {"Greater", 7, 17, BRISK_ONNX_BINARY(gt(a, b)), {}},
+      {"Greater", 1, 17, BRISK_ONNX_BINARY(gt(a, b)), {"broadcast", "axis"}},
       {"GreaterOrEqual", 12, 17, BRISK_ONNX_BINARY(ge(a, b)), {}},
-      {"And", 7, 17, BRISK_ONNX_BINARY(where(a, b, zeros_like(b))), {}},
-      {"Or", 7, 17, BRISK_ONNX_BINARY(where(a, ones_like(b), b)), {}},
-      {"Xor", 7, 17, BRISK_ONNX_BINARY(ne(a, b)), {}},
+      {"And", 1, 17, BRISK_ONNX_BINARY(where(a, b, zeros_like(b))), {"broadcast", "axis"}},
+      {"Or", 1, 17, BRISK_ONNX_BINARY(where(a, ones_like(b), b)), {"broadcast", "axis"}},
+      {"Xor", 1, 17, BRISK_ONNX_BINARY(ne(a, b)), {"broadcast", "axis"}},
       {"Where", 9, 17, [](const OpContext& c) -> Outs { return {where(c.in(0), c.in(1), c.in(2))}; }, {}},
-      {"Max", 8, 17, [](const OpContext& c) -> Outs { return {fold(c, max2)}; }, {}},
-      {"Min", 8, 17, [](const OpContext& c) -> Outs { return {fold(c, min2)}; }, {}},
-      {"Sum", 8, 17, [](const OpContext& c) -> Outs { return {fold(c, add2)}; }, {}},
-      {"Mean", 8, 17, [](const OpContext& c) -> Outs {
+      {"Max", 1, 17, [](const OpContext& c) -> Outs { return {fold(c, max2)}; }, {}},
+      {"Min", 1, 17, [](const OpContext& c) -> Outs { return {fold(c, min2)}; }, {}},
+      {"Sum", 1, 17, [](const OpContext& c) -> Outs { return {fold(c, add2)}; }, {}},
+      {"Mean", 1, 17, [](const OpContext& c) -> Outs {
          Tensor s = fold(c, add2);
          return {div(s, scalar(double(c.inputs.size()), s))};
        }, {}},
@@ -826,12 +955,12 @@ const std::vector<OpEntry>& op_table() {
       {"TopK", 10, 17, onnx_topk, {"axis", "largest", "sorted"}},
       {"Det", 11, 17, BRISK_ONNX_UNARY(linalg::det(x)), {}},
       // ---- shapes and indexing
-      {"Reshape", 5, 17, onnx_reshape, {"allowzero"}},
+      {"Reshape", 1, 17, onnx_reshape, {"allowzero", "shape"}},
       {"Flatten", 1, 17, onnx_flatten, {"axis"}},
       {"Transpose", 1, 17, onnx_transpose, {"perm"}},
       {"Squeeze", 1, 17, onnx_squeeze, {"axes"}},
       {"Unsqueeze", 1, 17, onnx_unsqueeze, {"axes"}},
-      {"Concat", 4, 17, onnx_concat, {"axis"}},
+      {"Concat", 1, 17, onnx_concat, {"axis"}},
       {"Split", 2, 17, onnx_split, {"axis", "split"}},
       {"Slice", 1, 17, onnx_slice, {"starts", "ends", "axes"}},
       {"Gather", 1, 17, onnx_gather, {"axis"}},
@@ -856,25 +985,23 @@ const std::vector<OpEntry>& op_table() {
       {"NonZero", 9, 17, BRISK_ONNX_UNARY(contiguous(transpose(nonzero(x), 0, 1))), {}},
       {"DepthToSpace", 1, 17, onnx_depth_to_space, {"blocksize", "mode"}},
       {"SpaceToDepth", 1, 17, onnx_space_to_depth, {"blocksize"}},
-      {"Einsum", 12, 17, [](const OpContext& c) -> Outs {
-         return {einsum(c.s("equation", ""), std::vector<Tensor>(c.inputs.begin(), c.inputs.end()))};
-       }, {"equation"}},
+      {"Einsum", 12, 17, onnx_einsum, {"equation"}},
       {"Constant", 1, 17, onnx_constant, {"value", "value_float", "value_floats", "value_int", "value_ints"}},
       // ---- neural-network layers
       {"MatMul", 1, 17, BRISK_ONNX_BINARY(matmul(a, b)), {}},
-      {"Gemm", 6, 17, onnx_gemm, {"alpha", "beta", "transA", "transB"}},
+      {"Gemm", 1, 17, onnx_gemm, {"alpha", "beta", "broadcast", "transA", "transB"}},
       {"Conv", 1, 17, onnx_conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
       {"ConvTranspose", 1, 17, onnx_conv_transpose,
        {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"}},
-      {"MaxPool", 8, 17, onnx_max_pool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
-      {"AveragePool", 7, 17, onnx_average_pool, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}},
+      {"MaxPool", 1, 17, onnx_max_pool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}},
+      {"AveragePool", 1, 17, onnx_average_pool, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"}},
       {"GlobalAveragePool", 1, 17, BRISK_ONNX_UNARY(mean(x, spatial_dims(x), true)), {}},
       {"GlobalMaxPool", 1, 17, BRISK_ONNX_UNARY(amax(x, spatial_dims(x), true)), {}},
       {"GlobalLpPool", 2, 17, [](const OpContext& c) -> Outs {
          const Tensor& x = c.in(0);
          return {norm(x, double(c.i("p", 2)), spatial_dims(x), true)};
        }, {"p"}},
-      {"BatchNormalization", 7, 17, onnx_batch_norm, {"epsilon", "momentum", "spatial", "training_mode"}},
+      {"BatchNormalization", 1, 17, onnx_batch_norm, {"epsilon", "is_test", "momentum", "spatial", "training_mode"}},
       {"InstanceNormalization", 6, 17, [](const OpContext& c) -> Outs {
          const Tensor& x = c.in(0);
          return {F::group_norm(x, x.size(1), c.in(1), c.in(2), c.f("epsilon", 1e-5))};

@@ -30,10 +30,10 @@ struct Attribute {
 struct OpEntry;
 
 struct Node {
-  std::string name{};     // the node's name, or "#<index>" when it has none
+  std::string name{};  // the node's name, or "#<index>" when it has none
   std::string op_type{};
-  int opset = 0;          // the model's ai.onnx opset
-  int since_version = 0;  // the op's schema version at that opset
+  int opset = 0;                       // the model's ai.onnx opset
+  int since_version = 0;               // the op's schema version at that opset
   std::vector<std::string> inputs{};   // "" for a missing optional input
   std::vector<std::string> outputs{};  // "" for an unused optional output
   std::map<std::string, Attribute> attributes{};

@@ -169,14 +169,16 @@ TEST_CASE("onnx conformance: ONNX's backend tests give exactly the expected pass
       auto it = expected.find(name);
       std::string want = it == expected.end() ? "pass" : it->second.status;
       if (want != got.status) {
-        changes.push_back(name + ": expected " + want + ", now " + got.status + (got.reason.empty() ? "" : " (" + got.reason + ")"));
+        changes.push_back(name + ": expected " + want + ", now " + got.status +
+                          (got.reason.empty() ? "" : " (" + got.reason + ")"));
       }
     }
     MESSAGE("onnx conformance, " << suite << ": " << pass << " passed, " << fail << " failed, " << unsupported
                                  << " unsupported of " << cases.size());
   }
   for (const auto& kv : expected) {
-    if (!actual.count(kv.first)) changes.push_back(kv.first + ": listed as expected " + kv.second.status + " but no such case");
+    if (!actual.count(kv.first))
+      changes.push_back(kv.first + ": listed as expected " + kv.second.status + " but no such case");
   }
   std::set<std::string> supported;
   for (const auto& op : onnx::supported_ops()) supported.insert(op.op_type);

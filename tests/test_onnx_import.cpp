@@ -61,9 +61,10 @@ TEST_CASE("onnx import: initializers are parameters and buffers under their ONNX
 TEST_CASE("onnx import: an imported MLP computes what brisk's own ops compute") {
   auto model = onnx::load_model(onnx_file("mlp.onnx"));
   Tensor x = randn({5, 4});
-  Tensor want = nn::functional::linear(
-      relu(nn::functional::linear(x, model->submodule("fc1").parameter("weight"), model->submodule("fc1").parameter("bias"))),
-      model->submodule("fc2").parameter("weight"), model->submodule("fc2").parameter("bias"));
+  Tensor want =
+      nn::functional::linear(relu(nn::functional::linear(x, model->submodule("fc1").parameter("weight"),
+                                                         model->submodule("fc1").parameter("bias"))),
+                             model->submodule("fc2").parameter("weight"), model->submodule("fc2").parameter("bias"));
   Tensor got = (*model)(x);
   CHECK(got.sizes() == Shape{5, 3});
   CHECK(allclose(got, want, 1e-5, 1e-6));
