@@ -66,6 +66,10 @@ CASES = [
     "a <mask> b", "a\u00a0\t <mask>  b", "<mask>", "x<sep>  \u3000y", " <sep>", "<mask><mask>  <sep> <sep>",
     "tab\t<mask>\n", "é <sep>\u2028\u2029z", "  <mask>", "<sep>   ",
 ] + MULTILINGUAL
+# Added tokens among whitespace kinds (lstrip / rstrip), deterministic.
+_rng = random.Random(7)
+_PARTS = ["<mask>", "<sep>", "<pad>", "<|endoftext|>", " ", "  ", "\t", "\u00a0", "\u3000", "\n", "a", "é", "1"]
+CASES += ["".join(_rng.choice(_PARTS) for _ in range(_rng.randint(1, 10))) for _ in range(40)]
 
 # Settings for further trainer checks (train_from_iterator over these strings).
 TIE_TEXT = ["ab ab cd cd ef ef gh gh", "abcd efgh", "xy yx xy yx", "aaaa aaa aa a", "zz zz zz"]
