@@ -1,8 +1,10 @@
 // tests/test_tokenizer.cpp: text::ByteLevelBPE and train_bpe against Hugging Face `tokenizers`
 // (reference data in tests/data/tokenizer, made by tests/make_tokenizer_reference.py): the
-// pre-tokenizer's pieces, ids of test strings and of a 1 MB input, decode, merges learned from
-// the same text, files written byte for byte as HF writes them, and refusals of invalid UTF-8
-// and malformed files with messages naming the offset, file and field.
+// pre-tokenizer's pieces, ids of test strings, random strings and a 1 MB input (also under
+// tokenizer.json variants: prefix space, no regex, ignore_merges, added tokens with lstrip /
+// rstrip, templates, transformers' fields), decode, merges learned from the same text, files
+// written byte for byte as HF writes them, encode_large's cuts, tokenize_files' token file,
+// and refusals of invalid UTF-8 and malformed files with messages naming offset, file, field.
 // Not here: the throughput comparison (examples/bench/bench_tokenizer.cpp).
 #include <doctest/doctest.h>
 #include <stdlib.h>
