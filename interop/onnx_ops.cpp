@@ -450,6 +450,208 @@ Outs onnx_compress(const OpContext& c) {
   return {index_select(x, wrap(c.i("axis", 0), x.dim()), picks)};
 }
 
+// ---- Resize and Upsample: one axis at a time (linear, cubic and nearest are separable), each
+// as index_select of taps times weights computed on the host exactly as ONNX's reference
+// (onnx/backend/test/case/node/resize.py), so gradients reach the input.
+struct ResizeSpec {
+  std::string mode = "nearest";
+  std::string coordinates = "half_pixel";
+  std::string nearest = "round_prefer_floor";
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation = 0.0;
+};
+
+std::vector<double> cubic_coeffs(double r, double a) {
+  double s = 1 - r;
+  return {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a, ((a + 2) * r - (a + 3)) * r * r + 1,
+          ((a + 2) * s - (a + 3)) * s * s + 1, ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a};
+}
+
+Tensor resize_axis(const Tensor& x, int64_t axis, int64_t out, double scale, const ResizeSpec& spec, double roi0,
+                   double roi1) {
+  int64_t in = x.size(axis);
+  double out_width = scale * double(in);  // the reference's (fractional) output width
+  int taps = spec.mode == "nearest" ? 1 : (spec.mode == "linear" ? 2 : 4);
+  std::vector<std::vector<double>> index(taps, std::vector<double>(out)), weight(taps, std::vector<double>(out));
+  std::vector<double> outside(out, 0.0);
+  for (int64_t o = 0; o < out; ++o) {
+    double xo = 0;
+    const std::string& m = spec.coordinates;
+    if (m == "align_corners") {
+      xo = out_width == 1 ? 0.0 : double(o) * double(in - 1) / (out_width - 1);
+    } else if (m == "asymmetric") {
+      xo = double(o) / scale;
+    } else if (m == "tf_crop_and_resize") {
+      xo = out_width == 1 ? (roi1 - roi0) * double(in - 1) / 2
+                          : double(o) * (roi1 - roi0) * double(in - 1) / (out_width - 1);
+      xo += roi0 * double(in - 1);
+      outside[o] = (xo < 0 || xo > double(in - 1)) ? 1.0 : 0.0;
+    } else if (m == "tf_half_pixel_for_nn") {
+      xo = (double(o) + 0.5) / scale;
+    } else if (m == "pytorch_half_pixel") {
+      xo = out_width == 1 ? -0.5 : (double(o) + 0.5) / scale - 0.5;
+    } else {
+      xo = (double(o) + 0.5) / scale - 0.5;
+    }
+    // The reference's neighbours: an integral coordinate is the second of its two taps.
+    double base = std::floor(xo);
+    double r = xo - base;
+    if (r == 0) {
+      base -= 1;
+      r = 1;
+    }
+    std::vector<double> coeffs;
+    std::vector<double> at;
+    if (taps == 1) {
+      bool up = r == 1 || (spec.nearest == "round_prefer_floor" && r > 0.5) ||
+                (spec.nearest == "round_prefer_ceil" && r >= 0.5) || spec.nearest == "ceil";
+      at = {up ? base + 1 : base};
+      coeffs = {1.0};
+    } else if (taps == 2) {
+      at = {base, base + 1};
+      coeffs = {1 - r, r};
+    } else {
+      at = {base - 1, base, base + 1, base + 2};
+      coeffs = cubic_coeffs(r, spec.cubic_a);
+    }
+    if (spec.exclude_outside) {
+      double total = 0;
+      for (int t = 0; t < taps; ++t) {
+        if (at[t] < 0 || at[t] > double(in - 1)) coeffs[t] = 0;
+        total += coeffs[t];
+      }
+      for (double& cf : coeffs) cf /= total;
+    }
+    for (int t = 0; t < taps; ++t) {
+      index[t][o] = std::clamp(at[t], 0.0, double(in - 1));  // edge padding
+      weight[t][o] = coeffs[t];
+    }
+  }
+  Shape along = Shape::filled(x.dim(), 1);
+  along[axis] = out;
+  Tensor y;
+  for (int t = 0; t < taps; ++t) {
+    Tensor picked = index_select(x, axis, from_vector(index[t], {out}, DType::I64, x.device()));
+    if (taps > 1) picked = mul(picked, from_vector(weight[t], along, x.dtype(), x.device()));
+    y = y.defined() ? add(y, picked) : picked;
+  }
+  if (spec.coordinates == "tf_crop_and_resize") {
+    Tensor mask = from_vector(outside, along, DType::Bool, x.device());
+    y = where(mask, full({}, spec.extrapolation, y.dtype(), y.device()), y);
+  }
+  return y;
+}
+
+Outs resize_with(const OpContext& c, const ResizeSpec& spec, std::vector<double> scales, std::vector<int64_t> sizes,
+                 std::vector<double> roi) {
+  Tensor y = c.in(0);
+  int64_t r = y.dim();
+  BRISK_CHECK(sizes.empty() || int64_t(sizes.size()) == r, "sizes has ", sizes.size(), " values for rank ", r);
+  BRISK_CHECK(!sizes.empty() || int64_t(scales.size()) == r, "scales has ", scales.size(), " values for rank ", r);
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t in = y.size(d);
+    int64_t out = sizes.empty() ? int64_t(std::floor(double(in) * scales[d])) : sizes[d];
+    double scale = sizes.empty() ? scales[d] : double(out) / double(in);
+    double roi0 = roi.size() == size_t(2 * r) ? roi[d] : 0.0;
+    double roi1 = roi.size() == size_t(2 * r) ? roi[d + r] : 1.0;
+    if (out == in && scale == 1.0 && spec.coordinates != "tf_crop_and_resize") continue;
+    y = resize_axis(y, d, out, scale, spec, roi0, roi1);
+  }
+  return {y};
+}
+
+std::vector<double> as_doubles(const Tensor& t) { return t.to_vector<double>(); }
+
+Outs onnx_resize(const OpContext& c) {
+  ResizeSpec spec;
+  spec.mode = c.s("mode", "nearest");
+  spec.coordinates = c.s("coordinate_transformation_mode", "half_pixel");
+  spec.nearest = c.s("nearest_mode", "round_prefer_floor");
+  spec.cubic_a = c.f("cubic_coeff_a", -0.75);
+  spec.exclude_outside = c.i("exclude_outside", 0) != 0;
+  spec.extrapolation = c.f("extrapolation_value", 0.0);
+  if (spec.mode != "nearest" && spec.mode != "linear" && spec.mode != "cubic") {
+    throw UnsupportedError(brisk::detail::cat("mode '", spec.mode, "' is not supported"));
+  }
+  std::vector<double> roi = c.has(1) ? as_doubles(c.in(1)) : std::vector<double>{};
+  std::vector<double> scales = c.has(2) ? as_doubles(c.in(2)) : std::vector<double>{};
+  std::vector<int64_t> sizes = c.has(3) ? c.values(3) : std::vector<int64_t>{};
+  return resize_with(c, spec, scales, sizes, roi);
+}
+
+// Upsample (deprecated by Resize): asymmetric coordinates; nearest rounds down.
+Outs onnx_upsample(const OpContext& c) {
+  ResizeSpec spec;
+  spec.mode = c.s("mode", "nearest");
+  spec.coordinates = "asymmetric";
+  spec.nearest = "floor";
+  if (spec.mode != "nearest" && spec.mode != "linear") {
+    throw UnsupportedError(brisk::detail::cat("mode '", spec.mode, "' is not supported"));
+  }
+  std::vector<double> scales = c.has_attr("scales") ? c.node.attributes.at("scales").floats : as_doubles(c.in(1));
+  return resize_with(c, spec, scales, {}, {});
+}
+
+// ---- scatter, gather by tuples, local response normalization
+Outs onnx_scatter_elements(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = wrap(c.i("axis", 0), x.dim());
+  Tensor idx = wrap_indices(c.in(1), x.size(axis));
+  const Tensor& updates = c.in(2);
+  std::string reduction = c.s("reduction", "none");
+  if (reduction == "add") return {scatter_add(x, axis, idx, updates)};
+  if (reduction != "none") throw UnsupportedError(brisk::detail::cat("reduction '", reduction, "' is not supported"));
+  // Replace: clear the written positions, then add the updates there (ONNX leaves duplicate
+  // indices undefined).
+  Tensor written = gt(scatter_add(zeros_like(x), axis, idx, ones_like(updates)), zeros_like(x));
+  return {scatter_add(where(written, zeros_like(x), x), axis, idx, updates)};
+}
+
+Outs onnx_gather_nd(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& idx = c.in(1);  // (..., k): tuples into x's first k dims
+  if (c.i("batch_dims", 0) != 0) throw UnsupportedError("batch_dims > 0 is not supported");
+  int64_t k = idx.size(idx.dim() - 1);
+  int64_t rows = 1;
+  for (int64_t d = 0; d < k; ++d) rows *= x.size(d);
+  Shape flat = {rows};
+  for (int64_t d = k; d < x.dim(); ++d) flat.push_back(x.size(d));
+  // The flat row of each tuple: sum of index_j * stride_j over the first k dims.
+  Tensor linear =
+      zeros(Shape(std::vector<int64_t>(idx.sizes().begin(), idx.sizes().end() - 1)), DType::I64, x.device());
+  int64_t stride = 1;
+  for (int64_t d = k - 1; d >= 0; --d) {
+    Tensor part = wrap_indices(select(idx, idx.dim() - 1, d), x.size(d));
+    linear = add(linear, mul(part, full({}, double(stride), DType::I64, x.device())));
+    stride *= x.size(d);
+  }
+  Tensor picked = index_select(reshape(x, flat), 0, reshape(linear, {-1}));
+  Shape sizes(std::vector<int64_t>(idx.sizes().begin(), idx.sizes().end() - 1));
+  for (int64_t d = k; d < x.dim(); ++d) sizes.push_back(x.size(d));
+  return {reshape(picked, sizes)};
+}
+
+Outs onnx_lrn(const OpContext& c) {
+  const Tensor& x = c.in(0);  // (B, C, ...)
+  int64_t size = c.i("size", 1);
+  int64_t channels = x.size(1);
+  // The window over channels c - floor((size - 1) / 2) .. c + ceil((size - 1) / 2).
+  int64_t before = (size - 1) / 2, after = size - 1 - before;
+  std::vector<int64_t> pads(2 * (x.dim() - 1), 0);
+  pads[pads.size() - 2] = before;
+  pads[pads.size() - 1] = after;
+  Tensor sq = F::pad(mul(x, x), pads);
+  Tensor window;
+  for (int64_t j = 0; j < size; ++j) {
+    Tensor part = slice(sq, 1, j, j + channels);
+    window = window.defined() ? add(window, part) : part;
+  }
+  double alpha = c.f("alpha", 1e-4), beta = c.f("beta", 0.75), bias = c.f("bias", 1.0);
+  Tensor denom = pow(add(mul(window, scalar_operand(alpha / double(size), x)), scalar_operand(bias, x)), beta);
+  return {div(x, denom)};
+}
+
 // ---- convolution and pooling, written for 2-D; a 1-D input runs as (B, C, 1, L).
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, begin, end;  // per spatial dim
@@ -1012,6 +1214,13 @@ const std::vector<OpEntry>& op_table() {
       {"Softmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, softmax_)}; }, {"axis"}},
       {"LogSoftmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, log_softmax_)}; }, {"axis"}},
       {"Hardmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, hardmax_)}; }, {"axis"}},
+      {"Resize", 11, 17, onnx_resize, {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                                       "extrapolation_value", "mode", "nearest_mode"}},
+      {"Upsample", 9, 9, onnx_upsample, {"mode"}},
+      {"LRN", 1, 17, onnx_lrn, {"alpha", "beta", "bias", "size"}},
+      {"ScatterElements", 11, 17, onnx_scatter_elements, {"axis", "reduction"}},
+      {"Scatter", 9, 10, onnx_scatter_elements, {"axis"}},
+      {"GatherND", 11, 17, onnx_gather_nd, {"batch_dims"}},
       {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
       {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
   };
