@@ -263,6 +263,13 @@ Node parse_node(const ::onnx::NodeProto& n, int index, int opset) {
     }
     node.attributes[a.name()] = parse_attribute(a, node);
   }
+  if (node.op->check != nullptr) {
+    try {
+      node.op->check(node);
+    } catch (const UnsupportedError& e) {
+      throw UnsupportedError(brisk::detail::cat("onnx: ", node.describe(), ": ", e.what()));
+    }
+  }
   // Types named by attributes (Cast's `to`, EyeLike's `dtype`) are checked here, not at run time.
   for (const char* type_attr : {"to", "dtype"}) {
     auto it = node.attributes.find(type_attr);

@@ -450,6 +450,46 @@ Outs onnx_compress(const OpContext& c) {
   return {index_select(x, wrap(c.i("axis", 0), x.dim()), picks)};
 }
 
+// ---- load-time checks of attribute values (OpEntry::check): what a row refuses is refused
+// before anything runs.
+std::string string_attr(const Node& n, const std::string& name, const std::string& fallback) {
+  auto it = n.attributes.find(name);
+  return it == n.attributes.end() ? fallback : it->second.s;
+}
+
+int64_t int_attr(const Node& n, const std::string& name, int64_t fallback) {
+  auto it = n.attributes.find(name);
+  return it == n.attributes.end() ? fallback : it->second.i;
+}
+
+void refuse_unless(bool ok, const std::string& what) {
+  if (!ok) throw UnsupportedError(what + " is not supported");
+}
+
+void check_batch_norm(const Node& n) {
+  refuse_unless(int_attr(n, "training_mode", 0) == 0, "training_mode 1 (batch statistics)");
+  refuse_unless(int_attr(n, "spatial", 1) == 1, "spatial 0");
+  refuse_unless(n.outputs.size() == 1, "the training outputs (running mean and variance)");
+}
+
+void check_resize(const Node& n) {
+  std::string mode = string_attr(n, "mode", "nearest");
+  refuse_unless(mode == "nearest" || mode == "linear" || (mode == "cubic" && n.op_type == "Resize"),
+                "mode '" + mode + "'");
+}
+
+void check_scatter(const Node& n) {
+  std::string reduction = string_attr(n, "reduction", "none");
+  refuse_unless(reduction == "none" || reduction == "add", "reduction '" + reduction + "'");
+}
+
+void check_gather_nd(const Node& n) { refuse_unless(int_attr(n, "batch_dims", 0) == 0, "batch_dims > 0"); }
+
+void check_einsum(const Node& n) {
+  refuse_unless(string_attr(n, "equation", "").find("...") == std::string::npos,
+                "an ellipsis in an einsum equation (brisk's einsum has none)");
+}
+
 // ---- Resize and Upsample: one axis at a time (linear, cubic and nearest are separable), each
 // as index_select of taps times weights computed on the host exactly as ONNX's reference
 // (onnx/backend/test/case/node/resize.py), so gradients reach the input.
@@ -571,9 +611,6 @@ Outs onnx_resize(const OpContext& c) {
   spec.cubic_a = c.f("cubic_coeff_a", -0.75);
   spec.exclude_outside = c.i("exclude_outside", 0) != 0;
   spec.extrapolation = c.f("extrapolation_value", 0.0);
-  if (spec.mode != "nearest" && spec.mode != "linear" && spec.mode != "cubic") {
-    throw UnsupportedError(brisk::detail::cat("mode '", spec.mode, "' is not supported"));
-  }
   std::vector<double> roi = c.has(1) ? as_doubles(c.in(1)) : std::vector<double>{};
   std::vector<double> scales = c.has(2) ? as_doubles(c.in(2)) : std::vector<double>{};
   std::vector<int64_t> sizes = c.has(3) ? c.values(3) : std::vector<int64_t>{};
@@ -586,9 +623,6 @@ Outs onnx_upsample(const OpContext& c) {
   spec.mode = c.s("mode", "nearest");
   spec.coordinates = "asymmetric";
   spec.nearest = "floor";
-  if (spec.mode != "nearest" && spec.mode != "linear") {
-    throw UnsupportedError(brisk::detail::cat("mode '", spec.mode, "' is not supported"));
-  }
   std::vector<double> scales = c.has_attr("scales") ? c.node.attributes.at("scales").floats : as_doubles(c.in(1));
   return resize_with(c, spec, scales, {}, {});
 }
@@ -601,7 +635,6 @@ Outs onnx_scatter_elements(const OpContext& c) {
   const Tensor& updates = c.in(2);
   std::string reduction = c.s("reduction", "none");
   if (reduction == "add") return {scatter_add(x, axis, idx, updates)};
-  if (reduction != "none") throw UnsupportedError(brisk::detail::cat("reduction '", reduction, "' is not supported"));
   // Replace: clear the written positions, then add the updates there (ONNX leaves duplicate
   // indices undefined).
   Tensor written = gt(scatter_add(zeros_like(x), axis, idx, ones_like(updates)), zeros_like(x));
@@ -611,7 +644,6 @@ Outs onnx_scatter_elements(const OpContext& c) {
 Outs onnx_gather_nd(const OpContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& idx = c.in(1);  // (..., k): tuples into x's first k dims
-  if (c.i("batch_dims", 0) != 0) throw UnsupportedError("batch_dims > 0 is not supported");
   int64_t k = idx.size(idx.dim() - 1);
   int64_t rows = 1;
   for (int64_t d = 0; d < k; ++d) rows *= x.size(d);
@@ -910,9 +942,6 @@ Shape spatial_dims(const Tensor& x) {
 }
 
 Outs onnx_batch_norm(const OpContext& c) {
-  if (c.i("training_mode", 0) != 0) throw UnsupportedError("training_mode 1 is not supported (inference only)");
-  BRISK_CHECK(c.i("spatial", 1) == 1, "spatial 0 is not supported");
-  BRISK_CHECK(c.num_outputs() == 1, "the training outputs (running mean and variance) are not supported");
   return {
       F::batch_norm(c.in(0), c.in(3), c.in(4), c.in(1), c.in(2), false, c.f("momentum", 0.9), c.f("epsilon", 1e-5))};
 }
@@ -1020,9 +1049,6 @@ Outs onnx_mvn(const OpContext& c) {
 
 Outs onnx_einsum(const OpContext& c) {
   std::string equation = c.s("equation", "");
-  if (equation.find("...") != std::string::npos) {
-    throw UnsupportedError("ellipses in einsum equations are not supported (brisk's einsum has none)");
-  }
   return {einsum(equation, std::vector<Tensor>(c.inputs.begin(), c.inputs.end()))};
 }
 
@@ -1187,7 +1213,7 @@ const std::vector<OpEntry>& op_table() {
       {"NonZero", 9, 17, BRISK_ONNX_UNARY(contiguous(transpose(nonzero(x), 0, 1))), {}},
       {"DepthToSpace", 1, 17, onnx_depth_to_space, {"blocksize", "mode"}},
       {"SpaceToDepth", 1, 17, onnx_space_to_depth, {"blocksize"}},
-      {"Einsum", 12, 17, onnx_einsum, {"equation"}},
+      {"Einsum", 12, 17, onnx_einsum, {"equation"}, check_einsum},
       {"Constant", 1, 17, onnx_constant, {"value", "value_float", "value_floats", "value_int", "value_ints"}},
       // ---- neural-network layers
       {"MatMul", 1, 17, BRISK_ONNX_BINARY(matmul(a, b)), {}},
@@ -1203,7 +1229,7 @@ const std::vector<OpEntry>& op_table() {
          const Tensor& x = c.in(0);
          return {norm(x, double(c.i("p", 2)), spatial_dims(x), true)};
        }, {"p"}},
-      {"BatchNormalization", 1, 17, onnx_batch_norm, {"epsilon", "is_test", "momentum", "spatial", "training_mode"}},
+      {"BatchNormalization", 1, 17, onnx_batch_norm, {"epsilon", "is_test", "momentum", "spatial", "training_mode"}, check_batch_norm},
       {"InstanceNormalization", 6, 17, [](const OpContext& c) -> Outs {
          const Tensor& x = c.in(0);
          return {F::group_norm(x, x.size(1), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
@@ -1215,12 +1241,12 @@ const std::vector<OpEntry>& op_table() {
       {"LogSoftmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, log_softmax_)}; }, {"axis"}},
       {"Hardmax", 1, 17, [](const OpContext& c) -> Outs { return {along_axis(c, hardmax_)}; }, {"axis"}},
       {"Resize", 11, 17, onnx_resize, {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
-                                       "extrapolation_value", "mode", "nearest_mode"}},
-      {"Upsample", 9, 9, onnx_upsample, {"mode"}},
+                                       "extrapolation_value", "mode", "nearest_mode"}, check_resize},
+      {"Upsample", 9, 9, onnx_upsample, {"mode"}, check_resize},
       {"LRN", 1, 17, onnx_lrn, {"alpha", "beta", "bias", "size"}},
-      {"ScatterElements", 11, 17, onnx_scatter_elements, {"axis", "reduction"}},
+      {"ScatterElements", 11, 17, onnx_scatter_elements, {"axis", "reduction"}, check_scatter},
       {"Scatter", 9, 10, onnx_scatter_elements, {"axis"}},
-      {"GatherND", 11, 17, onnx_gather_nd, {"batch_dims"}},
+      {"GatherND", 11, 17, onnx_gather_nd, {"batch_dims"}, check_gather_nd},
       {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
       {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
   };

@@ -69,6 +69,8 @@ struct OpEntry {
   int last;
   OpFn fn;
   std::vector<std::string> attributes;  // every attribute it reads; others are refused
+  // Refuses (UnsupportedError) attribute values the row does not handle, at load time.
+  void (*check)(const Node&) = nullptr;
 };
 
 const std::vector<OpEntry>& op_table();
