@@ -20,10 +20,11 @@ namespace brisk::interop {
 // Reads a torch.save file. Tensors sharing a storage in the file (views: slices with an
 // offset, transposes, ...) come out as views on one shared CPU Storage with the saved
 // offsets and strides, as torch.load gives them, whatever device they were saved from; with
-// another map_location each is then copied there (dense; the sharing is lost). F32, F64, F16, BF16, I64, I32, I8, U8
-// and Bool storages are read (big-endian files are byte-swapped); other dtypes (int16, complex, ...) are errors naming
-// the storage type. Parameters come back as plain tensors (no requires_grad); a state_dict's _metadata (module
-// versions) is dropped.
+// another map_location each is then copied there (dense; the sharing is lost). F32, F64,
+// F16, BF16, I64, I32, I8, U8 and Bool storages are read (big-endian files are
+// byte-swapped); other dtypes (int16, complex, ...) are errors naming the storage type.
+// Parameters come back as plain tensors (no requires_grad); a state_dict's _metadata
+// (module versions) is dropped.
 TorchValue load_torch(const std::string& path, Device map_location = Device::cpu());
 
 // The same from a file's bytes in memory; `name` stands for the path in errors.
@@ -44,7 +45,9 @@ NamedTensors flatten_tensors(const TorchValue& value);
 
 }  // namespace brisk::interop
 
+// The public entry points, as brisk::load_torch(path) and brisk::load_torch_state_dict(path).
 namespace brisk {
 using interop::load_torch;
 using interop::load_torch_state_dict;
+using interop::TorchValue;
 }  // namespace brisk
