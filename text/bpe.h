@@ -33,7 +33,7 @@ class WordCache;
 // lstrip / rstrip: the match takes the whitespace on its left / right with it (RoBERTa's
 // "<mask>"). HF's single_word is not supported.
 struct AddedToken {
-  std::string content;
+  std::string content = {};
   int32_t id = -1;
   bool special = true;
   bool normalized = false;
@@ -147,7 +147,7 @@ class ByteLevelBPE {
 struct BpeTrainerOptions {
   int64_t vocab_size = 30000;  // special tokens and the 256 byte characters included
   int64_t min_frequency = 2;   // ByteLevelBPETokenizer.train's default (BpeTrainer's is 0)
-  std::vector<std::string> special_tokens;
+  std::vector<std::string> special_tokens = {};
 };
 
 // Learns merges from text as ByteLevelBPETokenizer.train(files, ...) does: each file read line

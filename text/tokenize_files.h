@@ -20,10 +20,10 @@ namespace brisk::text {
 struct TokenizeFilesOptions {
   // uint16 when every id of the vocabulary fits (vocab_size() <= 65536), else uint32; U16 for
   // a larger vocabulary is an error (a token file's dtype must hold every id it could get).
-  std::optional<TokenDType> dtype;
+  std::optional<TokenDType> dtype = {};
   // A token put before each file's ids, by its text ("<|endoftext|>", as llm.c's GPT-2 data
   // scripts put it before each document); it must be a single token. "" for none.
-  std::string separator;
+  std::string separator = {};
   int64_t chunk_bytes = int64_t{1} << 22;  // encode_large's chunks
 };
 
