@@ -684,6 +684,198 @@ Outs onnx_lrn(const OpContext& c) {
   return {div(x, denom)};
 }
 
+// ---- quantization: integer tensors with a scale and a zero point, computed in F32 (brisk's
+// int8 kernels are for its own quantized layers, not for these semantics).
+// A per-axis (1-D) scale or zero point shaped to broadcast along `axis` of a rank-r tensor.
+Tensor along(const Tensor& t, int64_t axis, int64_t r) {
+  if (t.dim() != 1 || t.numel() == 1 || r <= 1) return t;
+  Shape sizes = Shape::filled(r, 1);
+  sizes[wrap(axis, r)] = t.size(0);
+  return reshape(t, sizes);
+}
+
+Tensor saturate(const Tensor& y, DType dtype) {
+  double lo = dtype == DType::U8 ? 0 : (dtype == DType::I8 ? -128 : -2147483648.0);
+  double hi = dtype == DType::U8 ? 255 : (dtype == DType::I8 ? 127 : 2147483647.0);
+  return cast(clamp(y, lo, hi), dtype);
+}
+
+Outs onnx_quantize(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = c.i("axis", 1);
+  Tensor scale = along(cast(c.in(1), DType::F32), axis, x.dim());
+  DType out = c.has(2) ? c.in(2).dtype() : DType::U8;
+  Tensor y = round(div(cast(x, DType::F32), scale));  // half to even, as ONNX
+  if (c.has(2)) y = add(y, along(cast(c.in(2), DType::F32), axis, x.dim()));
+  return {saturate(y, out)};
+}
+
+Outs onnx_dequantize(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t axis = c.i("axis", 1);
+  Tensor y = cast(x, DType::F32);
+  if (c.has(2)) y = sub(y, along(cast(c.in(2), DType::F32), axis, x.dim()));
+  return {mul(y, along(cast(c.in(1), DType::F32), axis, x.dim()))};
+}
+
+Outs onnx_dynamic_quantize(const OpContext& c) {
+  Tensor x = cast(c.in(0), DType::F32);
+  Tensor zero = zeros({}, DType::F32, x.device());
+  Tensor lo = minimum(amin(x), zero);
+  Tensor hi = maximum(amax(x), zero);
+  Tensor scale = div(sub(hi, lo), scalar_operand(255.0, x));
+  Tensor zp = saturate(round(clamp(neg(div(lo, scale)), 0, 255)), DType::U8);
+  Tensor y = saturate(add(round(div(x, scale)), cast(zp, DType::F32)), DType::U8);
+  return {y, scale, zp};
+}
+
+// x - zero point in F32; a 1-D zero point of a matrix is per row (dim 0).
+Tensor centered(const OpContext& c, size_t value, size_t zero_point, int64_t zp_axis) {
+  Tensor v = cast(c.in(value), DType::F32);
+  if (!c.has(zero_point)) return v;
+  return sub(v, along(cast(c.in(zero_point), DType::F32), zp_axis, v.dim()));
+}
+
+Outs onnx_matmul_integer(const OpContext& c) {
+  Tensor a = centered(c, 0, 2, c.in(0).dim() - 2);
+  Tensor b = centered(c, 1, 3, c.in(1).dim() - 1);
+  return {cast(round(matmul(a, b)), DType::I32)};
+}
+
+Outs onnx_conv(const OpContext& c);
+
+Outs onnx_conv_integer(const OpContext& c) {
+  OpContext f{c.node, {centered(c, 0, 2, 1), centered(c, 1, 3, 0)}};
+  return {cast(round(onnx_conv(f)[0]), DType::I32)};
+}
+
+Tensor dequantized(const OpContext& c, size_t value, size_t scale, size_t zero_point, int64_t axis) {
+  Tensor v = sub(cast(c.in(value), DType::F32), along(cast(c.in(zero_point), DType::F32), axis, c.in(value).dim()));
+  return mul(v, along(cast(c.in(scale), DType::F32), axis, c.in(value).dim()));
+}
+
+Tensor requantized(const Tensor& y, const OpContext& c, size_t scale, size_t zero_point) {
+  return saturate(add(round(div(y, cast(c.in(scale), DType::F32))), cast(c.in(zero_point), DType::F32)),
+                  c.in(zero_point).dtype());
+}
+
+Outs onnx_qlinear_matmul(const OpContext& c) {
+  Tensor y = matmul(dequantized(c, 0, 1, 2, c.in(0).dim() - 2), dequantized(c, 3, 4, 5, c.in(3).dim() - 1));
+  return {requantized(y, c, 6, 7)};
+}
+
+Outs onnx_qlinear_conv(const OpContext& c) {
+  Tensor x = dequantized(c, 0, 1, 2, 1);
+  Tensor w = dequantized(c, 3, 4, 5, 0);
+  OpContext f{c.node, {x, w}};
+  if (c.has(8)) {
+    // The int32 bias is in units of x_scale * w_scale.
+    Tensor s = mul(cast(c.in(1), DType::F32), cast(c.in(4), DType::F32));
+    f.inputs.push_back(mul(cast(c.in(8), DType::F32), s));
+  }
+  return {requantized(onnx_conv(f)[0], c, 6, 7)};
+}
+
+// ---- signal windows (periodic: the period is size, else size - 1)
+Outs window_fn(const OpContext& c, const std::vector<double>& a) {
+  int64_t size = c.values(0).at(0);
+  double period = c.i("periodic", 1) != 0 ? double(size) : double(size - 1);
+  std::vector<double> w(size);
+  for (int64_t n = 0; n < size; ++n) {
+    double sum = 0;
+    for (size_t k = 0; k < a.size(); ++k) sum += a[k] * std::cos(2 * M_PI * double(k) * double(n) / period);
+    w[n] = sum;
+  }
+  return {from_vector(w, {size}, dtype_from_onnx(c.i("output_datatype", 1), c.node.describe()), c.in(0).device())};
+}
+
+// ---- scatter by tuples, unpooling, reversing sequences
+// The flat row index of each index tuple (..., k) into x's first k dims.
+Tensor flat_rows(const Tensor& x, const Tensor& idx) {
+  int64_t k = idx.size(idx.dim() - 1);
+  Tensor linear =
+      zeros(Shape(std::vector<int64_t>(idx.sizes().begin(), idx.sizes().end() - 1)), DType::I64, x.device());
+  int64_t stride = 1;
+  for (int64_t d = k - 1; d >= 0; --d) {
+    Tensor part = wrap_indices(select(idx, idx.dim() - 1, d), x.size(d));
+    linear = add(linear, mul(part, full({}, double(stride), DType::I64, x.device())));
+    stride *= x.size(d);
+  }
+  return reshape(linear, {-1});
+}
+
+Outs onnx_scatter_nd(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& idx = c.in(1);
+  int64_t k = idx.size(idx.dim() - 1);
+  Shape flat = {-1};
+  for (int64_t d = k; d < x.dim(); ++d) flat.push_back(x.size(d));
+  Tensor rows = flat_rows(x, idx);
+  Tensor xs = reshape(x, flat);
+  Shape update_sizes = flat;
+  update_sizes[0] = rows.numel();
+  Tensor updates = reshape(c.in(2), update_sizes);
+  if (c.s("reduction", "none") == "none") {
+    Shape mask_sizes = Shape::filled(xs.dim(), 1);
+    mask_sizes[0] = xs.size(0);
+    Tensor hits =
+        index_add(zeros({xs.size(0)}, DType::F32, x.device()), 0, rows, ones({rows.numel()}, DType::F32, x.device()));
+    xs = where(reshape(gt(hits, zeros_like(hits)), mask_sizes), zeros_like(xs), xs);
+  }
+  return {reshape(index_add(xs, 0, rows, updates), x.sizes())};
+}
+
+Outs onnx_max_unpool(const OpContext& c) {
+  const Tensor& x = c.in(0);  // (B, C, spatial...)
+  std::vector<int64_t> kernel = c.ints("kernel_shape");
+  int64_t n = int64_t(kernel.size());
+  std::vector<int64_t> strides = c.ints("strides", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> pads = c.ints("pads", std::vector<int64_t>(2 * n, 0));
+  Shape natural = {x.size(0), x.size(1)};
+  for (int64_t d = 0; d < n; ++d)
+    natural.push_back((x.size(2 + d) - 1) * strides[d] + kernel[d] - pads[d] - pads[d + n]);
+  Shape out = c.has(2) ? Shape(c.values(2)) : natural;
+  Tensor idx = reshape(cast(c.in(1), DType::I64), {-1});
+  if (out != natural) {
+    // The indices count within the natural output; move each to the same (B, C, spatial...)
+    // coordinates of the requested one.
+    std::vector<int64_t> flat = idx.to_vector<int64_t>();
+    std::vector<double> moved(flat.size());
+    for (size_t k = 0; k < flat.size(); ++k) {
+      int64_t rest = flat[k], target = 0, stride = 1;
+      for (int d = natural.size() - 1; d >= 0; --d) {
+        target += (rest % natural[d]) * stride;
+        rest /= natural[d];
+        stride *= out[d];
+      }
+      moved[k] = double(target);
+    }
+    idx = from_vector(moved, {int64_t(moved.size())}, DType::I64, x.device());
+  }
+  Tensor flat_out = zeros({out.numel()}, x.dtype(), x.device());
+  return {reshape(index_add(flat_out, 0, idx, reshape(x, {-1})), out)};
+}
+
+Outs onnx_reverse_sequence(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  int64_t batch_axis = c.i("batch_axis", 1), time_axis = c.i("time_axis", 0);
+  std::vector<int64_t> lens = c.values(1);
+  int64_t steps = x.size(time_axis), batch = x.size(batch_axis);
+  // idx[t, b] (in the axes' order): the reversed position within the first lens[b] steps.
+  std::vector<double> idx(steps * batch);
+  for (int64_t t = 0; t < steps; ++t) {
+    for (int64_t b = 0; b < batch; ++b) {
+      double v = double(t < lens[b] ? lens[b] - 1 - t : t);
+      idx[time_axis < batch_axis ? t * batch + b : b * steps + t] = v;
+    }
+  }
+  Shape sizes = Shape::filled(x.dim(), 1);
+  sizes[time_axis] = steps;
+  sizes[batch_axis] = batch;
+  Tensor index = contiguous(expand(from_vector(idx, sizes, DType::I64, x.device()), x.sizes()));
+  return {gather(x, time_axis, index)};
+}
+
 // ---- convolution and pooling, written for 2-D; a 1-D input runs as (B, C, 1, L).
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, begin, end;  // per spatial dim
@@ -1247,6 +1439,21 @@ const std::vector<OpEntry>& op_table() {
       {"ScatterElements", 11, 17, onnx_scatter_elements, {"axis", "reduction"}, check_scatter},
       {"Scatter", 9, 10, onnx_scatter_elements, {"axis"}},
       {"GatherND", 11, 17, onnx_gather_nd, {"batch_dims"}, check_gather_nd},
+      {"QuantizeLinear", 10, 13, onnx_quantize, {"axis"}},
+      {"DequantizeLinear", 10, 13, onnx_dequantize, {"axis"}},
+      {"DynamicQuantizeLinear", 11, 11, onnx_dynamic_quantize, {}},
+      {"MatMulInteger", 10, 10, onnx_matmul_integer, {}},
+      {"ConvInteger", 10, 10, onnx_conv_integer, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+      {"QLinearMatMul", 10, 10, onnx_qlinear_matmul, {}},
+      {"QLinearConv", 10, 10, onnx_qlinear_conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}},
+      {"HannWindow", 17, 17, [](const OpContext& c) { return window_fn(c, {0.5, -0.5}); }, {"output_datatype", "periodic"}},
+      {"HammingWindow", 17, 17, [](const OpContext& c) { return window_fn(c, {25.0 / 46, -21.0 / 46}); },
+       {"output_datatype", "periodic"}},
+      {"BlackmanWindow", 17, 17, [](const OpContext& c) { return window_fn(c, {0.42, -0.5, 0.08}); },
+       {"output_datatype", "periodic"}},
+      {"ScatterND", 11, 17, onnx_scatter_nd, {"reduction"}, check_scatter},
+      {"MaxUnpool", 9, 17, onnx_max_unpool, {"kernel_shape", "pads", "strides"}},
+      {"ReverseSequence", 10, 17, onnx_reverse_sequence, {"batch_axis", "time_axis"}},
       {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
       {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
   };
