@@ -14,6 +14,7 @@
 #include "engine/kernel_override.h"
 #include "engine/nonfinite.h"
 #include "engine/profiler.h"
+#include "engine/trace.h"
 
 namespace brisk {
 
@@ -407,13 +408,38 @@ const Node* call_impl(OpId id, std::span<const Tensor> in, const Attrs& attrs, s
 
 }  // namespace
 
-void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
-  ensure_init();
+namespace {
+
+void call_untraced(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
   if (BRISK_UNLIKELY(profiler::is_active())) {
     call_profiled(id, in, attrs, out);
     return;
   }
   call_impl(id, in, attrs, out);
+}
+
+// A recorder is alive (engine/trace.h): the op runs as always and, when it is the outermost
+// one of a recording thread, is recorded with its inputs as given (before autocast) and outputs.
+[[gnu::noinline]] void call_traced(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
+  const bool outermost = trace::detail::enter();
+  try {
+    call_untraced(id, in, attrs, out);
+  } catch (...) {
+    trace::detail::leave(false, id, in, attrs, out);
+    throw;
+  }
+  trace::detail::leave(outermost, id, in, attrs, out);
+}
+
+}  // namespace
+
+void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
+  ensure_init();
+  if (BRISK_UNLIKELY(trace::detail::any_active())) {
+    call_traced(id, in, attrs, out);
+    return;
+  }
+  call_untraced(id, in, attrs, out);
 }
 
 Tensor call1(OpId id, std::initializer_list<Tensor> in, const Attrs& attrs) {

@@ -1,0 +1,591 @@
+// interop/onnx_export.cpp: recorded ops to ONNX nodes (interop/onnx_export.h).
+#include "interop/onnx_export.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include "engine/autocast.h"
+#include "engine/functions.h"
+#include "engine/grad_mode.h"
+#include "engine/op_params.h"
+#include "engine/serialize.h"
+#include "engine/trace.h"
+
+namespace brisk::onnx {
+
+namespace {
+
+using ::onnx::AttributeProto;
+using ::onnx::NodeProto;
+using ::onnx::TensorProto;
+
+int32_t onnx_type(DType d) {
+  switch (d) {
+    case DType::F32: return TensorProto::FLOAT;
+    case DType::F64: return TensorProto::DOUBLE;
+    case DType::F16: return TensorProto::FLOAT16;
+    case DType::BF16: return TensorProto::BFLOAT16;
+    case DType::I8: return TensorProto::INT8;
+    case DType::U8: return TensorProto::UINT8;
+    case DType::I32: return TensorProto::INT32;
+    case DType::I64: return TensorProto::INT64;
+    case DType::Bool: return TensorProto::BOOL;
+  }
+  return TensorProto::UNDEFINED;
+}
+
+std::string shape_text(const Tensor& t) {
+  std::ostringstream s;
+  s << t.dtype() << " " << t.sizes();
+  return s.str();
+}
+
+// Note [Export by trace]
+// Every value of the forward is a tensor handle the recorder kept; its TensorImpl's address
+// names it. A value is one of: a graph input, a parameter or buffer (an initializer under its
+// state_dict name), the output of an emitted node, or a constant: made by ops whose inputs were
+// all constants (factories, arange, arithmetic on them), written as an initializer holding
+// the value the trace computed. Only ops touching an input or a parameter become nodes, so a
+// causal mask or a position-id arange costs no nodes, and a transposed weight stays the
+// parameter plus a Transpose (the initializer keeps the parameter's name).
+class Exporter {
+ public:
+  Exporter(::onnx::GraphProto& g, const ExportOptions& o) : g_(g), o_(o) {}
+
+  void add_parameter(const std::string& name, const Tensor& t) {
+    if (known_.count(key(t))) return;  // tied weights: the first name wins
+    names_[key(t)] = name;
+    known_[key(t)] = Kind::Param;
+    params_[key(t)] = t;
+  }
+
+  void add_input(const std::string& name, const Tensor& t, const std::map<int64_t, std::string>& dynamic) {
+    BRISK_CHECK(!known_.count(key(t)), "export_model: input '", name, "' is also a parameter or another input");
+    names_[key(t)] = name;
+    known_[key(t)] = Kind::Value;
+    depends_on_input_[key(t)] = true;
+    value_info(*g_.add_input(), name, t, dynamic);
+    for (const auto& [dim, label] : dynamic) {
+      BRISK_CHECK(dim >= 0 && dim < t.dim(), "export_model: dynamic axis ", dim, " of '", name, "' ", shape_text(t),
+                  " is out of range");
+      if (dim == 0) batch_ = t.size(0);
+    }
+  }
+
+  void add_output(const std::string& name, const Tensor& t, const std::map<int64_t, std::string>& dynamic) {
+    const std::string v = use(t);
+    NodeProto* n = g_.add_node();
+    n->set_op_type("Identity");
+    n->set_name(name + "_identity");
+    n->add_input(v);
+    n->add_output(name);
+    value_info(*g_.add_output(), name, t, dynamic);
+  }
+
+  void emit(const trace::OpRecord& r, size_t index);
+
+ private:
+  enum class Kind { Param, Value, Const };
+  using Key = const void*;
+  static Key key(const Tensor& t) { return t.impl(); }
+
+  static void value_info(::onnx::ValueInfoProto& vi, const std::string& name, const Tensor& t,
+                         const std::map<int64_t, std::string>& dynamic) {
+    vi.set_name(name);
+    auto* tt = vi.mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx_type(t.dtype()));
+    auto* shape = tt->mutable_shape();
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      auto* dim = shape->add_dim();
+      auto it = dynamic.find(d);
+      if (it != dynamic.end())
+        dim->set_dim_param(it->second);
+      else
+        dim->set_dim_value(t.size(d));
+    }
+  }
+
+  // A tensor's bytes as an initializer.
+  void initializer(const std::string& name, const Tensor& value) {
+    TensorProto* p = g_.add_initializer();
+    p->set_name(name);
+    p->set_data_type(onnx_type(value.dtype()));
+    for (int64_t d = 0; d < value.dim(); ++d) p->add_dims(value.size(d));
+    Tensor c = value.to(Device::cpu()).contiguous();
+    p->set_raw_data(std::string(static_cast<const char*>(c.data_ptr()), size_t(c.numel()) * c.element_size()));
+  }
+
+  // The ONNX name of a value, writing its initializer on first use.
+  std::string use(const Tensor& t) {
+    auto it = known_.find(key(t));
+    if (it == known_.end()) {  // made outside the trace (a captured tensor): a constant
+      known_[key(t)] = Kind::Const;
+      consts_[key(t)] = t;
+      it = known_.find(key(t));
+    }
+    auto n = names_.find(key(t));
+    if (n != names_.end() && written_.count(key(t))) return n->second;
+    if (it->second == Kind::Param) {
+      initializer(names_[key(t)], params_[key(t)]);
+      written_.insert({key(t), true});
+      return names_[key(t)];
+    }
+    if (it->second == Kind::Const) {
+      const std::string name = "const_" + std::to_string(counter_++);
+      names_[key(t)] = name;
+      initializer(name, consts_[key(t)]);
+      written_.insert({key(t), true});
+      return name;
+    }
+    return names_.at(key(t));  // a node's output or a graph input
+  }
+
+  bool is_const(const Tensor& t) const {
+    auto it = known_.find(key(t));
+    return it == known_.end() || it->second == Kind::Const;
+  }
+
+  std::string fresh(const std::string& hint) { return hint + "_" + std::to_string(counter_++); }
+
+  // A constant made here (a scalar of the decompositions, a shape).
+  std::string constant(const Tensor& value, const std::string& hint = "c") {
+    const std::string name = fresh(hint);
+    initializer(name, value);
+    return name;
+  }
+  std::string scalar(double v, DType dtype) { return constant(full({}, v, dtype), "scalar"); }
+  std::string ints(const std::vector<int64_t>& v) {
+    return constant(from_data(v.data(), {int64_t(v.size())}), "shape");
+  }
+
+  NodeProto* node(const std::string& type, std::vector<std::string> in, std::vector<std::string> out) {
+    NodeProto* n = g_.add_node();
+    n->set_op_type(type);
+    n->set_name(fresh(type));
+    for (auto& s : in) n->add_input(s);
+    for (auto& s : out) n->add_output(s);
+    return n;
+  }
+  // One node with one new output; returns the output's name.
+  std::string op(const std::string& type, std::vector<std::string> in) {
+    const std::string out = fresh(type + "_out");
+    node(type, std::move(in), {out});
+    return out;
+  }
+  static void attr(NodeProto* n, const std::string& name, int64_t v) {
+    AttributeProto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void attr(NodeProto* n, const std::string& name, double v) {
+    AttributeProto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(AttributeProto::FLOAT);
+    a->set_f(float(v));
+  }
+  static void attr(NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+    AttributeProto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  std::string op1(const std::string& type, const std::string& x, const std::string& attr_name, double v) {
+    const std::string out = fresh(type + "_out");
+    attr(node(type, {x}, {out}), attr_name, v);
+    return out;
+  }
+
+  // Reshape's target: the traced sizes, except at dim 0 of a value computed from the inputs
+  // when the batch is dynamic: 0 (copy the input's dim) where the batch sat at dim 0 of both,
+  // -1 (infer) where dim 0 holds a multiple of it (B * T flattened for an embedding, or
+  // unflattened back); the other dims are the traced ones.
+  std::vector<int64_t> reshape_target(const Tensor& in, const Shape& target) const {
+    std::vector<int64_t> v(target.begin(), target.end());
+    if (batch_ <= 0 || v.empty() || !depends_on_input_.count(key(in)) || v[0] % batch_ != 0) return v;
+    if (in.dim() > 0 && in.size(0) == batch_ && v[0] == batch_) v[0] = 0;
+    else if (std::find(v.begin(), v.end(), -1) == v.end()) v[0] = -1;
+    return v;
+  }
+  std::unordered_map<Key, bool> depends_on_input_;
+
+  ::onnx::GraphProto& g_;
+  const ExportOptions& o_;
+  std::unordered_map<Key, std::string> names_;
+  std::unordered_map<Key, Kind> known_;
+  std::unordered_map<Key, Tensor> params_, consts_;
+  std::unordered_map<Key, bool> written_;
+  int64_t counter_ = 0;
+  int64_t batch_ = -1;
+};
+
+void Exporter::emit(const trace::OpRecord& r, size_t index) {
+  const OpDef& def = op_def(r.id);
+  auto fail = [&](const std::string& why) -> std::string {
+    std::ostringstream in;
+    for (size_t i = 0; i < r.inputs.size(); ++i) in << (i ? ", " : "") << shape_text(r.inputs[i]);
+    BRISK_FAIL("export_model: op ", index, " of the forward, ", def.name, " (", in.str(),
+               "), is not exportable: ", why);
+  };
+  // Constant folding: an op of constants only is a constant (its traced value).
+  bool all_const = true;
+  for (const Tensor& t : r.inputs) all_const = all_const && is_const(t);
+  if (all_const && r.id != OpId::Rand && r.id != OpId::Randn && r.id != OpId::Dropout && r.id != OpId::Bernoulli &&
+      r.id != OpId::Multinomial) {
+    for (const Tensor& t : r.outputs) {
+      known_[key(t)] = Kind::Const;
+      consts_[key(t)] = t;
+    }
+    return;
+  }
+  for (const Tensor& t : r.inputs)
+    if (depends_on_input_.count(key(t)))
+      for (const Tensor& o : r.outputs) depends_on_input_[key(o)] = true;
+  const Attrs& a = r.attrs;
+  const Tensor& x = r.inputs.empty() ? r.outputs[0] : r.inputs[0];
+  const DType dt = x.dtype();
+  std::vector<std::string> in;
+  for (const Tensor& t : r.inputs) in.push_back(use(t));
+  std::string y;  // the name of output 0
+  auto same = [&](const char* type) { y = op(type, {in[0]}); };
+  auto binary = [&](const char* type) { y = op(type, {in[0], in[1]}); };
+  switch (r.id) {
+    case OpId::Neg: same("Neg"); break;
+    case OpId::Exp: same("Exp"); break;
+    case OpId::Log: same("Log"); break;
+    case OpId::Sqrt: same("Sqrt"); break;
+    case OpId::Rsqrt: y = op("Reciprocal", {op("Sqrt", {in[0]})}); break;
+    case OpId::Abs: same("Abs"); break;
+    case OpId::Sign: same("Sign"); break;
+    case OpId::Relu: same("Relu"); break;
+    case OpId::Sigmoid: same("Sigmoid"); break;
+    case OpId::Tanh: same("Tanh"); break;
+    case OpId::Sin: same("Sin"); break;
+    case OpId::Cos: same("Cos"); break;
+    case OpId::Erf: same("Erf"); break;
+    case OpId::Reciprocal: same("Reciprocal"); break;
+    case OpId::Floor: same("Floor"); break;
+    case OpId::Ceil: same("Ceil"); break;
+    case OpId::Round: same("Round"); break;  // both half to even
+    case OpId::Trunc: y = op("Mul", {op("Sign", {in[0]}), op("Floor", {op("Abs", {in[0]})})}); break;
+    case OpId::Log1p: y = op("Log", {op("Add", {in[0], scalar(1, dt)})}); break;
+    case OpId::Expm1: y = op("Sub", {op("Exp", {in[0]}), scalar(1, dt)}); break;
+    case OpId::Silu: y = op("Mul", {in[0], op("Sigmoid", {in[0]})}); break;
+    case OpId::Hardswish: same("HardSwish"); break;
+    case OpId::Hardsigmoid: {
+      y = fresh("HardSigmoid_out");
+      NodeProto* n = node("HardSigmoid", {in[0]}, {y});
+      attr(n, "alpha", 1.0 / 6);
+      attr(n, "beta", 0.5);
+      break;
+    }
+    case OpId::LeakyRelu: y = op1("LeakyRelu", in[0], "alpha", a.a); break;
+    case OpId::Elu: y = op1("Elu", in[0], "alpha", a.a); break;
+    case OpId::Softplus:  // beta = a; PyTorch's threshold (b) keeps large inputs linear, as Softplus is to F32
+                          // precision
+      y = a.a == 1.0 ? op("Softplus", {in[0]})
+                     : op("Div", {op("Softplus", {op("Mul", {in[0], scalar(a.a, dt)})}), scalar(a.a, dt)});
+      break;
+    case OpId::Gelu: {
+      const std::string half = op("Mul", {in[0], scalar(0.5, dt)});
+      std::string inner;
+      if (a.flag) {  // tanh form: tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
+        const std::string cube = op("Mul", {op("Mul", {in[0], in[0]}), in[0]});
+        const std::string sum = op("Add", {in[0], op("Mul", {cube, scalar(0.044715, dt)})});
+        inner = op("Tanh", {op("Mul", {sum, scalar(std::sqrt(2.0 / M_PI), dt)})});
+      } else {
+        inner = op("Erf", {op("Mul", {in[0], scalar(M_SQRT1_2, dt)})});
+      }
+      y = op("Mul", {half, op("Add", {inner, scalar(1, dt)})});
+      break;
+    }
+    case OpId::Clamp: {
+      const std::string lo = std::isinf(a.a) ? "" : scalar(a.a, dt), hi = std::isinf(a.b) ? "" : scalar(a.b, dt);
+      y = op("Clip", {in[0], lo, hi});
+      break;
+    }
+    case OpId::PowScalar: y = op("Pow", {in[0], scalar(a.a, dt)}); break;
+    case OpId::Cast:
+      if (a.dtype == dt) {
+        same("Identity");
+      } else {
+        y = fresh("Cast_out");
+        attr(node("Cast", {in[0]}, {y}), "to", int64_t(onnx_type(a.dtype)));
+      }
+      break;
+    case OpId::Add:
+    case OpId::Sub: {
+      std::string rhs = a.a == 1.0 ? in[1] : op("Mul", {in[1], scalar(a.a, r.inputs[1].dtype())});
+      y = op(r.id == OpId::Add ? "Add" : "Sub", {in[0], rhs});
+      break;
+    }
+    case OpId::Mul: binary("Mul"); break;
+    case OpId::Div: binary("Div"); break;
+    case OpId::Pow: binary("Pow"); break;
+    case OpId::Maximum: binary("Max"); break;
+    case OpId::Minimum: binary("Min"); break;
+    case OpId::Eq: binary("Equal"); break;
+    case OpId::Ne: y = op("Not", {op("Equal", {in[0], in[1]})}); break;
+    case OpId::Lt: binary("Less"); break;
+    case OpId::Le: binary("LessOrEqual"); break;
+    case OpId::Gt: binary("Greater"); break;
+    case OpId::Ge: binary("GreaterOrEqual"); break;
+    case OpId::Where: y = op("Where", {in[0], in[1], in[2]}); break;
+    case OpId::MaskedFill: y = op("Where", {in[1], scalar(a.a, dt), in[0]}); break;
+    case OpId::Sum: {
+      std::vector<std::string> args = {in[0]};
+      if (!a.dims.empty()) args.push_back(ints(std::vector<int64_t>(a.dims.begin(), a.dims.end())));
+      y = fresh("ReduceSum_out");
+      attr(node("ReduceSum", args, {y}), "keepdims", int64_t(a.keepdim));
+      break;
+    }
+    case OpId::Amax:
+    case OpId::Amin:
+    case OpId::Logsumexp: {
+      const char* type = r.id == OpId::Amax ? "ReduceMax" : r.id == OpId::Amin ? "ReduceMin" : "ReduceLogSumExp";
+      y = fresh(std::string(type) + "_out");
+      NodeProto* n = node(type, {in[0]}, {y});
+      if (!a.dims.empty()) attr(n, "axes", std::vector<int64_t>(a.dims.begin(), a.dims.end()));
+      attr(n, "keepdims", int64_t(a.keepdim));
+      break;
+    }
+    case OpId::Argmax:
+    case OpId::Argmin: {
+      const char* type = r.id == OpId::Argmax ? "ArgMax" : "ArgMin";
+      std::string src = a.flag ? op("Reshape", {in[0], ints({-1})}) : in[0];
+      y = fresh(std::string(type) + "_out");
+      NodeProto* n = node(type, {src}, {y});
+      attr(n, "axis", a.flag ? int64_t(0) : a.dim);
+      attr(n, "keepdims", int64_t(a.flag ? 0 : a.keepdim));
+      break;
+    }
+    case OpId::Softmax:
+    case OpId::LogSoftmax: {
+      const char* type = r.id == OpId::Softmax ? "Softmax" : "LogSoftmax";
+      y = fresh(std::string(type) + "_out");
+      attr(node(type, {in[0]}, {y}), "axis", a.dim);
+      break;
+    }
+    case OpId::Matmul: binary("MatMul"); break;
+    case OpId::View: y = op("Reshape", {in[0], ints(reshape_target(r.inputs[0], r.outputs[0].sizes()))}); break;
+    case OpId::Permute:
+      y = fresh("Transpose_out");
+      attr(node("Transpose", {in[0]}, {y}), "perm", std::vector<int64_t>(a.dims.begin(), a.dims.end()));
+      break;
+    case OpId::Expand: {
+      std::vector<int64_t> shape(r.outputs[0].sizes().begin(), r.outputs[0].sizes().end());
+      // Dims the input already has at full size stay 1 (broadcast keeps them, dynamic or not).
+      const int64_t lead = int64_t(shape.size()) - r.inputs[0].dim();
+      for (int64_t d = 0; d < r.inputs[0].dim(); ++d)
+        if (r.inputs[0].size(d) == shape[size_t(lead + d)]) shape[size_t(lead + d)] = 1;
+      y = op("Expand", {in[0], ints(shape)});
+      break;
+    }
+    case OpId::Slice: {
+      const int64_t size = r.inputs[0].size(a.dim);
+      const int64_t end = a.end >= size ? std::numeric_limits<int64_t>::max() : a.end;
+      y = op("Slice", {in[0], ints({a.start}), ints({end}), ints({a.dim}), ints({a.step})});
+      break;
+    }
+    case OpId::ToDevice: same("Identity"); break;
+    case OpId::Cat: {
+      y = fresh("Concat_out");
+      attr(node("Concat", in, {y}), "axis", a.dim);
+      break;
+    }
+    case OpId::IndexSelect:
+      y = fresh("Gather_out");
+      attr(node("Gather", {in[0], in[1]}, {y}), "axis", a.dim);
+      break;
+    case OpId::Gather:
+      y = fresh("GatherElements_out");
+      attr(node("GatherElements", {in[0], in[1]}, {y}), "axis", a.dim);
+      break;
+    case OpId::Conv2d: {
+      const ConvParams p = ConvParams::from(a);
+      const Tensor& w = r.inputs[1];
+      y = fresh("Conv_out");
+      NodeProto* n = node("Conv", in, {y});
+      attr(n, "kernel_shape", std::vector<int64_t>{w.size(2), w.size(3)});
+      attr(n, "strides", std::vector<int64_t>{p.stride.h, p.stride.w});
+      attr(n, "pads", std::vector<int64_t>{p.padding.h, p.padding.w, p.padding.h, p.padding.w});
+      attr(n, "dilations", std::vector<int64_t>{p.dilation.h, p.dilation.w});
+      attr(n, "group", p.groups);
+      break;
+    }
+    case OpId::MaxPool2d:
+    case OpId::AvgPool2d: {
+      const PoolParams p = PoolParams::from(a, def.name);
+      const bool max = r.id == OpId::MaxPool2d;
+      y = fresh(max ? "MaxPool_out" : "AveragePool_out");
+      NodeProto* n = node(max ? "MaxPool" : "AveragePool", {in[0]}, {y});
+      attr(n, "kernel_shape", std::vector<int64_t>{p.kernel.h, p.kernel.w});
+      attr(n, "strides", std::vector<int64_t>{p.stride.h, p.stride.w});
+      attr(n, "pads", std::vector<int64_t>{p.padding.h, p.padding.w, p.padding.h, p.padding.w});
+      attr(n, "ceil_mode", int64_t(p.ceil_mode));
+      if (max)
+        attr(n, "dilations", std::vector<int64_t>{p.dilation.h, p.dilation.w});
+      else
+        attr(n, "count_include_pad", int64_t(p.count_include_pad));
+      break;
+    }
+    case OpId::AdaptiveAvgPool2d: {
+      const int64_t h = x.size(-2), w = x.size(-1), oh = a.shape[0], ow = a.shape[1];
+      if (oh == 1 && ow == 1) {
+        same("GlobalAveragePool");
+      } else if (h == 1 && w == 1) {  // one cell to every window: a broadcast
+        y = op("Expand", {in[0], ints({1, 1, oh, ow})});
+      } else if (h % oh == 0 && w % ow == 0) {  // even windows: a plain average pool
+        y = fresh("AveragePool_out");
+        NodeProto* n = node("AveragePool", {in[0]}, {y});
+        attr(n, "kernel_shape", std::vector<int64_t>{h / oh, w / ow});
+        attr(n, "strides", std::vector<int64_t>{h / oh, w / ow});
+      } else {
+        fail("an adaptive pool whose windows differ in size (" + std::to_string(h) + "x" + std::to_string(w) + " to " +
+             std::to_string(oh) + "x" + std::to_string(ow) + ") has no ONNX op");
+      }
+      break;
+    }
+    case OpId::LayerNorm: {
+      const LayerNormParams p = LayerNormParams::from(a);
+      y = fresh("LayerNormalization_out");
+      NodeProto* n = node("LayerNormalization", {in[0], in[1], in[2]}, {y});
+      attr(n, "axis", -p.normalized_dims);
+      attr(n, "epsilon", p.eps);
+      break;
+    }
+    case OpId::BatchNorm: {
+      const BatchNormParams p = BatchNormParams::from(a);
+      if (p.training) fail("batch norm in training mode (call model.eval() before exporting)");
+      y = fresh("BatchNormalization_out");
+      attr(node("BatchNormalization", {in[0], in[1], in[2], in[3], in[4]}, {y}), "epsilon", p.eps);
+      break;
+    }
+    case OpId::Attention: {  // scores = q k^T * scale (+ mask), softmax, @ v
+      if (a.a > 0) fail("attention with dropout (call model.eval() before exporting)");
+      const Tensor& q = r.inputs[0];
+      const int64_t t = q.size(-2), s = r.inputs[1].size(-2);
+      std::vector<int64_t> perm;
+      for (int64_t d = 0; d < q.dim(); ++d) perm.push_back(d);
+      std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+      const std::string kt = fresh("Transpose_out");
+      attr(node("Transpose", {in[1]}, {kt}), "perm", perm);
+      std::string scores = op("Mul", {op("MatMul", {in[0], kt}), scalar(a.b, dt)});
+      const double neg_inf = -std::numeric_limits<double>::infinity();
+      if (a.flag) {  // top-left causal diagonal, a constant (T, S) additive mask
+        std::vector<float> m(size_t(t * s));
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t j = 0; j < s; ++j) m[size_t(i * s + j)] = j <= i ? 0.0f : float(neg_inf);
+        scores = op("Add", {scores, constant(from_data(m.data(), {t, s}).to(dt), "causal_mask")});
+      }
+      if (r.inputs.size() > 3) {
+        scores = a.flag2 ? op("Add", {scores, in[3]}) : op("Where", {in[3], scores, scalar(neg_inf, dt)});
+      }
+      const std::string p = fresh("Softmax_out");
+      attr(node("Softmax", {scores}, {p}), "axis", int64_t(-1));
+      y = op("MatMul", {p, in[2]});
+      break;
+    }
+    case OpId::Dropout: fail("dropout in training mode (call model.eval() before exporting)"); break;
+    case OpId::Fill:
+    case OpId::Arange:
+      same("Identity");  // unreachable: no inputs, always constant
+      break;
+    default: fail("no ONNX mapping for this op yet");
+  }
+  // Output 0 is y; the others (max pool's indices, layer norm's statistics, dropout's mask) are
+  // not graph values: using one later fails as an unknown value.
+  names_[key(r.outputs[0])] = y;
+  known_[key(r.outputs[0])] = Kind::Value;
+  written_[key(r.outputs[0])] = true;
+  for (size_t i = 1; i < r.outputs.size(); ++i) {
+    names_[key(r.outputs[i])] = "";
+    known_[key(r.outputs[i])] = Kind::Value;
+  }
+}
+
+}  // namespace
+
+std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inputs, const ExportOptions& o) {
+  BRISK_CHECK(!inputs.empty(), "export_model: needs example inputs");
+  BRISK_CHECK(o.opset_version >= 17 && o.opset_version <= 17, "export_model: opset ", o.opset_version,
+              " is not supported (17)");
+  BRISK_CHECK(!autocast_state().depth, "export_model: cannot trace under autocast (export the model in one dtype)");
+  std::vector<std::string> in_names = o.input_names;
+  if (in_names.empty()) {
+    if (inputs.size() == 1) in_names = {"input"};
+    for (size_t i = 0; inputs.size() > 1 && i < inputs.size(); ++i) in_names.push_back("input_" + std::to_string(i));
+  }
+  BRISK_CHECK(in_names.size() == inputs.size(), "export_model: ", inputs.size(), " inputs but ", in_names.size(),
+              " input names");
+  const std::string out_name = o.output_names.empty() ? "output" : o.output_names[0];
+  auto dynamic_of = [&](const std::string& name) {
+    auto it = o.dynamic_axes.find(name);
+    return it == o.dynamic_axes.end() ? std::map<int64_t, std::string>{} : it->second;
+  };
+
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);  // ONNX 1.12's, for opset 17
+  m.set_producer_name(o.producer_name);
+  auto* opset = m.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(o.opset_version);
+  ::onnx::GraphProto& g = *m.mutable_graph();
+  g.set_name(model.type_name());
+
+  Exporter ex(g, o);
+  for (const auto& [name, t] : model.named_parameters()) ex.add_parameter(name, t);
+  for (const auto& [name, t] : model.named_buffers()) ex.add_parameter(name, t);
+  // Inputs are copied so that their handles are the trace's alone (a caller's tensor may also
+  // be a parameter or captured elsewhere).
+  std::vector<Tensor> traced_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    traced_inputs.push_back(inputs[i].detach().clone());
+    ex.add_input(in_names[i], traced_inputs.back(), dynamic_of(in_names[i]));
+  }
+  Tensor out;
+  std::vector<trace::OpRecord> records;
+  {
+    NoGradGuard no_grad;
+    trace::Recorder rec;
+    if (inputs.size() == 1) {
+      out = model(traced_inputs[0]);
+    } else {
+      nn::TensorDict d;
+      for (size_t i = 0; i < inputs.size(); ++i) d.set(in_names[i], traced_inputs[i]);
+      nn::TensorDict r = model(d);
+      BRISK_CHECK(r.size() == 1, "export_model: the model returned ", r.size(), " outputs; one is exported");
+      out = r.items()[0].second;
+    }
+    records = rec.records();
+  }
+  for (size_t i = 0; i < records.size(); ++i) ex.emit(records[i], i);
+  ex.add_output(out_name, out, dynamic_of(out_name));
+
+  try {
+    ::onnx::checker::check_model(m);
+    ::onnx::ShapeInferenceOptions so{true, 1, false};
+    ::onnx::ModelProto inferred = m;
+    ::onnx::shape_inference::InferShapes(inferred, ::onnx::OpSchemaRegistry::Instance(), so);
+  } catch (const std::exception& e) {
+    BRISK_FAIL("export_model: ONNX's checker refused the exported graph (a bug in brisk's exporter): ", e.what());
+  }
+  std::string bytes;
+  BRISK_CHECK(m.SerializeToString(&bytes), "export_model: the model does not serialize (over 2 GB: not supported yet)");
+  return bytes;
+}
+
+void export_model(nn::Module& model, const std::vector<Tensor>& inputs, const std::string& path,
+                  const ExportOptions& options) {
+  write_file_atomic(path, export_model_bytes(model, inputs, options));
+}
+
+}  // namespace brisk::onnx

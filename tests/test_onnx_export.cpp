@@ -1,0 +1,147 @@
+// tests/test_onnx_export.cpp: ONNX export (interop/onnx_export.h). Zoo models exported at one
+// batch size pass ONNX's checker and shape inference (inside export) and, imported back with
+// brisk's own importer (interop/onnx_import.h), give the module's outputs at another batch size;
+// initializers keep the parameters' names; errors name the op. The ONNX Runtime side is
+// tests/onnx_ort_check.sh (the case "onnx export: sample models" writes the models it runs).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "brisk.h"
+#include "interop/onnx_export.h"
+#include "interop/onnx_import.h"
+
+using namespace brisk;
+
+namespace {
+
+struct ZooCase {
+  std::string name;
+  std::function<std::shared_ptr<nn::Module>()> make;
+  std::function<Tensor(int64_t batch)> input;
+};
+
+std::vector<ZooCase> zoo() {
+  using namespace nn::models;
+  return {
+      {"mlp", [] { return std::make_shared<MLP>(std::vector<int64_t>{20, 32, 16, 5}); },
+       [](int64_t b) { return randn({b, 20}); }},
+      {"small_cnn", [] { return std::make_shared<SmallCNN>(); }, [](int64_t b) { return randn({b, 1, 28, 28}); }},
+      {"resnet18", [] { return resnet18(10); }, [](int64_t b) { return randn({b, 3, 64, 64}); }},
+      {"vgg11", [] { return vgg11(10); }, [](int64_t b) { return randn({b, 3, 32, 32}); }},
+      {"mobilenet_v2", [] { return std::make_shared<MobileNetV2>(10); }, [](int64_t b) { return randn({b, 3, 32, 32}); }},
+      {"gpt2_small",
+       [] { return std::make_shared<GPT2>(GPT2Config{.vocab_size = 97, .n_positions = 16, .n_embd = 32, .n_layer = 2,
+                                                      .n_head = 4, .dropout = 0.0}); },
+       [](int64_t b) { return randint(0, 97, {b, 16}, DType::I64); }},
+      {"transformer_encoder",
+       [] {
+         nn::TransformerOptions o;
+         o.dim_feedforward = 64;
+         o.batch_first = true;
+         o.dropout = 0.0;
+         auto layer = std::make_shared<nn::TransformerEncoderLayer>(32, 4, o);
+         return std::make_shared<nn::TransformerEncoder>(layer, 2);
+       },
+       [](int64_t b) { return randn({b, 7, 32}); }},
+  };
+}
+
+double rel_err(const Tensor& got, const Tensor& want) {
+  const double scale = std::max(1.0, max(abs(want.to(DType::F64))).item<double>());
+  return max(abs(got.to(DType::F64) - want.to(DType::F64))).item<double>() / scale;
+}
+
+}  // namespace
+
+TEST_CASE("onnx export: zoo models round-trip through the importer at another batch size") {
+  const auto dir = std::filesystem::temp_directory_path() / "brisk_onnx_export";
+  std::filesystem::create_directories(dir);
+  for (const ZooCase& c : zoo()) {
+    CAPTURE(c.name);
+    manual_seed(1);
+    auto model = c.make();
+    model->eval();
+    const std::string path = (dir / (c.name + ".onnx")).string();
+    brisk::onnx::export_model(*model, {c.input(2)}, path,
+                       {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+    auto imported = brisk::onnx::load_model(path);
+    // The initializers are the parameters, by name.
+    auto state = imported->state_dict();
+    for (const auto& [name, p] : model->named_parameters()) {
+      bool found = false;
+      for (const auto& [n, t] : state) found = found || (n == name && t.sizes() == p.sizes());
+      CAPTURE(name);
+      CHECK(found);
+    }
+    NoGradGuard no_grad;
+    for (int64_t batch : {2, 5}) {
+      CAPTURE(batch);
+      Tensor x = c.input(batch);
+      const double err = rel_err((*imported)(x), (*model)(x));
+      CAPTURE(err);
+      CHECK(err < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("onnx export: what cannot be exported is named") {
+  auto model = std::make_shared<nn::models::MLP>(std::vector<int64_t>{4, 3});
+  model->train();
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(4, 4));
+  net->push_back(std::make_shared<nn::Dropout>(0.5));
+  net->train();
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*net, {randn({2, 4})}),
+                       doctest::Contains("dropout in training mode"), Error);
+  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  bn->train();
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*bn, {randn({2, 3, 4, 4})}), doctest::Contains("batch_norm"), Error);
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {}), doctest::Contains("needs example inputs"), Error);
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {randn({2, 4})}, {.opset_version = 9}),
+                       doctest::Contains("opset 9"), Error);
+}
+
+TEST_CASE("onnx export: the file is a valid model with opset 17 and the module's names") {
+  auto model = std::make_shared<nn::models::MLP>(std::vector<int64_t>{6, 8, 3});
+  model->eval();
+  const std::string bytes = brisk::onnx::export_model_bytes(*model, {randn({4, 6})}, {.dynamic_axes = {{"input", {{0, "n"}}}}});
+  ::onnx::ModelProto m;
+  REQUIRE(m.ParseFromString(bytes));
+  CHECK(m.opset_import(0).version() == 17);
+  CHECK(m.graph().input(0).name() == "input");
+  CHECK(m.graph().input(0).type().tensor_type().shape().dim(0).dim_param() == "n");
+  CHECK(m.graph().output(0).name() == "output");
+  std::vector<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.push_back(t.name());
+  for (const auto& [name, p] : model->named_parameters()) CHECK(std::find(inits.begin(), inits.end(), name) != inits.end());
+}
+
+// Writes each zoo model (batch 2) and its inputs and outputs at batch 2 and 5 into
+// $BRISK_ONNX_SAMPLE_DIR for tests/onnx_ort_check.sh; does nothing without it.
+TEST_CASE("onnx export: sample models") {
+  const char* out = std::getenv("BRISK_ONNX_SAMPLE_DIR");
+  if (!out) return;
+  for (const ZooCase& c : zoo()) {
+    manual_seed(1);
+    auto model = c.make();
+    model->eval();
+    brisk::onnx::export_model(*model, {c.input(2)}, std::string(out) + "/" + c.name + ".onnx",
+                       {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+    NoGradGuard no_grad;
+    NamedTensors io;
+    for (int64_t batch : {2, 5}) {
+      Tensor x = c.input(batch);
+      io.emplace_back("input_" + std::to_string(batch), x);
+      io.emplace_back("output_" + std::to_string(batch), (*model)(x).contiguous());
+    }
+    save_safetensors(std::string(out) + "/" + c.name + ".safetensors", io);
+  }
+}
