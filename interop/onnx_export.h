@@ -30,10 +30,11 @@
 
 namespace brisk::onnx {
 
+// torch.onnx.export's keywords, in its order.
 struct ExportOptions {
-  int64_t opset_version = 17;
   std::vector<std::string> input_names{};   // default "input" (one input) or "input_0", ...
   std::vector<std::string> output_names{};  // default "output"
+  int64_t opset_version = 17;
   // {"input": {{0, "batch"}}}: the named value's dim 0 is dynamic and called "batch".
   std::map<std::string, std::map<int64_t, std::string>> dynamic_axes{};
   std::string producer_name = "brisk";

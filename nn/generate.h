@@ -18,17 +18,21 @@
 
 namespace brisk::nn {
 
-// Hugging Face generate()'s options, under its names. Greedy unless do_sample (or a
+// Hugging Face generate()'s options, under its names and in GenerationConfig's order. Greedy unless do_sample (or a
 // temperature of 0, which always means greedy); the processors run in HF's order: repetition
 // penalty, then (sampling only) temperature, top-k, top-p.
 struct GenerationOptions {
   int64_t max_new_tokens = 20;
   bool do_sample = false;
+  bool use_cache = true;  // false recomputes every position each step (the reference)
   double temperature = 1.0;
   int64_t top_k = 0;    // 0: off (HF's default is 50 when sampling; brisk asks for it explicitly)
   double top_p = 1.0;   // nucleus: the smallest set of tokens whose probability reaches top_p
   double repetition_penalty = 1.0;  // CTRL's: a seen token's logit divided (> 0) or multiplied (< 0)
+  int64_t pad_token_id = 0;            // what a finished row emits while others go on
   std::vector<int64_t> stop_tokens{};  // eos_token_id: a row ends after emitting one of these
+  std::optional<uint64_t> seed{};      // sampling draws from Generator(seed); else the default generator
+};  // eos_token_id: a row ends after emitting one of these
   int64_t pad_token_id = 0;            // what a finished row emits while others go on
   std::optional<uint64_t> seed{};      // sampling draws from Generator(seed); else the default generator
   bool use_cache = true;               // false recomputes every position each step (the reference)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # tests/check_field_defaults.py: every data member of a struct in the public headers (engine,
-# nn, optim, data, train, dist) has a default member initializer, so user code that fills an
+# nn, optim, data, text, train, interop, dist) has a default member initializer, so user code that fills an
 # options struct with designated initializers (`LoaderOptions{.batch_size = 64}`) compiles
 # without -Wextra's missing-field-initializers warning. Run by ctest as `field_defaults`; exits
 # 1 listing each member as file:line. Internal structs (kernel plumbing, tensor internals, the
@@ -17,7 +17,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DIRS = ("engine", "nn", "optim", "data", "train", "dist")
+DIRS = ("engine", "nn", "optim", "data", "text", "train", "interop", "dist")
 INTERNAL = {
     "engine/op.h": {"TensorSpec", "BackwardCtx"},
     "engine/tensor.h": {"TensorImpl"},
@@ -31,6 +31,10 @@ INTERNAL = {
     "optim/option.h": {"DefaultValue"},
     "data/transforms.h": {"Transform"},
     "nn/module.h": {"Derived"},  # private to Module
+    "text/bpe.h": {"AddedMatcher"},  # ByteLevelBPE's internals
+    "text/bpe_detail.h": {"ByteChars"},
+    "text/unicode_tables.h": {"ClassRange"},  # generated tables, aggregate-initialized
+    "interop/onnx_ops.h": {"OpContext", "OpEntry"},  # the importer's op table
 }
 # (file, struct) -> the shared fields, in the PyTorch counterpart's keyword order.
 ORDER = {
@@ -84,6 +88,13 @@ ORDER = {
     ("data/dataloader.h", "LoaderOptions"): ["batch_size", "shuffle", "sampler", "num_workers", "collate",
                                              "pin_memory", "drop_last", "timeout_s", "seed", "prefetch_factor",
                                              "persistent_workers", "device"],
+    # transformers.GenerationConfig (stop_tokens: eos_token_id; seed is brisk's)
+    ("nn/generate.h", "GenerationOptions"): ["max_new_tokens", "do_sample", "use_cache", "temperature", "top_k",
+                                             "top_p", "repetition_penalty", "pad_token_id", "stop_tokens"],
+    # tokenizers.trainers.BpeTrainer
+    ("text/bpe.h", "BpeTrainerOptions"): ["vocab_size", "min_frequency", "special_tokens"],
+    # torch.onnx.export
+    ("interop/onnx_export.h", "ExportOptions"): ["input_names", "output_names", "opset_version", "dynamic_axes"],
     ("dist/ddp.h", "DDPOptions"): ["broadcast_buffers", "bucket_cap_mb", "find_unused_parameters"],
     ("dist/process_group.h", "GroupOptions"): ["timeout", "name"],  # init_process_group(timeout, group_name)
 }
@@ -103,6 +114,8 @@ OWN = {
     ("train/nas.h", "EvolutionOptions"),
     ("train/nas.h", "ReinforceOptions"),
     ("dist/pipeline.h", "PipelineOptions"),
+    ("text/tokenize_files.h", "TokenizeFilesOptions"),
+    ("interop/onnx_import.h", "LoadOptions"),
 }
 STRUCT = re.compile(r"\s*struct\s+(\w+)\s*(?::[^{]*)?\{\s*$")
 MEMBER = re.compile(r"^[\w:<>,\s*&()]+\s+\w+(\[\w*\])?(\s*,\s*\w+)*;$")

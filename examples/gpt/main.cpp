@@ -437,8 +437,8 @@ int main(int argc, char** argv) try {
     // Three fortunes, each from the end-of-text token to the next one.
     Tensor prompt = full({3, 1}, double(eot), DType::I64);
     Tensor ids = model->generate(prompt, {.max_new_tokens = std::min(a.sample_tokens, a.block - 1), .do_sample = true,
-                                          .temperature = 0.8, .top_k = 40, .top_p = 0.95, .stop_tokens = {eot},
-                                          .pad_token_id = eot, .seed = a.seed});
+                                          .temperature = 0.8, .top_k = 40, .top_p = 0.95, .pad_token_id = eot,
+                                          .stop_tokens = {eot}, .seed = a.seed});
     std::string sample;
     for (int64_t r = 0; r < ids.size(0); ++r) {
       std::vector<int32_t> v;
