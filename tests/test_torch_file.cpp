@@ -323,6 +323,18 @@ TEST_CASE("torch_file: a dict key set twice keeps its first place and its last v
   CHECK(v.at(7).as_int() == 4);
 }
 
+TEST_CASE("torch_file: a lone tensor at the top loads; as a state_dict it is refused") {
+  const std::string bytes = archive(tensor_program("0", 4, {2, 2}, {1, 2}, 0), {{"0", std::string(16, '\0')}});
+  const TorchValue v = interop::load_torch_bytes(bytes);
+  REQUIRE(v.is_tensor());
+  CHECK(v.as_tensor().strides() == Shape{1, 2});
+  const fs::path path = fs::temp_directory_path() / ("brisk-torch-file-lone-" + std::to_string(::getpid()) + ".pth");
+  std::ofstream(path, std::ios::binary) << bytes;
+  CHECK(interop::load_torch(path.string()).is_tensor());
+  CHECK_THROWS_WITH_AS(load_torch_state_dict(path.string()), doctest::Contains("holds a Tensor, not a dict"), Error);
+  fs::remove(path);
+}
+
 TEST_CASE("torch_file: hostile pickles are refused by name, in bounded time and memory") {
   const std::string p2 = "\x80\x02";
   struct Case {
