@@ -7,6 +7,7 @@
 #include "interop/onnx_ops.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -488,6 +489,98 @@ void check_gather_nd(const Node& n) { refuse_unless(int_attr(n, "batch_dims", 0)
 void check_einsum(const Node& n) {
   refuse_unless(string_attr(n, "equation", "").find("...") == std::string::npos,
                 "an ellipsis in an einsum equation (brisk's einsum has none)");
+}
+
+// ---- recurrent layers (RNN, GRU, LSTM) unrolled over time with matmul and the gate
+// functions: autograd runs through the loop (backpropagation through time for free).
+enum class Cell { Rnn, Gru, Lstm };
+
+void check_recurrent(const Node& n) {
+  refuse_unless(n.attributes.count("clip") == 0, "clip");
+  refuse_unless(int_attr(n, "input_forget", 0) == 0, "input_forget 1");
+  auto it = n.attributes.find("activations");
+  if (it == n.attributes.end()) return;
+  std::vector<std::string> defaults = n.op_type == "RNN"   ? std::vector<std::string>{"Tanh"}
+                                      : n.op_type == "GRU" ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                           : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+  const std::vector<std::string>& got = it->second.strings;
+  for (size_t k = 0; k < got.size(); ++k) {
+    std::string want = defaults[k % defaults.size()];
+    refuse_unless(
+        got[k].size() == want.size() && std::equal(got[k].begin(), got[k].end(), want.begin(),
+                                                   [](char a, char b) { return std::tolower(a) == std::tolower(b); }),
+        "activation '" + got[k] + "' (only the defaults)");
+  }
+}
+
+Outs recurrent(const OpContext& c, Cell cell) {
+  bool batch_first = c.i("layout", 0) != 0;
+  Tensor x = batch_first ? transpose(c.in(0), 0, 1) : c.in(0);  // (T, N, I)
+  int64_t steps = x.size(0), batch = x.size(1);
+  int64_t gates = cell == Cell::Rnn ? 1 : (cell == Cell::Gru ? 3 : 4);
+  int64_t hidden = c.i("hidden_size", c.in(2).size(2));
+  std::string direction = c.s("direction", "forward");
+  int64_t dirs = direction == "bidirectional" ? 2 : 1;
+  if (c.has(4)) {
+    for (int64_t len : c.values(4)) {
+      if (len != steps) throw UnsupportedError("sequence_lens shorter than the sequence is not supported");
+    }
+  }
+  std::vector<Tensor> ys, hs, cs;
+  for (int64_t d = 0; d < dirs; ++d) {
+    bool reverse = direction == "reverse" || d == 1;
+    Tensor w = select(c.in(1), 0, d);  // (G * H, I)
+    Tensor r = select(c.in(2), 0, d);  // (G * H, H)
+    Tensor wb, rb;
+    if (c.has(3)) {
+      Tensor b = select(c.in(3), 0, d);  // (2 * G * H)
+      wb = slice(b, 0, 0, gates * hidden);
+      rb = slice(b, 0, gates * hidden, 2 * gates * hidden);
+    } else {
+      wb = rb = zeros({gates * hidden}, x.dtype(), x.device());
+    }
+    Tensor h = c.has(5) ? select(c.in(5), 0, d) : zeros({batch, hidden}, x.dtype(), x.device());
+    Tensor cstate = c.has(6) ? select(c.in(6), 0, d) : zeros({batch, hidden}, x.dtype(), x.device());
+    Tensor peep = c.has(7) ? select(c.in(7), 0, d) : Tensor{};  // (3 * H): i, o, f
+    Tensor xw = add(matmul(x, transpose(w, 0, 1)), wb);         // (T, N, G * H), all steps at once
+    std::vector<Tensor> out(steps);
+    for (int64_t step = 0; step < steps; ++step) {
+      int64_t t = reverse ? steps - 1 - step : step;
+      Tensor g = select(xw, 0, t);
+      if (cell == Cell::Rnn) {
+        h = brisk::tanh(add(g, add(matmul(h, transpose(r, 0, 1)), rb)));
+      } else if (cell == Cell::Gru) {
+        std::vector<Tensor> gx = chunk(g, 3, 1), rw = chunk(r, 3, 0), rbs = chunk(rb, 3, 0);
+        Tensor z = sigmoid(add(gx[0], add(matmul(h, transpose(rw[0], 0, 1)), rbs[0])));
+        Tensor reset = sigmoid(add(gx[1], add(matmul(h, transpose(rw[1], 0, 1)), rbs[1])));
+        Tensor candidate = c.i("linear_before_reset", 0) != 0
+                               ? brisk::tanh(add(gx[2], mul(reset, add(matmul(h, transpose(rw[2], 0, 1)), rbs[2]))))
+                               : brisk::tanh(add(gx[2], add(matmul(mul(reset, h), transpose(rw[2], 0, 1)), rbs[2])));
+        h = add(mul(sub(ones_like(z), z), candidate), mul(z, h));
+      } else {
+        std::vector<Tensor> gg = chunk(add(g, add(matmul(h, transpose(r, 0, 1)), rb)), 4, 1);  // i, o, f, c
+        std::vector<Tensor> p = peep.defined() ? chunk(peep, 3, 0) : std::vector<Tensor>{};
+        Tensor i = sigmoid(p.empty() ? gg[0] : add(gg[0], mul(p[0], cstate)));
+        Tensor f = sigmoid(p.empty() ? gg[2] : add(gg[2], mul(p[2], cstate)));
+        cstate = add(mul(f, cstate), mul(i, brisk::tanh(gg[3])));
+        Tensor o = sigmoid(p.empty() ? gg[1] : add(gg[1], mul(p[1], cstate)));
+        h = mul(o, brisk::tanh(cstate));
+      }
+      out[t] = h;
+    }
+    ys.push_back(stack(out, 0));  // (T, N, H)
+    hs.push_back(h);
+    cs.push_back(cstate);
+  }
+  Tensor y = stack(ys, 1);    // (T, dirs, N, H)
+  Tensor y_h = stack(hs, 0);  // (dirs, N, H)
+  Tensor y_c = stack(cs, 0);
+  if (batch_first) {
+    y = permute(y, {2, 0, 1, 3});  // (N, T, dirs, H)
+    y_h = transpose(y_h, 0, 1);
+    y_c = transpose(y_c, 0, 1);
+  }
+  return {y, y_h, y_c};
 }
 
 // ---- Resize and Upsample: one axis at a time (linear, cubic and nearest are separable), each
@@ -1454,6 +1547,14 @@ const std::vector<OpEntry>& op_table() {
       {"ScatterND", 11, 17, onnx_scatter_nd, {"reduction"}, check_scatter},
       {"MaxUnpool", 9, 17, onnx_max_unpool, {"kernel_shape", "pads", "strides"}},
       {"ReverseSequence", 10, 17, onnx_reverse_sequence, {"batch_axis", "time_axis"}},
+      {"RNN", 7, 17, [](const OpContext& c) { return recurrent(c, Cell::Rnn); },
+       {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout"}, check_recurrent},
+      {"GRU", 7, 17, [](const OpContext& c) { return recurrent(c, Cell::Gru); },
+       {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout",
+        "linear_before_reset"}, check_recurrent},
+      {"LSTM", 7, 17, [](const OpContext& c) { return recurrent(c, Cell::Lstm); },
+       {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget",
+        "layout"}, check_recurrent},
       {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
       {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
   };

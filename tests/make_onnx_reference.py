@@ -3,7 +3,7 @@
 with the onnx package (python3-onnx, 1.12): a two-layer MLP exported as PyTorch names it
 (dotted initializer names, Gemm with transB, an int64 shape initializer), and the bad files the
 importer must refuse (a cycle, data shorter than its shape, a 2^62-element initializer, an op
-brisk lacks, a dtype brisk lacks). Run: python3 tests/make_onnx_reference.py
+brisk lacks, an attribute value it refuses, a dtype brisk lacks). Run: python3 tests/make_onnx_reference.py
 """
 import os
 
@@ -75,6 +75,13 @@ def main():
     # BitShift exists in ONNX but not in brisk
     save(one_node("bitshift", helper.make_node("BitShift", ["x", "x"], ["y"], name="shift", direction="LEFT"),
                   in_type=TensorProto.UINT8), "unsupported_op.onnx")
+    # BatchNormalization in training mode: an attribute value the importer refuses at load
+    bn_inits = [numpy_helper.from_array(np.ones(2, dtype=np.float32), n) for n in ("scale", "b", "mean", "var")]
+    bn = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "scale", "b", "mean", "var"], ["y"], name="bn", training_mode=1)],
+        "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])], bn_inits)
+    save(helper.make_model(bn, opset_imports=[helper.make_opsetid("", 15)]), "training_batch_norm.onnx")
     # uint16 has no brisk dtype
     save(one_node("uint16", helper.make_node("Identity", ["x"], ["y"], name="same"), in_type=TensorProto.UINT16),
          "unsupported_dtype.onnx")

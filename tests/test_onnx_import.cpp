@@ -1,9 +1,10 @@
 // tests/test_onnx_import.cpp: brisk::onnx::load_model on the small files of tests/data/onnx
 // (made by tests/make_onnx_reference.py): an MLP exported with PyTorch's dotted names loads
 // with its initializers as parameters (and an int64 one as a buffer) under those names, runs as
-// the same brisk ops would, and fine-tunes; bad files (truncated, a cycle, data shorter than its
-// shape, a 2^62-element initializer, an op or dtype brisk lacks) are refused with errors that
-// say what is wrong and where. ONNX's own test suite is tests/test_onnx_conformance.cpp.
+// the same brisk ops would, fine-tunes and loads its state_dict back; bad files (truncated, a
+// cycle, data shorter than its shape, a 2^62-element initializer, an op, attribute value or
+// dtype brisk lacks) are refused with errors that say what is wrong and where. ONNX's own test
+// suite is tests/test_onnx_conformance.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -56,6 +57,23 @@ TEST_CASE("onnx import: initializers are parameters and buffers under their ONNX
   for (const Tensor& p : model->parameters()) CHECK(p.requires_grad());
   CHECK(model->input_names() == std::vector<std::string>{"input"});
   CHECK(model->output_names() == std::vector<std::string>{"output"});
+}
+
+TEST_CASE("onnx import: frozen initializers, and a state_dict that loads back") {
+  auto frozen = onnx::load_model(onnx_file("mlp.onnx"), {.trainable_initializers = false});
+  for (const Tensor& p : frozen->parameters()) CHECK_FALSE(p.requires_grad());
+  auto model = onnx::load_model(onnx_file("mlp.onnx"));
+  Tensor x = randn({3, 4});
+  Tensor before = (*model)(x);
+  nn::NamedTensors state;
+  for (const auto& kv : model->state_dict()) state.emplace_back(kv.first, kv.second.clone());  // not aliases
+  {
+    NoGradGuard no_grad;
+    for (Tensor p : model->parameters()) p.zero_();
+  }
+  CHECK_FALSE(allclose((*model)(x), before));
+  CHECK(model->load_state_dict(state).ok());
+  CHECK(allclose((*model)(x), before));
 }
 
 TEST_CASE("onnx import: an imported MLP computes what brisk's own ops compute") {
@@ -118,6 +136,14 @@ TEST_CASE("onnx import: bad files are refused with errors that say what is wrong
     std::string msg = error_of([] { onnx::load_model(onnx_file("unsupported_op.onnx")); }, &unsupported);
     CHECK(unsupported);
     CHECK_MESSAGE((contains(msg, "'shift'") && contains(msg, "BitShift") && contains(msg, "opset 13")), msg);
+  }
+  SUBCASE("an attribute value the importer does not handle, before anything runs") {
+    bool unsupported = false;
+    std::string msg = error_of([] { onnx::load_model(onnx_file("training_batch_norm.onnx")); }, &unsupported);
+    CHECK(unsupported);
+    CHECK_MESSAGE((contains(msg, "'bn'") && contains(msg, "BatchNormalization") && contains(msg, "opset 15") &&
+                   contains(msg, "training_mode")),
+                  msg);
   }
   SUBCASE("a dtype brisk lacks") {
     bool unsupported = false;
