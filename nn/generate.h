@@ -18,9 +18,9 @@
 
 namespace brisk::nn {
 
-// Hugging Face generate()'s options, under its names and in GenerationConfig's order. Greedy unless do_sample (or a
-// temperature of 0, which always means greedy); the processors run in HF's order: repetition
-// penalty, then (sampling only) temperature, top-k, top-p.
+// Hugging Face generate()'s options, under its names and in GenerationConfig's order. Greedy
+// unless do_sample (or a temperature of 0, which always means greedy); the processors run in
+// HF's order: repetition penalty, then (sampling only) temperature, top-k, top-p.
 struct GenerationOptions {
   int64_t max_new_tokens = 20;
   bool do_sample = false;
@@ -32,10 +32,6 @@ struct GenerationOptions {
   int64_t pad_token_id = 0;            // what a finished row emits while others go on
   std::vector<int64_t> stop_tokens{};  // eos_token_id: a row ends after emitting one of these
   std::optional<uint64_t> seed{};      // sampling draws from Generator(seed); else the default generator
-};  // eos_token_id: a row ends after emitting one of these
-  int64_t pad_token_id = 0;            // what a finished row emits while others go on
-  std::optional<uint64_t> seed{};      // sampling draws from Generator(seed); else the default generator
-  bool use_cache = true;               // false recomputes every position each step (the reference)
 };
 
 // A decoder-only language model that generation can drive.
