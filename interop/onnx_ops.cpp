@@ -1301,7 +1301,8 @@ Outs onnx_constant(const OpContext& c) {
 Outs onnx_dropout(const OpContext& c) {
   // Inference: the identity, and a mask of ones when asked for.
   const Tensor& x = c.in(0);
-  if (c.has(2) && c.in(2).item<bool>()) {
+  double ratio = c.has(1) ? c.in(1).item<double>() : c.f("ratio", 0.5);
+  if (c.has(2) && c.in(2).item<bool>() && ratio != 0) {
     throw UnsupportedError("training mode (random masks) is not supported (inference only)");
   }
   return {x, ones(x.sizes(), DType::Bool, x.device())};
