@@ -428,9 +428,16 @@ nn::TensorDict OnnxModel::forward_dict(const nn::TensorDict& inputs) {
     BRISK_CHECK(inputs.contains(name), "OnnxModel: missing input '", name, "'");
     values[name] = inputs.at(name);
   }
+  // Constants the graph makes go where its inputs are (or its initializers, with no inputs).
+  Device device = Device::cpu();
+  if (!graph_->inputs.empty()) {
+    device = values.at(graph_->inputs[0]).device();
+  } else if (!initializers_.empty()) {
+    device = initializers_.begin()->second.device();
+  }
   for (size_t k = 0; k < graph_->nodes.size(); ++k) {
     const Node& node = graph_->nodes[k];
-    detail::OpContext ctx{node, {}};
+    detail::OpContext ctx{node, {}, device};
     for (const std::string& in : node.inputs) ctx.inputs.push_back(in.empty() ? Tensor{} : values.at(in));
     std::vector<Tensor> outs;
     try {

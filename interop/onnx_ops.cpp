@@ -358,9 +358,9 @@ Outs onnx_shape(const OpContext& c) {
 
 Outs onnx_constant_of_shape(const OpContext& c) {
   Shape shape(c.values(0));
-  if (!c.has_attr("value")) return {zeros(shape, DType::F32, c.in(0).device())};
+  if (!c.has_attr("value")) return {zeros(shape, DType::F32, c.device)};
   const Tensor& v = c.t("value");
-  return {full(shape, v.item<double>(), v.dtype(), c.in(0).device())};
+  return {full(shape, v.item<double>(), v.dtype(), c.device)};
 }
 
 Outs onnx_range(const OpContext& c) {
@@ -838,7 +838,7 @@ Outs onnx_matmul_integer(const OpContext& c) {
 Outs onnx_conv(const OpContext& c);
 
 Outs onnx_conv_integer(const OpContext& c) {
-  OpContext f{c.node, {centered(c, 0, 2, 1), centered(c, 1, 3, 0)}};
+  OpContext f{c.node, {centered(c, 0, 2, 1), centered(c, 1, 3, 0)}, c.device};
   return {cast(round(onnx_conv(f)[0]), DType::I32)};
 }
 
@@ -860,7 +860,7 @@ Outs onnx_qlinear_matmul(const OpContext& c) {
 Outs onnx_qlinear_conv(const OpContext& c) {
   Tensor x = dequantized(c, 0, 1, 2, 1);
   Tensor w = dequantized(c, 3, 4, 5, 0);
-  OpContext f{c.node, {x, w}};
+  OpContext f{c.node, {x, w}, c.device};
   if (c.has(8)) {
     // The int32 bias is in units of x_scale * w_scale.
     Tensor s = mul(cast(c.in(1), DType::F32), cast(c.in(4), DType::F32));
@@ -1156,7 +1156,7 @@ Outs onnx_conv_transpose(const OpContext& c) {
 Outs onnx_max_pool(const OpContext& c) {
   if (!is_floating(c.in(0).dtype())) {
     // brisk pools floating tensors; every 8-bit value is exact in F32.
-    OpContext f{c.node, c.inputs};
+    OpContext f{c.node, c.inputs, c.device};
     f.inputs[0] = cast(c.in(0), DType::F32);
     Outs y = onnx_max_pool(f);
     y[0] = cast(y[0], c.in(0).dtype());
@@ -1286,16 +1286,16 @@ Outs onnx_gemm(const OpContext& c) {
 
 Outs onnx_constant(const OpContext& c) {
   const Node& n = c.node;
-  if (c.has_attr("value")) return {c.t("value")};
-  if (c.has_attr("value_float")) return {scalar_tensor(c.f("value_float", 0), DType::F32)};
-  if (c.has_attr("value_int")) return {full({}, double(c.i("value_int", 0)), DType::I64)};
+  if (c.has_attr("value")) return {to_device(c.t("value"), c.device)};
+  if (c.has_attr("value_float")) return {scalar_tensor(c.f("value_float", 0), DType::F32, c.device)};
+  if (c.has_attr("value_int")) return {full({}, double(c.i("value_int", 0)), DType::I64, c.device)};
   if (c.has_attr("value_floats")) {
     const std::vector<double>& v = n.attributes.at("value_floats").floats;
-    return {from_vector(v, {int64_t(v.size())}, DType::F32)};
+    return {from_vector(v, {int64_t(v.size())}, DType::F32, c.device)};
   }
   std::vector<int64_t> v = c.ints("value_ints");
   std::vector<double> d(v.begin(), v.end());
-  return {from_vector(d, {int64_t(d.size())}, DType::I64)};
+  return {from_vector(d, {int64_t(d.size())}, DType::I64, c.device)};
 }
 
 Outs onnx_dropout(const OpContext& c) {

@@ -47,6 +47,7 @@ struct Node {
 struct OpContext {
   const Node& node;
   std::vector<Tensor> inputs;
+  Device device = Device::cpu();  // the model's: where constants the graph makes are put
 
   bool has(size_t i) const { return i < inputs.size() && inputs[i].defined(); }
   const Tensor& in(size_t i) const;
