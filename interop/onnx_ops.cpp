@@ -734,15 +734,9 @@ Outs onnx_scatter_elements(const OpContext& c) {
   return {scatter_add(where(written, zeros_like(x), x), axis, idx, updates)};
 }
 
-Outs onnx_gather_nd(const OpContext& c) {
-  const Tensor& x = c.in(0);
-  const Tensor& idx = c.in(1);  // (..., k): tuples into x's first k dims
+// The flat row index of each index tuple (..., k) into x's first k dims.
+Tensor flat_rows(const Tensor& x, const Tensor& idx) {
   int64_t k = idx.size(idx.dim() - 1);
-  int64_t rows = 1;
-  for (int64_t d = 0; d < k; ++d) rows *= x.size(d);
-  Shape flat = {rows};
-  for (int64_t d = k; d < x.dim(); ++d) flat.push_back(x.size(d));
-  // The flat row of each tuple: sum of index_j * stride_j over the first k dims.
   Tensor linear =
       zeros(Shape(std::vector<int64_t>(idx.sizes().begin(), idx.sizes().end() - 1)), DType::I64, x.device());
   int64_t stride = 1;
@@ -751,7 +745,16 @@ Outs onnx_gather_nd(const OpContext& c) {
     linear = add(linear, mul(part, full({}, double(stride), DType::I64, x.device())));
     stride *= x.size(d);
   }
-  Tensor picked = index_select(reshape(x, flat), 0, reshape(linear, {-1}));
+  return reshape(linear, {-1});
+}
+
+Outs onnx_gather_nd(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& idx = c.in(1);  // (..., k): tuples into x's first k dims
+  int64_t k = idx.size(idx.dim() - 1);
+  Shape flat = {-1};
+  for (int64_t d = k; d < x.dim(); ++d) flat.push_back(x.size(d));
+  Tensor picked = index_select(reshape(x, flat), 0, flat_rows(x, idx));
   Shape sizes(std::vector<int64_t>(idx.sizes().begin(), idx.sizes().end() - 1));
   for (int64_t d = k; d < x.dim(); ++d) sizes.push_back(x.size(d));
   return {reshape(picked, sizes)};
@@ -883,20 +886,6 @@ Outs window_fn(const OpContext& c, const std::vector<double>& a) {
 }
 
 // ---- scatter by tuples, unpooling, reversing sequences
-// The flat row index of each index tuple (..., k) into x's first k dims.
-Tensor flat_rows(const Tensor& x, const Tensor& idx) {
-  int64_t k = idx.size(idx.dim() - 1);
-  Tensor linear =
-      zeros(Shape(std::vector<int64_t>(idx.sizes().begin(), idx.sizes().end() - 1)), DType::I64, x.device());
-  int64_t stride = 1;
-  for (int64_t d = k - 1; d >= 0; --d) {
-    Tensor part = wrap_indices(select(idx, idx.dim() - 1, d), x.size(d));
-    linear = add(linear, mul(part, full({}, double(stride), DType::I64, x.device())));
-    stride *= x.size(d);
-  }
-  return reshape(linear, {-1});
-}
-
 Outs onnx_scatter_nd(const OpContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& idx = c.in(1);
