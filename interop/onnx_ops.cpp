@@ -7,6 +7,7 @@
 #include "interop/onnx_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -958,6 +959,56 @@ Outs onnx_reverse_sequence(const OpContext& c) {
   return {gather(x, time_axis, index)};
 }
 
+// ---- data-dependent outputs computed on the host (the values read back, as nonzero does)
+// NonMaxSuppression: per batch and class, boxes by descending score, each kept unless it
+// overlaps a kept one by IoU > iou_threshold. Output (count, 3) I64: batch, class, box.
+Outs onnx_non_max_suppression(const OpContext& c) {
+  const Tensor& boxes = c.in(0);   // (B, N, 4)
+  const Tensor& scores = c.in(1);  // (B, C, N)
+  int64_t max_out = c.has(2) ? c.values(2).at(0) : 0;
+  double iou_limit = c.has(3) ? c.in(3).item<double>() : 0.0;
+  bool has_floor = c.has(4);
+  double score_floor = has_floor ? c.in(4).item<double>() : 0.0;
+  bool centered = c.i("center_point_box", 0) != 0;
+  int64_t nb = boxes.size(0), n = boxes.size(1), nc = scores.size(1);
+  std::vector<double> bx = boxes.to_vector<double>(), sc = scores.to_vector<double>();
+  // Corners (y1, x1, y2, x2), ordered, of box i of batch b.
+  auto corners = [&](int64_t b, int64_t i) {
+    const double* p = &bx[(b * n + i) * 4];
+    if (centered) return std::array<double, 4>{p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2};
+    return std::array<double, 4>{std::min(p[0], p[2]), std::min(p[1], p[3]), std::max(p[0], p[2]),
+                                 std::max(p[1], p[3])};
+  };
+  auto iou = [&](int64_t b, int64_t i, int64_t j) {
+    auto p = corners(b, i), q = corners(b, j);
+    double h = std::max(0.0, std::min(p[2], q[2]) - std::max(p[0], q[0]));
+    double w = std::max(0.0, std::min(p[3], q[3]) - std::max(p[1], q[1]));
+    double inter = h * w;
+    double uni = (p[2] - p[0]) * (p[3] - p[1]) + (q[2] - q[0]) * (q[3] - q[1]) - inter;
+    return uni <= 0 ? 0.0 : inter / uni;
+  };
+  std::vector<double> out;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t k = 0; k < nc; ++k) {
+      const double* s = &sc[(b * nc + k) * n];
+      std::vector<int64_t> order;
+      for (int64_t i = 0; i < n; ++i) {
+        if (!has_floor || s[i] > score_floor) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return s[x] > s[y]; });
+      std::vector<int64_t> kept;
+      for (int64_t i : order) {
+        if (int64_t(kept.size()) >= max_out) break;
+        if (std::all_of(kept.begin(), kept.end(), [&](int64_t j) { return iou(b, i, j) <= iou_limit; })) {
+          kept.push_back(i);
+          out.insert(out.end(), {double(b), double(k), double(i)});
+        }
+      }
+    }
+  }
+  return {from_vector(out, {int64_t(out.size() / 3), 3}, DType::I64, boxes.device())};
+}
+
 // ---- convolution and pooling, written for 2-D; a 1-D input runs as (B, C, 1, L).
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, begin, end;  // per spatial dim
@@ -1545,6 +1596,7 @@ const std::vector<OpEntry>& op_table() {
       {"LSTM", 7, 17, [](const OpContext& c) { return recurrent(c, Cell::Lstm); },
        {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget",
         "layout"}, check_recurrent},
+      {"NonMaxSuppression", 10, 17, onnx_non_max_suppression, {"center_point_box"}},
       {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
       {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
   };
