@@ -1009,6 +1009,48 @@ Outs onnx_non_max_suppression(const OpContext& c) {
   return {from_vector(out, {int64_t(out.size() / 3), 3}, DType::I64, boxes.device())};
 }
 
+// Unique: the distinct elements (or slices along `axis`), sorted or in order of first
+// occurrence, with their first indices, each input's position among them, and counts.
+Outs onnx_unique(const OpContext& c) {
+  const Tensor& x = c.in(0);
+  bool by_axis = c.has_attr("axis");
+  int64_t axis = by_axis ? wrap(c.i("axis", 0), x.dim()) : 0;
+  Shape to_front;
+  to_front.push_back(axis);
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d != axis) to_front.push_back(d);
+  }
+  Tensor rows = by_axis ? contiguous(permute(x, to_front)) : reshape(x, {-1});
+  int64_t n = rows.size(0);
+  int64_t width = n == 0 ? 0 : rows.numel() / n;
+  std::vector<double> v = rows.to_vector<double>();
+  auto row = [&](int64_t i) { return std::vector<double>(v.begin() + i * width, v.begin() + (i + 1) * width); };
+  std::vector<int64_t> first;  // first occurrence of each distinct row
+  std::map<std::vector<double>, int64_t> seen;
+  for (int64_t i = 0; i < n; ++i) {
+    if (seen.emplace(row(i), int64_t(first.size())).second) first.push_back(i);
+  }
+  if (c.i("sorted", 1) != 0) {
+    std::sort(first.begin(), first.end(), [&](int64_t a, int64_t b) { return row(a) < row(b); });
+  }
+  std::map<std::vector<double>, int64_t> rank;
+  for (size_t k = 0; k < first.size(); ++k) rank[row(first[k])] = int64_t(k);
+  std::vector<double> inverse(n), counts(first.size(), 0.0), firsts(first.begin(), first.end());
+  for (int64_t i = 0; i < n; ++i) {
+    inverse[i] = double(rank[row(i)]);
+    counts[size_t(inverse[i])] += 1;
+  }
+  int64_t m = int64_t(first.size());
+  Tensor idx = from_vector(firsts, {m}, DType::I64, x.device());
+  Tensor y = index_select(rows, 0, idx);
+  if (by_axis) {
+    Shape back = Shape::filled(x.dim(), 0);
+    for (int64_t d = 0; d < x.dim(); ++d) back[to_front[d]] = d;
+    y = permute(y, back);
+  }
+  return {y, idx, from_vector(inverse, {n}, DType::I64, x.device()), from_vector(counts, {m}, DType::I64, x.device())};
+}
+
 // ---- convolution and pooling, written for 2-D; a 1-D input runs as (B, C, 1, L).
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, begin, end;  // per spatial dim
@@ -1597,6 +1639,7 @@ const std::vector<OpEntry>& op_table() {
        {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget",
         "layout"}, check_recurrent},
       {"NonMaxSuppression", 10, 17, onnx_non_max_suppression, {"center_point_box"}},
+      {"Unique", 11, 17, onnx_unique, {"axis", "sorted"}},
       {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
       {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
   };
