@@ -1051,6 +1051,79 @@ Outs onnx_unique(const OpContext& c) {
   return {y, idx, from_vector(inverse, {n}, DType::I64, x.device()), from_vector(counts, {m}, DType::I64, x.device())};
 }
 
+// GridSample (4-D): the sample positions and weights from the grid on the host (as ONNX's
+// reference), the values gathered from x on its device, so gradients reach x (not the grid).
+double reflect(double v, double lo, double hi) {
+  double range = hi - lo;
+  if (range <= 0) return lo;
+  if (v < lo || v > hi) {
+    double dx = v < lo ? lo - v : v - hi;
+    auto n = int64_t(dx / range);
+    double r = dx - double(n) * range;
+    bool even = n % 2 == 0;
+    v = v < lo ? (even ? lo + r : hi - r) : (even ? hi - r : lo + r);
+  }
+  return v;
+}
+
+Outs onnx_grid_sample(const OpContext& c) {
+  const Tensor& x = c.in(0);     // (N, C, H, W)
+  const Tensor& grid = c.in(1);  // (N, Ho, Wo, 2): x then y, in [-1, 1]
+  if (x.dim() != 4) throw UnsupportedError("only 4-d inputs are supported");
+  bool align = c.i("align_corners", 0) != 0;
+  std::string mode = c.s("mode", "bilinear"), padding = c.s("padding_mode", "zeros");
+  int64_t n = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
+  int64_t ho = grid.size(1), wo = grid.size(2), m = ho * wo;
+  std::vector<double> g = grid.to_vector<double>();
+  int taps = mode == "nearest" ? 1 : 4;
+  std::vector<std::vector<double>> index(taps, std::vector<double>(n * m)), weight(taps, std::vector<double>(n * m));
+  auto unnormalize = [&](double v, int64_t size) {
+    return align ? (v + 1) / 2 * double(size - 1) : ((v + 1) * double(size) - 1) / 2;
+  };
+  auto bound = [&](double v, int64_t size) {
+    if (padding == "border") return std::clamp(v, 0.0, double(size - 1));
+    if (padding == "reflection") {
+      return std::clamp(align ? reflect(v, 0, double(size - 1)) : reflect(v, -0.5, double(size) - 0.5), 0.0,
+                        double(size - 1));
+    }
+    return v;
+  };
+  for (int64_t k = 0; k < n * m; ++k) {
+    double px = bound(unnormalize(g[2 * k], w), w), py = bound(unnormalize(g[2 * k + 1], h), h);
+    std::vector<std::array<double, 3>> picks;  // row, column, weight
+    if (taps == 1) {
+      picks.push_back({std::nearbyint(py), std::nearbyint(px), 1.0});
+    } else {
+      double x0 = std::floor(px), y0 = std::floor(py), fx = px - x0, fy = py - y0;
+      picks = {{y0, x0, (1 - fy) * (1 - fx)},
+               {y0, x0 + 1, (1 - fy) * fx},
+               {y0 + 1, x0, fy * (1 - fx)},
+               {y0 + 1, x0 + 1, fy * fx}};
+    }
+    for (int t = 0; t < taps; ++t) {
+      double r = picks[t][0], col = picks[t][1];
+      bool inside = r >= 0 && r <= double(h - 1) && col >= 0 && col <= double(w - 1);
+      r = std::clamp(r, 0.0, double(h - 1));  // border and reflection: the edge pixel
+      col = std::clamp(col, 0.0, double(w - 1));
+      index[t][k] = r * double(w) + col;
+      weight[t][k] = (inside || padding != "zeros") ? picks[t][2] : 0.0;
+    }
+  }
+  Tensor plane = reshape(x, {n, ch, h * w});
+  Tensor y;
+  for (int t = 0; t < taps; ++t) {
+    Tensor idx = contiguous(expand(from_vector(index[t], {n, 1, m}, DType::I64, x.device()), {n, ch, m}));
+    Tensor part = mul(gather(plane, 2, idx), from_vector(weight[t], {n, 1, m}, x.dtype(), x.device()));
+    y = y.defined() ? add(y, part) : part;
+  }
+  return {reshape(y, {n, ch, ho, wo})};
+}
+
+void check_grid_sample(const Node& n) {
+  std::string mode = string_attr(n, "mode", "bilinear");
+  refuse_unless(mode == "bilinear" || mode == "nearest", "mode '" + mode + "'");
+}
+
 // ---- convolution and pooling, written for 2-D; a 1-D input runs as (B, C, 1, L).
 struct Window {
   std::vector<int64_t> kernel, strides, dilations, begin, end;  // per spatial dim
@@ -1640,6 +1713,7 @@ const std::vector<OpEntry>& op_table() {
         "layout"}, check_recurrent},
       {"NonMaxSuppression", 10, 17, onnx_non_max_suppression, {"center_point_box"}},
       {"Unique", 11, 17, onnx_unique, {"axis", "sorted"}},
+      {"GridSample", 16, 17, onnx_grid_sample, {"align_corners", "mode", "padding_mode"}, check_grid_sample},
       {"NegativeLogLikelihoodLoss", 12, 17, onnx_nll, {"ignore_index", "reduction"}},
       {"SoftmaxCrossEntropyLoss", 12, 17, onnx_softmax_cross_entropy, {"ignore_index", "reduction"}},
   };
