@@ -146,9 +146,11 @@ TEST_CASE("onnx conformance: ONNX's backend tests give exactly the expected pass
   std::map<std::string, Outcome> actual;
   std::map<std::string, OpCount> by_op;
   std::vector<std::string> changes;
+  std::set<std::string> supported;
+  for (const auto& op : onnx::supported_ops()) supported.insert(op.op_type);
   for (const std::string& suite : kSuites) {
     int pass = 0, fail = 0, unsupported = 0;
-    std::set<std::string> suite_ops_passing;
+    std::set<std::string> suite_ops;
     std::vector<fs::path> cases;
     for (const auto& e : fs::directory_iterator(kRoot / suite)) cases.push_back(e.path());
     std::sort(cases.begin(), cases.end());
@@ -163,6 +165,7 @@ TEST_CASE("onnx conformance: ONNX's backend tests give exactly the expected pass
       } catch (const std::exception&) {
       }
       for (const std::string& op : ops) {
+        suite_ops.insert(op);
         OpCount& c = by_op[op];
         (got.status == "pass" ? c.pass : got.status == "fail" ? c.fail : c.unsupported)++;
       }
@@ -173,15 +176,16 @@ TEST_CASE("onnx conformance: ONNX's backend tests give exactly the expected pass
                           (got.reason.empty() ? "" : " (" + got.reason + ")"));
       }
     }
+    int64_t known = std::count_if(suite_ops.begin(), suite_ops.end(),
+                                  [&](const std::string& op) { return supported.count(op) != 0; });
     MESSAGE("onnx conformance, " << suite << ": " << pass << " passed, " << fail << " failed, " << unsupported
-                                 << " unsupported of " << cases.size());
+                                 << " unsupported of " << cases.size() << "; " << known << " of its "
+                                 << suite_ops.size() << " op types supported");
   }
   for (const auto& kv : expected) {
     if (!actual.count(kv.first))
       changes.push_back(kv.first + ": listed as expected " + kv.second.status + " but no such case");
   }
-  std::set<std::string> supported;
-  for (const auto& op : onnx::supported_ops()) supported.insert(op.op_type);
   MESSAGE("onnx conformance: the importer supports " << supported.size() << " ONNX op types");
 
   fs::path tmp = fs::temp_directory_path();
