@@ -1,7 +1,8 @@
 // brisk.h: the umbrella header: the whole public API in one include: tensors, ops, autograd,
 // autocast, random, threads; nn (modules, layers, functional, init, models, saving); optim
 // (optimizers, schedulers, clipping, early stopping, the gradient scaler); data (datasets,
-// readers, transforms, samplers, the loader); train (checkpoints); and, in programs linked to
+// readers, transforms, samplers, the loader); text (tokenizers, token files); train
+// (checkpoints); interop (ONNX export and import, torch.save files); and, in programs linked to
 // brisk::dist, dist (process groups, DDP, ZeRO-1). The narrower headers work on their own too.
 #pragma once
 
@@ -25,16 +26,19 @@
 #include "engine/serialize.h"
 #include "engine/tensor.h"
 #include "engine/threads.h"
+#include "interop/onnx_export.h"
+#include "interop/onnx_import.h"
+#include "interop/torch_file.h"
 #include "nn/ctc.h"
 #include "nn/distill.h"
 #include "nn/features.h"
 #include "nn/functional.h"
+#include "nn/generate.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/layers_extra.h"
 #include "nn/layers_resize.h"
 #include "nn/losses.h"
-#include "nn/generate.h"
 #include "nn/models/gpt2.h"
 #include "nn/models/simple.h"
 #include "nn/models/vision.h"
@@ -47,6 +51,9 @@
 #include "nn/serialize_module.h"
 #include "nn/transformer.h"
 #include "optim/optim.h"
+#include "text/bpe.h"
+#include "text/token_file.h"
+#include "text/tokenize_files.h"
 #include "train/checkpoint.h"
 
 #ifdef BRISK_WITH_DIST

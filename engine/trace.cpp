@@ -28,7 +28,8 @@ Recorder*& current() { return t_recorder; }
 
 void detail_record(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<const Tensor> out) {
   Recorder* r = detail::current();
-  r->records_.push_back({id, attrs, std::vector<Tensor>(in.begin(), in.end()), std::vector<Tensor>(out.begin(), out.end())});
+  r->records_.push_back(
+      {id, attrs, std::vector<Tensor>(in.begin(), in.end()), std::vector<Tensor>(out.begin(), out.end())});
 }
 
 Recorder::Recorder() {

@@ -211,8 +211,10 @@ class Exporter {
   std::vector<int64_t> reshape_target(const Tensor& in, const Shape& target) const {
     std::vector<int64_t> v(target.begin(), target.end());
     if (batch_ <= 0 || v.empty() || !depends_on_input_.count(key(in)) || v[0] % batch_ != 0) return v;
-    if (in.dim() > 0 && in.size(0) == batch_ && v[0] == batch_) v[0] = 0;
-    else if (std::find(v.begin(), v.end(), -1) == v.end()) v[0] = -1;
+    if (in.dim() > 0 && in.size(0) == batch_ && v[0] == batch_)
+      v[0] = 0;
+    else if (std::find(v.begin(), v.end(), -1) == v.end())
+      v[0] = -1;
     return v;
   }
   std::unordered_map<Key, bool> depends_on_input_;

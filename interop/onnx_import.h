@@ -65,9 +65,9 @@ Tensor load_tensor(const std::string& path);
 
 // The importer's op table: op type (domain ai.onnx) and the opset versions each entry handles.
 struct OpSupport {
-  std::string op_type;
-  int first_opset;
-  int last_opset;
+  std::string op_type{};
+  int first_opset = 0;
+  int last_opset = 0;
 };
 std::vector<OpSupport> supported_ops();
 

@@ -67,7 +67,8 @@ void apply_top_p(std::vector<float>& logits, double top_p) {
   const size_t n = logits.size();
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] < logits[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[size_t(a)] < logits[size_t(b)]; });
   const float mx = logits[size_t(order.back())];
   double total = 0;
   for (float l : logits) total += l == kNegInf ? 0.0 : std::exp(double(l - mx));
@@ -85,7 +86,8 @@ int64_t sample(const std::vector<float>& logits, double u) {
   const float mx = *std::max_element(logits.begin(), logits.end());
   std::vector<double> p(logits.size());
   double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) total += p[i] = logits[i] == kNegInf ? 0.0 : std::exp(double(logits[i] - mx));
+  for (size_t i = 0; i < logits.size(); ++i)
+    total += p[i] = logits[i] == kNegInf ? 0.0 : std::exp(double(logits[i] - mx));
   double target = u * total, cum = 0;
   int64_t last = 0;
   for (size_t i = 0; i < p.size(); ++i) {
@@ -135,8 +137,7 @@ Tensor CausalLM::generate(const Tensor& input_ids, const GenerationOptions& o, c
     }
   }
   bool padded = false;
-  for (const auto& m : masks)
-    padded = padded || std::find(m.begin(), m.end(), 0) != m.end();
+  for (const auto& m : masks) padded = padded || std::find(m.begin(), m.end(), 0) != m.end();
   std::unique_ptr<Generator> own;
   if (o.seed) own = std::make_unique<Generator>(*o.seed);
   Generator* gen = own ? own.get() : &default_generator();

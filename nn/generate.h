@@ -26,9 +26,9 @@ struct GenerationOptions {
   bool do_sample = false;
   bool use_cache = true;  // false recomputes every position each step (the reference)
   double temperature = 1.0;
-  int64_t top_k = 0;    // 0: off (HF's default is 50 when sampling; brisk asks for it explicitly)
-  double top_p = 1.0;   // nucleus: the smallest set of tokens whose probability reaches top_p
-  double repetition_penalty = 1.0;  // CTRL's: a seen token's logit divided (> 0) or multiplied (< 0)
+  int64_t top_k = 0;                   // 0: off (HF's default is 50 when sampling; brisk asks for it explicitly)
+  double top_p = 1.0;                  // nucleus: the smallest set of tokens whose probability reaches top_p
+  double repetition_penalty = 1.0;     // CTRL's: a seen token's logit divided (> 0) or multiplied (< 0)
   int64_t pad_token_id = 0;            // what a finished row emits while others go on
   std::vector<int64_t> stop_tokens{};  // eos_token_id: a row ends after emitting one of these
   std::optional<uint64_t> seed{};      // sampling draws from Generator(seed); else the default generator
@@ -44,7 +44,7 @@ class CausalLM : public Module {
   // real token and 0 for padding (left padding: the pads come first); undefined: all real.
   // last_only: the logits of the last position only, (B, 1, vocab).
   virtual Tensor forward_step(const Tensor& ids, const Tensor& attention_mask, bool use_cache, bool last_only) = 0;
-  virtual void reset_cache() = 0;                   // every attention module's cache: new sequence
+  virtual void reset_cache() = 0;  // every attention module's cache: new sequence
   virtual void reserve_cache(int64_t positions) = 0;
   virtual int64_t cached_length() const = 0;
   virtual int64_t max_positions() const = 0;  // the longest sequence the model takes

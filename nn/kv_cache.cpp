@@ -8,10 +8,9 @@
 namespace brisk::nn {
 
 std::pair<Tensor, Tensor> KVCache::append(const Tensor& k, const Tensor& v) {
-  BRISK_CHECK(k.dim() == 4 && v.dim() == 4 && k.size(0) == v.size(0) && k.size(1) == v.size(1) &&
-                  k.size(2) == v.size(2),
-              "KVCache::append: expects keys and values (B, H, t, D) with equal B, H and t, got ", k.str(), " and ",
-              v.str());
+  BRISK_CHECK(
+      k.dim() == 4 && v.dim() == 4 && k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2),
+      "KVCache::append: expects keys and values (B, H, t, D) with equal B, H and t, got ", k.str(), " and ", v.str());
   const int64_t t = k.size(2), need = length_ + t;
   auto fits = [&](const Tensor& cache, const Tensor& x) {
     return cache.defined() && cache.size(0) == x.size(0) && cache.size(1) == x.size(1) && cache.size(3) == x.size(3) &&

@@ -270,7 +270,8 @@ Tensor MultiheadAttention::forward(const Tensor& q_in, const Tensor& k_in, const
       // The bottom-right diagonal: query i is position past + i. A (T, S) Bool mask joins the
       // caller's (and with a Bool one; a float one gets -inf where the diagonal forbids).
       const int64_t t = qh.size(2), s = kh.size(2);
-      Tensor rows = arange(t, DType::I64, qh.device()).unsqueeze(1) + scalar_tensor(double(past), DType::I64, qh.device());
+      Tensor rows =
+          arange(t, DType::I64, qh.device()).unsqueeze(1) + scalar_tensor(double(past), DType::I64, qh.device());
       Tensor diag = le(arange(s, DType::I64, qh.device()).unsqueeze(0), rows);  // (T, S), true = attend
       if (!allowed.defined()) {
         allowed = diag;

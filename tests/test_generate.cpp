@@ -6,12 +6,12 @@
 // logits against the full forward; seeded sampling; the cache's growth; errors.
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -51,7 +51,9 @@ std::vector<std::vector<int64_t>> rows(const Tensor& t) {
   return r;
 }
 
-std::vector<std::vector<int64_t>> as_rows(const nlohmann::json& j) { return j.get<std::vector<std::vector<int64_t>>>(); }
+std::vector<std::vector<int64_t>> as_rows(const nlohmann::json& j) {
+  return j.get<std::vector<std::vector<int64_t>>>();
+}
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   return max(abs(a.to(DType::F64) - b.to(DType::F64))).item<double>();
@@ -89,7 +91,8 @@ TEST_CASE("generate: from_pretrained reads a checkpoint whose tensors are not al
   const auto tmp = std::filesystem::temp_directory_path() / "brisk_generate_unaligned";
   std::filesystem::create_directories(tmp);
   std::ofstream(tmp / "model.safetensors", std::ios::binary) << out;
-  std::filesystem::copy_file(dir() / "config.json", tmp / "config.json", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(dir() / "config.json", tmp / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
   auto g = GPT2::from_pretrained(tmp.string());
   g->eval();
   NoGradGuard no_grad;
@@ -167,8 +170,8 @@ TEST_CASE("generate: left padding leaves each row's logits as it is alone") {
 TEST_CASE("generate: sampling is reproducible from a seed and top_k = 1 is greedy") {
   auto m = model();
   const nn::PaddedBatch batch = nn::left_pad({{3, 14, 15, 92}, {65, 35}}, 0);
-  nn::GenerationOptions o{.max_new_tokens = 25, .do_sample = true, .temperature = 0.9, .top_k = 40, .top_p = 0.95,
-                          .seed = 1234};
+  nn::GenerationOptions o{
+      .max_new_tokens = 25, .do_sample = true, .temperature = 0.9, .top_k = 40, .top_p = 0.95, .seed = 1234};
   Tensor a = m->generate(batch.input_ids, o, batch.attention_mask);
   Tensor b = m->generate(batch.input_ids, o, batch.attention_mask);
   CHECK(rows(a) == rows(b));

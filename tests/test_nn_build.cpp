@@ -147,7 +147,8 @@ TEST_CASE("nn build: skip_init builds without drawing; a load then gives the ini
   CHECK(equal((*skipped)(idx), (*reference)(idx)));
   // GPT-2's init, one draw per weight: N(0, 0.02) embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer).
-  auto big = std::make_shared<nn::models::GPT2>(nn::models::GPT2Config{.vocab_size = 4000, .n_embd = 64, .n_layer = 4, .n_head = 4});
+  auto big = std::make_shared<nn::models::GPT2>(
+      nn::models::GPT2Config{.vocab_size = 4000, .n_embd = 64, .n_layer = 4, .n_head = 4});
   auto std_of = [&](const std::string& name) {
     for (auto& [n, p] : big->named_parameters())
       if (n == name) return std::sqrt(var(p.to(DType::F64)).item<double>());

@@ -4,6 +4,7 @@
 // initializers keep the parameters' names; errors name the op. The ONNX Runtime side is
 // tests/onnx_ort_check.sh (the case "onnx export: sample models" writes the models it runs).
 #include <doctest/doctest.h>
+#include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,8 +12,6 @@
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <onnx/onnx_pb.h>
 
 #include "brisk.h"
 #include "interop/onnx_export.h"
@@ -31,16 +30,37 @@ struct ZooCase {
 std::vector<ZooCase> zoo() {
   using namespace nn::models;
   return {
-      {"mlp", [] { return std::make_shared<MLP>(std::vector<int64_t>{20, 32, 16, 5}); },
-       [](int64_t b) { return randn({b, 20}); }},
-      {"small_cnn", [] { return std::make_shared<SmallCNN>(); }, [](int64_t b) { return randn({b, 1, 28, 28}); }},
-      {"resnet18", [] { return resnet18(10); }, [](int64_t b) { return randn({b, 3, 64, 64}); }},
-      {"vgg11", [] { return vgg11(10); }, [](int64_t b) { return randn({b, 3, 32, 32}); }},
-      {"mobilenet_v2", [] { return std::make_shared<MobileNetV2>(10); }, [](int64_t b) { return randn({b, 3, 32, 32}); }},
+      {"mlp",
+       [] {
+         return std::make_shared<MLP>(std::vector<int64_t>{20, 32, 16, 5});
+       },
+       [](int64_t b) {
+         return randn({b, 20});
+       }},
+      {"small_cnn", [] { return std::make_shared<SmallCNN>(); },
+       [](int64_t b) {
+         return randn({b, 1, 28, 28});
+       }},
+      {"resnet18", [] { return resnet18(10); },
+       [](int64_t b) {
+         return randn({b, 3, 64, 64});
+       }},
+      {"vgg11", [] { return vgg11(10); },
+       [](int64_t b) {
+         return randn({b, 3, 32, 32});
+       }},
+      {"mobilenet_v2", [] { return std::make_shared<MobileNetV2>(10); },
+       [](int64_t b) {
+         return randn({b, 3, 32, 32});
+       }},
       {"gpt2_small",
-       [] { return std::make_shared<GPT2>(GPT2Config{.vocab_size = 97, .n_positions = 16, .n_embd = 32, .n_layer = 2,
-                                                      .n_head = 4, .dropout = 0.0}); },
-       [](int64_t b) { return randint(0, 97, {b, 16}, DType::I64); }},
+       [] {
+         return std::make_shared<GPT2>(
+             GPT2Config{.vocab_size = 97, .n_positions = 16, .n_embd = 32, .n_layer = 2, .n_head = 4, .dropout = 0.0});
+       },
+       [](int64_t b) {
+         return randint(0, 97, {b, 16}, DType::I64);
+       }},
       {"transformer_encoder",
        [] {
          nn::TransformerOptions o;
@@ -50,7 +70,9 @@ std::vector<ZooCase> zoo() {
          auto layer = std::make_shared<nn::TransformerEncoderLayer>(32, 4, o);
          return std::make_shared<nn::TransformerEncoder>(layer, 2);
        },
-       [](int64_t b) { return randn({b, 7, 32}); }},
+       [](int64_t b) {
+         return randn({b, 7, 32});
+       }},
   };
 }
 
@@ -71,7 +93,7 @@ TEST_CASE("onnx export: zoo models round-trip through the importer at another ba
     model->eval();
     const std::string path = (dir / (c.name + ".onnx")).string();
     brisk::onnx::export_model(*model, {c.input(2)}, path,
-                       {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+                              {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
     auto imported = brisk::onnx::load_model(path);
     // The initializers are the parameters, by name.
     auto state = imported->state_dict();
@@ -103,7 +125,8 @@ TEST_CASE("onnx export: what cannot be exported is named") {
                        doctest::Contains("dropout in training mode"), Error);
   auto bn = std::make_shared<nn::BatchNorm2d>(3);
   bn->train();
-  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*bn, {randn({2, 3, 4, 4})}), doctest::Contains("batch_norm"), Error);
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*bn, {randn({2, 3, 4, 4})}), doctest::Contains("batch_norm"),
+                       Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {}), doctest::Contains("needs example inputs"), Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {randn({2, 4})}, {.opset_version = 9}),
                        doctest::Contains("opset 9"), Error);
@@ -112,7 +135,8 @@ TEST_CASE("onnx export: what cannot be exported is named") {
 TEST_CASE("onnx export: the file is a valid model with opset 17 and the module's names") {
   auto model = std::make_shared<nn::models::MLP>(std::vector<int64_t>{6, 8, 3});
   model->eval();
-  const std::string bytes = brisk::onnx::export_model_bytes(*model, {randn({4, 6})}, {.dynamic_axes = {{"input", {{0, "n"}}}}});
+  const std::string bytes =
+      brisk::onnx::export_model_bytes(*model, {randn({4, 6})}, {.dynamic_axes = {{"input", {{0, "n"}}}}});
   ::onnx::ModelProto m;
   REQUIRE(m.ParseFromString(bytes));
   CHECK(m.opset_import(0).version() == 17);
@@ -121,7 +145,8 @@ TEST_CASE("onnx export: the file is a valid model with opset 17 and the module's
   CHECK(m.graph().output(0).name() == "output");
   std::vector<std::string> inits;
   for (const auto& t : m.graph().initializer()) inits.push_back(t.name());
-  for (const auto& [name, p] : model->named_parameters()) CHECK(std::find(inits.begin(), inits.end(), name) != inits.end());
+  for (const auto& [name, p] : model->named_parameters())
+    CHECK(std::find(inits.begin(), inits.end(), name) != inits.end());
 }
 
 // Writes each zoo model (batch 2) and its inputs and outputs at batch 2 and 5 into
@@ -134,7 +159,7 @@ TEST_CASE("onnx export: sample models") {
     auto model = c.make();
     model->eval();
     brisk::onnx::export_model(*model, {c.input(2)}, std::string(out) + "/" + c.name + ".onnx",
-                       {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+                              {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
     NoGradGuard no_grad;
     NamedTensors io;
     for (int64_t batch : {2, 5}) {

@@ -100,7 +100,8 @@ TEST_CASE("token file: malformed headers are refused with what is wrong") {
   write(bad);
   CHECK_THROWS_WITH_AS(TokenFile::open(path), doctest::Contains("version 2"), Error);
   write(good.substr(0, good.size() - 1));  // truncated
-  CHECK_THROWS_WITH_AS(TokenFile::open(path), doctest::Contains("the header says 300 ids, but 599 bytes follow"), Error);
+  CHECK_THROWS_WITH_AS(TokenFile::open(path), doctest::Contains("the header says 300 ids, but 599 bytes follow"),
+                       Error);
   bad = good;
   bad[11] = char(0x80);  // a negative count
   write(bad);

@@ -106,8 +106,8 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, std::o
     BRISK_FAIL(who, "magic ", magic, " is not a token file's (", kMagic16, " for uint16 ids, ", kMagic32,
                " for uint32)");
   }
-  BRISK_CHECK(count >= 0 && uint64_t(count) * width(f->dtype_) == bytes - kHeaderBytes, who, "the header says ",
-              count, " ids, but ", bytes - kHeaderBytes, " bytes follow it");
+  BRISK_CHECK(count >= 0 && uint64_t(count) * width(f->dtype_) == bytes - kHeaderBytes, who, "the header says ", count,
+              " ids, but ", bytes - kHeaderBytes, " bytes follow it");
   f->ids_ = p + kHeaderBytes;
   f->count_ = count;
   return f;
@@ -140,16 +140,16 @@ Tensor TokenFile::slice(int64_t start, int64_t n) const {
 TokenDataset::TokenDataset(std::shared_ptr<const TokenFile> file, int64_t block_size, int64_t stride)
     : file_(std::move(file)), block_(block_size), stride_(stride > 0 ? stride : block_size) {
   BRISK_CHECK(file_, "TokenDataset: no token file");
-  BRISK_CHECK(block_ > 0 && stride >= 0, "TokenDataset(", file_->path(), "): block_size must be > 0 and stride >= 0, got ",
-              block_, " and ", stride);
+  BRISK_CHECK(block_ > 0 && stride >= 0, "TokenDataset(", file_->path(),
+              "): block_size must be > 0 and stride >= 0, got ", block_, " and ", stride);
   BRISK_CHECK(file_->size() >= block_ + 1, "TokenDataset(", file_->path(), "): ", file_->size(),
               " ids are fewer than one window of block_size + 1 = ", block_ + 1);
   windows_ = (file_->size() - block_ - 1) / stride_ + 1;
 }
 
 data::Example TokenDataset::get(int64_t index) const {
-  BRISK_CHECK(index >= 0 && index < windows_, "TokenDataset(", file_->path(), "): index ", index,
-              " out of range for ", windows_, " windows");
+  BRISK_CHECK(index >= 0 && index < windows_, "TokenDataset(", file_->path(), "): index ", index, " out of range for ",
+              windows_, " windows");
   Tensor w = file_->slice(index * stride_, block_ + 1);
   return {w.narrow(0, 0, block_), w.narrow(0, 1, block_)};
 }

@@ -147,8 +147,8 @@ def per_call_ms(fn, iters, repeats=7):
         times.append((time.perf_counter() - t0) / iters)
     return sorted(times)[len(times) // 2] * 1e3
 )PY";
-  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " + which + " - " + std::to_string(threads) + " " + args +
-                          " 2>/dev/null <<'BRISK_PY'\n" + prelude + body + "\nBRISK_PY\n";
+  const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " + which + " - " + std::to_string(threads) +
+                          " " + args + " 2>/dev/null <<'BRISK_PY'\n" + prelude + body + "\nBRISK_PY\n";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
   int index = 0;

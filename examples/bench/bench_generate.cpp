@@ -23,10 +23,14 @@ int main(int argc, char** argv) {
   int threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--model") which_model = v;
-    else if (a == "--prompt") prompt = std::stoll(v);
-    else if (a == "--new") fresh = std::stoll(v);
-    else if (a == "--threads") threads = std::stoi(v);
+    if (a == "--model")
+      which_model = v;
+    else if (a == "--prompt")
+      prompt = std::stoll(v);
+    else if (a == "--new")
+      fresh = std::stoll(v);
+    else if (a == "--threads")
+      threads = std::stoi(v);
     else {
       std::fprintf(stderr, "bench_generate: unknown option %s\n", a.c_str());
       return 2;
@@ -47,9 +51,10 @@ int main(int argc, char** argv) {
   gpt->eval();
   Tensor ids = randint(0, c.vocab_size, {1, prompt}, DType::I64);
 
-  std::printf("bench_generate: GPT-2 %s (%lld layers, d %lld), batch 1, prompt %lld, %lld new tokens, greedy, %d threads\n",
-              which_model.c_str(), (long long)c.n_layer, (long long)c.n_embd, (long long)prompt, (long long)fresh,
-              get_num_threads());
+  std::printf(
+      "bench_generate: GPT-2 %s (%lld layers, d %lld), batch 1, prompt %lld, %lld new tokens, greedy, %d threads\n",
+      which_model.c_str(), (long long)c.n_layer, (long long)c.n_embd, (long long)prompt, (long long)fresh,
+      get_num_threads());
   // Warm-up (allocator, thread pool), then one timed run per mode: a run is seconds long.
   gpt->generate(ids, {.max_new_tokens = 8});
   double tps[2] = {0, 0};
@@ -91,8 +96,9 @@ with torch.no_grad():
     std::printf("  transformers: not run (%s has no torch + transformers)\n", which.c_str());
   }
   std::printf("the cache's speed-up: brisk %.1fx", tps[1] / tps[0]);
-  if (pt_tps[0] > 0) std::printf(", transformers %.1fx; brisk / transformers tokens/s: cache %.2f, no cache %.2f",
-                                 pt_tps[1] / pt_tps[0], tps[1] / pt_tps[1], tps[0] / pt_tps[0]);
+  if (pt_tps[0] > 0)
+    std::printf(", transformers %.1fx; brisk / transformers tokens/s: cache %.2f, no cache %.2f", pt_tps[1] / pt_tps[0],
+                tps[1] / pt_tps[1], tps[0] / pt_tps[0]);
   std::printf("\n");
   return 0;
 }

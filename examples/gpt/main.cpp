@@ -86,25 +86,44 @@ Args parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw Error("gpt: " + k + " needs a value");
     const std::string v = argv[++i];
-    if (k == "--out") a.out = v;
-    else if (k == "--corpus") a.corpus = v;
-    else if (k == "--steps") a.steps = std::stoll(v);
-    else if (k == "--batch") a.batch = std::stoll(v);
-    else if (k == "--accum") a.accum = std::stoll(v);
-    else if (k == "--block") a.block = std::stoll(v);
-    else if (k == "--layers") a.layers = std::stoll(v);
-    else if (k == "--d") a.d = std::stoll(v);
-    else if (k == "--heads") a.heads = std::stoll(v);
-    else if (k == "--vocab") a.vocab = std::stoll(v);
-    else if (k == "--lr") a.lr = std::stod(v);
-    else if (k == "--warmup") a.warmup = std::stoll(v);
-    else if (k == "--eval-every") a.eval_every = std::stoll(v);
-    else if (k == "--eval-windows") a.eval_windows = std::stoll(v);
-    else if (k == "--sample-tokens") a.sample_tokens = std::stoll(v);
-    else if (k == "--bf16") a.bf16 = v;
-    else if (k == "--seed") a.seed = std::stoull(v);
-    else if (k == "--threads") a.threads = std::stoi(v);
-    else throw Error("gpt: unknown option " + k);
+    if (k == "--out")
+      a.out = v;
+    else if (k == "--corpus")
+      a.corpus = v;
+    else if (k == "--steps")
+      a.steps = std::stoll(v);
+    else if (k == "--batch")
+      a.batch = std::stoll(v);
+    else if (k == "--accum")
+      a.accum = std::stoll(v);
+    else if (k == "--block")
+      a.block = std::stoll(v);
+    else if (k == "--layers")
+      a.layers = std::stoll(v);
+    else if (k == "--d")
+      a.d = std::stoll(v);
+    else if (k == "--heads")
+      a.heads = std::stoll(v);
+    else if (k == "--vocab")
+      a.vocab = std::stoll(v);
+    else if (k == "--lr")
+      a.lr = std::stod(v);
+    else if (k == "--warmup")
+      a.warmup = std::stoll(v);
+    else if (k == "--eval-every")
+      a.eval_every = std::stoll(v);
+    else if (k == "--eval-windows")
+      a.eval_windows = std::stoll(v);
+    else if (k == "--sample-tokens")
+      a.sample_tokens = std::stoll(v);
+    else if (k == "--bf16")
+      a.bf16 = v;
+    else if (k == "--seed")
+      a.seed = std::stoull(v);
+    else if (k == "--threads")
+      a.threads = std::stoi(v);
+    else
+      throw Error("gpt: unknown option " + k);
   }
   if (a.bf16 != "auto" && a.bf16 != "on" && a.bf16 != "off") throw Error("gpt: --bf16 is auto, on or off");
   if (a.batch <= 0 || a.accum <= 0 || a.steps <= 0 || a.block <= 0) throw Error("gpt: sizes must be > 0");
@@ -131,8 +150,10 @@ std::vector<std::string> read_fortunes(const std::string& dir, double fraction) 
       cur.clear();
     };
     while (std::getline(f, line)) {
-      if (line == "%") flush();
-      else cur += line + "\n";
+      if (line == "%")
+        flush();
+      else
+        cur += line + "\n";
     }
     flush();
   }
@@ -142,11 +163,23 @@ std::vector<std::string> read_fortunes(const std::string& dir, double fraction) 
 
 // Hugging Face's config.json for the model (what GPT2::from_pretrained and transformers read).
 nlohmann::json hf_config(const nn::models::GPT2Config& c, int64_t eot) {
-  return {{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}, {"vocab_size", c.vocab_size},
-          {"n_positions", c.n_positions}, {"n_embd", c.n_embd}, {"n_layer", c.n_layer}, {"n_head", c.n_head},
-          {"n_inner", nullptr}, {"activation_function", "gelu_new"}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0}, {"layer_norm_epsilon", c.layer_norm_eps}, {"initializer_range", 0.02},
-          {"bos_token_id", eot}, {"eos_token_id", eot}, {"tie_word_embeddings", true}};
+  return {{"model_type", "gpt2"},
+          {"architectures", {"GPT2LMHeadModel"}},
+          {"vocab_size", c.vocab_size},
+          {"n_positions", c.n_positions},
+          {"n_embd", c.n_embd},
+          {"n_layer", c.n_layer},
+          {"n_head", c.n_head},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"layer_norm_epsilon", c.layer_norm_eps},
+          {"initializer_range", 0.02},
+          {"bos_token_id", eot},
+          {"eos_token_id", eot},
+          {"tie_word_embeddings", true}};
 }
 
 void write_text(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
@@ -178,8 +211,8 @@ double evaluate(nn::Module& model, const text::TokenDataset& val, int64_t window
 }
 
 // The loss plot: train loss per step (thin) and validation loss at each evaluation (dots).
-std::string loss_svg(const std::vector<std::pair<int64_t, double>>& train, const std::vector<std::pair<int64_t, double>>& val,
-                     const std::string& title) {
+std::string loss_svg(const std::vector<std::pair<int64_t, double>>& train,
+                     const std::vector<std::pair<int64_t, double>>& val, const std::string& title) {
   const double W = 640, H = 360, L = 50, R = 20, T = 30, B = 40;
   double lo = 1e300, hi = -1e300;
   int64_t last = 1;
@@ -190,7 +223,8 @@ std::string loss_svg(const std::vector<std::pair<int64_t, double>>& train, const
   auto px = [&](double x) { return L + (W - L - R) * x / double(last); };
   auto py = [&](double y) { return T + (H - T - B) * (hi - y) / (hi - lo); };
   std::ostringstream s;
-  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='12'>\n"
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='12'>\n"
     << "<rect width='100%' height='100%' fill='white'/>\n<text x='" << L << "' y='18'>" << title << "</text>\n"
     << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B << "' stroke='black'/>\n"
     << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B << "' stroke='black'/>\n";
@@ -198,10 +232,12 @@ std::string loss_svg(const std::vector<std::pair<int64_t, double>>& train, const
     const double y = lo + (hi - lo) * i / 4;
     s << "<text x='4' y='" << py(y) + 4 << "'>" << std::round(y * 100) / 100 << "</text>\n";
   }
-  s << "<text x='" << W - R - 60 << "' y='" << H - 10 << "'>step " << last << "</text>\n<polyline fill='none' stroke='#1f77b4' points='";
+  s << "<text x='" << W - R - 60 << "' y='" << H - 10 << "'>step " << last
+    << "</text>\n<polyline fill='none' stroke='#1f77b4' points='";
   for (const auto& [x, y] : train) s << px(double(x)) << "," << py(y) << " ";
   s << "'/>\n";
-  for (const auto& [x, y] : val) s << "<circle cx='" << px(double(x)) << "' cy='" << py(y) << "' r='3' fill='#d62728'/>\n";
+  for (const auto& [x, y] : val)
+    s << "<circle cx='" << px(double(x)) << "' cy='" << py(y) << "' r='3' fill='#d62728'/>\n";
   s << "<text x='" << W - R - 200 << "' y='" << T + 12 << "' fill='#1f77b4'>train</text><text x='" << W - R - 150
     << "' y='" << T + 12 << "' fill='#d62728'>validation</text>\n</svg>\n";
   return s.str();
@@ -238,8 +274,8 @@ int main(int argc, char** argv) try {
     std::vector<std::string> fortunes = read_fortunes(a.corpus, a.corpus_fraction);
     std::vector<std::string> train_text, val_text;
     for (size_t i = 0; i < fortunes.size(); ++i) (i % 20 == 19 ? val_text : train_text).push_back(fortunes[i]);
-    text::ByteLevelBPE tok =
-        text::train_bpe_from_texts(train_text, {.vocab_size = a.vocab, .min_frequency = 2, .special_tokens = {"<|endoftext|>"}});
+    text::ByteLevelBPE tok = text::train_bpe_from_texts(
+        train_text, {.vocab_size = a.vocab, .min_frequency = 2, .special_tokens = {"<|endoftext|>"}});
     fs::create_directories(tok_dir);
     tok.save(tok_dir + "/vocab.json", tok_dir + "/merges.txt");
     tok.save_tokenizer_json(tok_dir + "/tokenizer.json");
@@ -269,8 +305,12 @@ int main(int argc, char** argv) try {
   text::TokenDataset val_ds(val_file, a.block);
 
   // ---- model, with its initial weights written for the twin
-  nn::models::GPT2Config cfg{.vocab_size = tok.vocab_size(), .n_positions = a.block, .n_embd = a.d, .n_layer = a.layers,
-                             .n_head = a.heads, .dropout = 0.0};
+  nn::models::GPT2Config cfg{.vocab_size = tok.vocab_size(),
+                             .n_positions = a.block,
+                             .n_embd = a.d,
+                             .n_layer = a.layers,
+                             .n_head = a.heads,
+                             .dropout = 0.0};
   manual_seed(a.seed);
   auto model = std::make_shared<nn::models::GPT2>(cfg);
   if (!a.resume && lead) {
@@ -289,7 +329,8 @@ int main(int argc, char** argv) try {
 #ifdef BRISK_GPT_DDP
   if (pg) sampler = std::make_shared<data::DistributedSampler>(train_ds->size(), world, rank, true, a.seed, true);
 #endif
-  data::DataLoader loader(train_ds, {.batch_size = micro, .sampler = sampler, .num_workers = 1, .drop_last = true, .seed = a.seed});
+  data::DataLoader loader(
+      train_ds, {.batch_size = micro, .sampler = sampler, .num_workers = 1, .drop_last = true, .seed = a.seed});
   if (!a.resume && lead && world == 1) {
     std::ostringstream order;
     int64_t written = 0;
@@ -310,7 +351,8 @@ int main(int argc, char** argv) try {
   opt.add_param_group(no_decay, {.weight_decay = 0.0});
   const int64_t warm = std::max<int64_t>(1, std::min(a.warmup, a.steps - 1));
   auto warmup = std::make_shared<optim::LinearLR>(opt, 1.0 / double(warm), 1.0, warm);
-  auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, std::max<int64_t>(1, a.steps - warm), a.lr * a.min_lr_ratio);
+  auto cosine =
+      std::make_shared<optim::CosineAnnealingLR>(opt, std::max<int64_t>(1, a.steps - warm), a.lr * a.min_lr_ratio);
   optim::SequentialLR sched(opt, {warmup, cosine}, {warm});
 
   const std::string ckpt = out + "/checkpoint" + (world > 1 ? ".rank" + std::to_string(rank) : "") + ".safetensors";
@@ -328,18 +370,29 @@ int main(int argc, char** argv) try {
     }
   }
   if (lead) {
-    write_text(out + "/run.json",
-               nlohmann::json{{"steps", a.steps}, {"batch", a.batch}, {"accum", a.accum}, {"block", a.block},
-                              {"lr", a.lr}, {"min_lr_ratio", a.min_lr_ratio}, {"weight_decay", a.weight_decay},
-                              {"clip", a.clip}, {"warmup", warm}, {"eval_every", a.eval_every},
-                              {"eval_windows", a.eval_windows}, {"bf16", bf16}, {"seed", a.seed}, {"world", world}}
-                       .dump(1) + "\n");
-    std::printf("gpt: GPT-2 %lld layers, d %lld, %lld heads, T %lld, vocab %lld (%.2fM parameters); %lld train / %lld val "
-                "tokens; batch %lld x %lld accum%s, %s, %d threads x %d ranks%s\n",
-                (long long)a.layers, (long long)a.d, (long long)a.heads, (long long)a.block, (long long)cfg.vocab_size,
-                double(model->num_parameters()) / 1e6, (long long)train_file->size(), (long long)val_file->size(),
-                (long long)micro * world, (long long)a.accum, "", bf16 ? "BF16 autocast" : "F32", get_num_threads(), world,
-                a.resume ? (", resumed at step " + std::to_string(st.step)).c_str() : "");
+    write_text(out + "/run.json", nlohmann::json{{"steps", a.steps},
+                                                 {"batch", a.batch},
+                                                 {"accum", a.accum},
+                                                 {"block", a.block},
+                                                 {"lr", a.lr},
+                                                 {"min_lr_ratio", a.min_lr_ratio},
+                                                 {"weight_decay", a.weight_decay},
+                                                 {"clip", a.clip},
+                                                 {"warmup", warm},
+                                                 {"eval_every", a.eval_every},
+                                                 {"eval_windows", a.eval_windows},
+                                                 {"bf16", bf16},
+                                                 {"seed", a.seed},
+                                                 {"world", world}}
+                                          .dump(1) +
+                                      "\n");
+    std::printf(
+        "gpt: GPT-2 %lld layers, d %lld, %lld heads, T %lld, vocab %lld (%.2fM parameters); %lld train / %lld val "
+        "tokens; batch %lld x %lld accum%s, %s, %d threads x %d ranks%s\n",
+        (long long)a.layers, (long long)a.d, (long long)a.heads, (long long)a.block, (long long)cfg.vocab_size,
+        double(model->num_parameters()) / 1e6, (long long)train_file->size(), (long long)val_file->size(),
+        (long long)micro * world, (long long)a.accum, "", bf16 ? "BF16 autocast" : "F32", get_num_threads(), world,
+        a.resume ? (", resumed at step " + std::to_string(st.step)).c_str() : "");
     std::fflush(stdout);
   }
   std::unique_ptr<training::SummaryWriter> tb;
@@ -411,8 +464,9 @@ int main(int argc, char** argv) try {
         const double tps = tokens_done / (e0 - t_start - eval_time);
         const double vl = evaluate(*model, val_ds, a.eval_windows, micro, bf16);
         val_curve.emplace_back(st.step, vl);
-        const nlohmann::json rec = {{"step", st.step}, {"train_loss", last_loss}, {"val_loss", vl},
-                                    {"val_perplexity", std::exp(vl)}, {"lr", opt.lr(0)}, {"tokens_per_s", tps}};
+        const nlohmann::json rec = {{"step", st.step}, {"train_loss", last_loss},
+                                    {"val_loss", vl},  {"val_perplexity", std::exp(vl)},
+                                    {"lr", opt.lr(0)}, {"tokens_per_s", tps}};
         log += rec.dump() + "\n";
         write_text(out + "/log.jsonl", log);
         write_text(out + "/loss.svg", loss_svg(train_curve, val_curve, "GPT on fortunes: loss"));
@@ -436,9 +490,14 @@ int main(int argc, char** argv) try {
     model->eval();
     // Three fortunes, each from the end-of-text token to the next one.
     Tensor prompt = full({3, 1}, double(eot), DType::I64);
-    Tensor ids = model->generate(prompt, {.max_new_tokens = std::min(a.sample_tokens, a.block - 1), .do_sample = true,
-                                          .temperature = 0.8, .top_k = 40, .top_p = 0.95, .pad_token_id = eot,
-                                          .stop_tokens = {eot}, .seed = a.seed});
+    Tensor ids = model->generate(prompt, {.max_new_tokens = std::min(a.sample_tokens, a.block - 1),
+                                          .do_sample = true,
+                                          .temperature = 0.8,
+                                          .top_k = 40,
+                                          .top_p = 0.95,
+                                          .pad_token_id = eot,
+                                          .stop_tokens = {eot},
+                                          .seed = a.seed});
     std::string sample;
     for (int64_t r = 0; r < ids.size(0); ++r) {
       std::vector<int32_t> v;

@@ -25,7 +25,8 @@ namespace {
 text::ByteLevelBPE load_tokenizer(const std::string& path) {
   const fs::path p(path);
   if (fs::is_directory(p)) {
-    if (fs::exists(p / "tokenizer.json")) return text::ByteLevelBPE::from_tokenizer_json((p / "tokenizer.json").string());
+    if (fs::exists(p / "tokenizer.json"))
+      return text::ByteLevelBPE::from_tokenizer_json((p / "tokenizer.json").string());
     if (fs::exists(p / "vocab.json") && fs::exists(p / "merges.txt"))
       return text::ByteLevelBPE::from_files((p / "vocab.json").string(), (p / "merges.txt").string());
     throw Error("brisk_tokenize: " + path + " holds neither tokenizer.json nor vocab.json + merges.txt");
@@ -52,16 +53,26 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) throw Error("brisk_tokenize: " + a + " needs a value");
       return argv[++i];
     };
-    if (a == "--tokenizer") tokenizer = value();
-    else if (a == "--train-vocab") train_vocab = std::stoll(value());
-    else if (a == "--min-frequency") min_frequency = std::stoll(value());
-    else if (a == "--special") specials.push_back(value());
-    else if (a == "--save-tokenizer") save_dir = value();
-    else if (a == "--out") out = value();
-    else if (a == "--separator") separator = value();
-    else if (a == "--dtype") dtype = value();
-    else if (a.starts_with("--")) return usage();
-    else inputs.push_back(a);
+    if (a == "--tokenizer")
+      tokenizer = value();
+    else if (a == "--train-vocab")
+      train_vocab = std::stoll(value());
+    else if (a == "--min-frequency")
+      min_frequency = std::stoll(value());
+    else if (a == "--special")
+      specials.push_back(value());
+    else if (a == "--save-tokenizer")
+      save_dir = value();
+    else if (a == "--out")
+      out = value();
+    else if (a == "--separator")
+      separator = value();
+    else if (a == "--dtype")
+      dtype = value();
+    else if (a.starts_with("--"))
+      return usage();
+    else
+      inputs.push_back(a);
   }
   if (out.empty() || inputs.empty() || (tokenizer.empty() == (train_vocab == 0))) return usage();
   if (!dtype.empty() && dtype != "u16" && dtype != "u32") return usage();
@@ -72,7 +83,8 @@ int main(int argc, char** argv) try {
   if (!tokenizer.empty()) {
     tok = load_tokenizer(tokenizer);
   } else {
-    tok = text::train_bpe(inputs, {.vocab_size = train_vocab, .min_frequency = min_frequency, .special_tokens = specials});
+    tok = text::train_bpe(inputs,
+                          {.vocab_size = train_vocab, .min_frequency = min_frequency, .special_tokens = specials});
     std::printf("trained a byte-level BPE of %lld tokens on %zu files in %.2f s\n", (long long)tok.vocab_size(),
                 inputs.size(), seconds());
   }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/serialize.h"
@@ -73,8 +72,8 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& mask, bool causal, bool
 GPT2::GPT2(GPT2Config c) : CausalLM("GPT2LMHeadModel"), config(c) {
   BRISK_CHECK(c.n_embd > 0 && c.n_head > 0 && c.n_embd % c.n_head == 0 && c.n_layer >= 0 && c.vocab_size > 0 &&
                   c.n_positions > 0,
-              "GPT2: n_embd (", c.n_embd, ") must be a positive multiple of n_head (", c.n_head,
-              "), with vocab_size (", c.vocab_size, ") and n_positions (", c.n_positions, ") > 0");
+              "GPT2: n_embd (", c.n_embd, ") must be a positive multiple of n_head (", c.n_head, "), with vocab_size (",
+              c.vocab_size, ") and n_positions (", c.n_positions, ") > 0");
   auto tr = std::make_shared<Holder>("GPT2Model");
   // Embedding's own N(0, 1) init is skipped: GPT-2's replaces it (one draw per weight, not two).
   auto wte = tr->register_module("wte", init::skip_init<Embedding>(c.vocab_size, c.n_embd));
@@ -139,8 +138,7 @@ StepMasks step_masks(const Tensor& attention_mask, int64_t b, int64_t past, int6
       if (j >= past) pos[size_t(bi * t + j - past)] = row[j] != 0 ? seen - 1 : 1;
     }
     for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = 0; j < s; ++j)
-        m[size_t((bi * t + i) * s + j)] = j == past + i || (j < past + i && row[j] != 0);
+      for (int64_t j = 0; j < s; ++j) m[size_t((bi * t + i) * s + j)] = j == past + i || (j < past + i && row[j] != 0);
   }
   r.positions = from_data(pos.data(), {b, t}, device);
   r.mask = from_data(m.get(), {b, 1, t, s}, device);
@@ -244,12 +242,12 @@ GPT2Config GPT2Config::from_json(const std::string& path) {
                 ": activation_function ", act.dump(), " is not supported (GELU's tanh form: gelu_new)");
   }
   for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
-    BRISK_CHECK(!j.contains(key) || !j[key].is_boolean() || !j[key].get<bool>(), "GPT2Config::from_json: ", path,
-                ": ", key, " = true is not supported");
+    BRISK_CHECK(!j.contains(key) || !j[key].is_boolean() || !j[key].get<bool>(), "GPT2Config::from_json: ", path, ": ",
+                key, " = true is not supported");
   }
-  BRISK_CHECK(!j.contains("scale_attn_weights") || !j["scale_attn_weights"].is_boolean() ||
-                  j["scale_attn_weights"].get<bool>(),
-              "GPT2Config::from_json: ", path, ": scale_attn_weights = false is not supported");
+  BRISK_CHECK(
+      !j.contains("scale_attn_weights") || !j["scale_attn_weights"].is_boolean() || j["scale_attn_weights"].get<bool>(),
+      "GPT2Config::from_json: ", path, ": scale_attn_weights = false is not supported");
   return c;
 }
 
