@@ -36,7 +36,11 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--threads") threads = std::stoi(argv[i + 1]);
   if (threads > 0) set_num_threads(threads);
   const std::vector<Case> cases = {
-      {"mlp", [] { return std::make_shared<nn::models::MLP>(std::vector<int64_t>{784, 512, 256, 10}); }, {256, 784}},
+      {"mlp",
+       [] {
+         return std::make_shared<nn::models::MLP>(std::vector<int64_t>{784, 512, 256, 10});
+       },
+       {256, 784}},
       {"small_cnn", [] { return std::make_shared<nn::models::SmallCNN>(); }, {64, 1, 28, 28}},
       {"resnet18", [] { return nn::models::resnet18(1000); }, {8, 3, 112, 112}},
       {"mobilenet_v2", [] { return std::make_shared<nn::models::MobileNetV2>(1000); }, {8, 3, 112, 112}},
@@ -78,23 +82,23 @@ int main(int argc, char** argv) {
     if (!python.empty()) {
       std::string shape;
       for (int64_t d : c.input) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-      const std::string cmd =
-          "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " + python + " - 2>/dev/null <<'BRISK_PY'\n" +
-          "import time, numpy as np\n"
-          "try:\n    import onnxruntime as ort\nexcept ImportError:\n    raise SystemExit(0)\n"
-          "o = ort.SessionOptions(); o.intra_op_num_threads = " +
-          std::to_string(get_num_threads()) +
-          "; o.inter_op_num_threads = 1\n"
-          "s = ort.InferenceSession('" +
-          path + "', o, providers=['CPUExecutionProvider'])\n" + "shape = (" + shape + ",)\n" +
-          (c.tokens ? "x = np.random.randint(0, 1000, shape).astype(np.int64)\n"
-                    : "x = np.random.randn(*shape).astype(np.float32)\n") +
-          "f = lambda: s.run(None, {'input': x})\n"
-          "for _ in range(3): f()\n"
-          "t = []\n"
-          "for _ in range(7):\n    a = time.perf_counter()\n    [f() for _ in range(3)]\n"
-          "    t.append((time.perf_counter() - a) / 3)\n"
-          "print('RESULT ms=%f' % (sorted(t)[3] * 1e3))\nBRISK_PY\n";
+      const std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " + python +
+                              " - 2>/dev/null <<'BRISK_PY'\n" +
+                              "import time, numpy as np\n"
+                              "try:\n    import onnxruntime as ort\nexcept ImportError:\n    raise SystemExit(0)\n"
+                              "o = ort.SessionOptions(); o.intra_op_num_threads = " +
+                              std::to_string(get_num_threads()) +
+                              "; o.inter_op_num_threads = 1\n"
+                              "s = ort.InferenceSession('" +
+                              path + "', o, providers=['CPUExecutionProvider'])\n" + "shape = (" + shape + ",)\n" +
+                              (c.tokens ? "x = np.random.randint(0, 1000, shape).astype(np.int64)\n"
+                                        : "x = np.random.randn(*shape).astype(np.float32)\n") +
+                              "f = lambda: s.run(None, {'input': x})\n"
+                              "for _ in range(3): f()\n"
+                              "t = []\n"
+                              "for _ in range(7):\n    a = time.perf_counter()\n    [f() for _ in range(3)]\n"
+                              "    t.append((time.perf_counter() - a) / 3)\n"
+                              "print('RESULT ms=%f' % (sorted(t)[3] * 1e3))\nBRISK_PY\n";
       std::string text;
       if (FILE* p = popen(cmd.c_str(), "r")) {
         char buf[256];
