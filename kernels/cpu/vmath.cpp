@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "engine/functions.h"
 #include "engine/op.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/lanes.h"
@@ -81,6 +82,35 @@ __attribute__((target("avx512f"))) float max_avx512(const float* x, int64_t n) {
   float best = lanes[0];
   for (float v : lanes) best = v > best ? v : best;
   return best;
+}
+
+// y = f(x) lane by lane over n elements (masked tail).
+template <class F>
+__attribute__((target("avx512f"))) void map_avx512(const float* x, float* y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+__attribute__((target("avx512f"))) void exp_avx512(const float* x, float* y, int64_t n) {
+  // libmvec's own expf on every lane: its slow path keeps the subnormal results (no clamp here)
+  map_avx512(
+      x, y, n, [](__m512 v) __attribute__((target("avx512f"))) { return _ZGVeN16v_expf(v); });
+}
+
+__attribute__((target("avx512f"))) void tanh_avx512(const float* x, float* y, int64_t n) {
+  map_avx512(
+      x, y, n, [](__m512 v) __attribute__((target("avx512f"))) { return _ZGVeN16v_tanhf(v); });
+}
+
+// 1 / (1 + exp(-x)); exp_ps's flush below -87.3 gives exactly 1 where the result rounds to 1.
+__attribute__((target("avx512f"))) void sigmoid_avx512(const float* x, float* y, int64_t n) {
+  map_avx512(
+      x, y, n, [](__m512 v) __attribute__((target("avx512f"))) {
+        const __m512 one = _mm512_set1_ps(1.0f);
+        return _mm512_div_ps(one, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+      });
 }
 
 // The same formulas as functors::Gelu / GeluBackward, lane by lane.
@@ -162,6 +192,28 @@ float max(const float* x, int64_t n) {
   return best;
 }
 
+void exp(const float* x, float* y, int64_t n) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return exp_avx512(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
+void tanh(const float* x, float* y, int64_t n) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return tanh_avx512(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+
+void sigmoid(const float* x, float* y, int64_t n) {
+#ifdef BRISK_WITH_MVEC
+  if (vector_math()) return sigmoid_avx512(x, y, n);
+#endif
+  const functors::Sigmoid f;
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
 void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
 #ifdef BRISK_WITH_MVEC
   if (vector_math()) return gelu_avx512(x, y, n, tanh_form);
@@ -200,6 +252,23 @@ void chunks(int64_t n, F body) {
 
 // The elementwise list's kernels, for dtypes and layouts other than dense F32.
 KernelFn g_gelu_fallback = nullptr, g_gelu_backward_fallback = nullptr;
+KernelFn g_exp_fallback = nullptr, g_tanh_fallback = nullptr, g_sigmoid_fallback = nullptr;
+
+// x -> y for exp, tanh, sigmoid: F32 through vmath whatever the layout (a strided input or
+// output goes through a dense copy, so a result never depends on the layout); other dtypes
+// through the elementwise kernel.
+template <KernelFn* Fallback, void (*F)(const float*, float*, int64_t)>
+void unary_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  if (in[0].dtype() != DType::F32 || out[0].dtype() != DType::F32 || in[0].sizes() != out[0].sizes())
+    return (*Fallback)(in, out, attrs);
+  const Tensor x = in[0].is_contiguous() ? in[0] : in[0].contiguous();
+  const bool direct = out[0].is_contiguous();
+  Tensor y = direct ? out[0] : empty(out[0].sizes(), DType::F32);
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  float* yp = static_cast<float*>(y.data_ptr());
+  chunks(y.numel(), [&](int64_t i, int64_t n) { F(xp + i, yp + i, n); });
+  if (!direct) out[0].copy_(y);
+}
 
 // x -> y: dense F32 through vmath.
 void gelu_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
@@ -228,6 +297,14 @@ void register_vmath() {
   BRISK_CHECK(g_gelu_fallback && g_gelu_backward_fallback, "register_vmath: the elementwise kernels come first");
   register_kernel(OpId::Gelu, DeviceType::CPU, gelu_kernel);
   register_kernel(OpId::GeluBackward, DeviceType::CPU, gelu_backward_kernel);
+  g_exp_fallback = op_def(OpId::Exp).kernels[int(DeviceType::CPU)];
+  g_tanh_fallback = op_def(OpId::Tanh).kernels[int(DeviceType::CPU)];
+  g_sigmoid_fallback = op_def(OpId::Sigmoid).kernels[int(DeviceType::CPU)];
+  BRISK_CHECK(g_exp_fallback && g_tanh_fallback && g_sigmoid_fallback,
+              "register_vmath: the elementwise kernels come first");
+  register_kernel(OpId::Exp, DeviceType::CPU, unary_kernel<&g_exp_fallback, vmath::exp>);
+  register_kernel(OpId::Tanh, DeviceType::CPU, unary_kernel<&g_tanh_fallback, vmath::tanh>);
+  register_kernel(OpId::Sigmoid, DeviceType::CPU, unary_kernel<&g_sigmoid_fallback, vmath::sigmoid>);
 }
 
 }  // namespace brisk::kernels::cpu
