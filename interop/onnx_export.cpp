@@ -125,6 +125,9 @@ class Exporter {
 
   // The ONNX name of a value, writing its initializer on first use.
   std::string use(const Tensor& t) {
+    auto gone = unavailable_.find(key(t));
+    BRISK_CHECK(gone == unavailable_.end(), "export_model: a later op uses a second output of ", gone->second, " (",
+                shape_text(t), "), which its ONNX form does not give");
     auto it = known_.find(key(t));
     if (it == known_.end()) {  // made outside the trace (a captured tensor): a constant
       known_[key(t)] = Kind::Const;
@@ -225,6 +228,7 @@ class Exporter {
   std::unordered_map<Key, Kind> known_;
   std::unordered_map<Key, Tensor> params_, consts_;
   std::unordered_map<Key, bool> written_;
+  std::unordered_map<Key, const char*> unavailable_;  // outputs after the first: their op's name
   int64_t counter_ = 0;
   int64_t batch_ = -1;
 };
@@ -496,6 +500,59 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       y = op("MatMul", {p, in[2]});
       break;
     }
+    case OpId::LstmSequence:
+    case OpId::GruSequence: {
+      // Note [Recurrent export]: brisk's op takes the input projection already applied (gx =
+      // x W_ih^T + biases, (T, B, G * H)); ONNX's LSTM / GRU apply W themselves, so W is a
+      // constant permutation that also reorders PyTorch's gates (LSTM i f g o, GRU r z n) into
+      // ONNX's (i o f c; z r h), and R is w_hh's rows gathered in that order.
+      const bool lstm = r.id == OpId::LstmSequence;
+      const Tensor& w_hh = r.inputs[1];
+      const int64_t h = w_hh.size(1), gates = lstm ? 4 : 3;
+      const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{1, 0, 2};
+      std::vector<int64_t> rows;
+      for (int64_t g : order)
+        for (int64_t j = 0; j < h; ++j) rows.push_back(g * h + j);
+      std::vector<float> perm(size_t(gates * h * gates * h), 0.0f);
+      for (int64_t i = 0; i < gates * h; ++i) perm[size_t(i * gates * h + rows[size_t(i)])] = 1.0f;
+      const std::string w = constant(from_data(perm.data(), {1, gates * h, gates * h}).to(dt), "gate_permutation");
+      const std::string index = ints(rows);
+      auto gathered = [&](const std::string& v) {
+        const std::string g = fresh("Gather_out");
+        attr(node("Gather", {v, index}, {g}), "axis", int64_t(0));
+        return g;
+      };
+      const std::string rr = op("Unsqueeze", {gathered(in[1]), ints({0})});
+      std::string bias;
+      if (!lstm) {  // B = [W's biases (already in gx: zeros), R's biases (b_hh, gathered)]
+        const std::string both = fresh("Concat_out");
+        attr(node("Concat", {constant(zeros({gates * h}, dt), "zero_bias"), gathered(in[2])}, {both}), "axis",
+             int64_t(0));
+        bias = op("Unsqueeze", {both, ints({0})});
+      }
+      // An initial state of zeros (what the module makes when none is given) is left out, so the
+      // batch stays dynamic; any other goes in as (1, B, H).
+      auto state = [&](size_t i) -> std::string {
+        const Tensor& s = r.inputs[i];
+        if (is_const(s) && max(abs(s)).item<double>() == 0) return "";
+        return op("Unsqueeze", {in[i], ints({0})});
+      };
+      std::vector<std::string> args = {in[0], w, rr, bias, "", state(lstm ? 2 : 3)};
+      if (lstm) args.push_back(state(3));
+      while (!args.empty() && args.back().empty()) args.pop_back();
+      const std::string seq = fresh(lstm ? "LSTM_Y" : "GRU_Y");
+      NodeProto* n = node(lstm ? "LSTM" : "GRU", args, {seq});
+      attr(n, "hidden_size", h);
+      if (a.flag) {
+        AttributeProto* d = n->add_attribute();
+        d->set_name("direction");
+        d->set_type(AttributeProto::STRING);
+        d->set_s("reverse");
+      }
+      if (!lstm) attr(n, "linear_before_reset", int64_t(1));
+      y = op("Squeeze", {seq, ints({1})});  // (T, 1, B, H) -> (T, B, H)
+      break;
+    }
     case OpId::Dropout: fail("dropout in training mode (call model.eval() before exporting)"); break;
     case OpId::Fill:
     case OpId::Arange:
@@ -508,10 +565,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
   names_[key(r.outputs[0])] = y;
   known_[key(r.outputs[0])] = Kind::Value;
   written_[key(r.outputs[0])] = true;
-  for (size_t i = 1; i < r.outputs.size(); ++i) {
-    names_[key(r.outputs[i])] = "";
-    known_[key(r.outputs[i])] = Kind::Value;
-  }
+  for (size_t i = 1; i < r.outputs.size(); ++i) unavailable_[key(r.outputs[i])] = def.name;
 }
 
 }  // namespace
@@ -569,8 +623,29 @@ std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inp
     }
     records = rec.records();
   }
-  for (size_t i = 0; i < records.size(); ++i) ex.emit(records[i], i);
+  // Only the ops the output depends on: what the forward computed beside it (an LSTM's h_n
+  // and c_n, unused branches) is not part of the graph.
+  std::vector<char> live(records.size(), 0);
+  {
+    std::unordered_map<const void*, bool> needed{{out.impl(), true}};
+    for (size_t i = records.size(); i-- > 0;) {
+      for (const Tensor& t : records[i].outputs) live[i] = live[i] || needed.count(t.impl());
+      if (live[i])
+        for (const Tensor& t : records[i].inputs) needed[t.impl()] = true;
+    }
+  }
+  for (size_t i = 0; i < records.size(); ++i)
+    if (live[i]) ex.emit(records[i], i);
   ex.add_output(out_name, out, dynamic_of(out_name));
+  // Initializers no node reads (a recurrent op's zero initial state, left out of its node).
+  {
+    std::unordered_map<std::string, bool> read;
+    for (const auto& n : g.node())
+      for (const auto& i : n.input()) read[i] = true;
+    auto* inits = g.mutable_initializer();
+    for (int i = inits->size(); i-- > 0;)
+      if (!read.count(inits->Get(i).name())) inits->DeleteSubrange(i, 1);
+  }
 
   try {
     ::onnx::checker::check_model(m);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/onnx_ort_check.py DIR: for each DIR/<model>.onnx (exported by brisk at batch 2 with a
 dynamic batch axis) and DIR/<model>.safetensors (input_B and output_B for B = 2 and 5, brisk's
-outputs), runs the model in ONNX Runtime at both batch sizes and compares with brisk's outputs:
+outputs), checks the model with onnx.checker.check_model(full_check=True), runs it in ONNX
+Runtime at both batch sizes and compares with brisk's outputs:
 max |ort - brisk| / max(1, max |brisk|) <= 1e-5. The safetensors files are read by hand (JSON
 header + little-endian data), so only onnxruntime and numpy are needed. Exit 1 on a mismatch."""
 import glob
@@ -11,6 +12,7 @@ import struct
 import sys
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}
@@ -36,6 +38,7 @@ assert models, "no exported models"
 for model in models:
     name = os.path.basename(model)[:-5]
     io = read_safetensors(model[:-5] + ".safetensors")
+    onnx.checker.check_model(onnx.load(model), full_check=True)
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     errs = []
     for batch in (2, 5):

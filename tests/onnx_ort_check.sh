@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # tests/onnx_ort_check.sh BRISK_TESTS VENV_DIR: ONNX Runtime runs what brisk exported. Installs
-# `onnxruntime` and `numpy` into VENV_DIR (once; pip from PyPI), has brisk_tests export the zoo
+# `onnxruntime`, `onnx` (for its checker with full_check) and `numpy` into VENV_DIR (once; pip from PyPI), has brisk_tests export the zoo
 # (case "onnx export: sample models": each model at batch 2, with its inputs and brisk's outputs
 # at batch 2 and 5) and runs tests/onnx_ort_check.py on them. Without network access for pip
 # it reports a skip (exit 77).
 set -euo pipefail
 tests=$1 venv=$2
 here=$(cd "$(dirname "$0")" && pwd)
-if ! "$venv/bin/python" -c "import onnxruntime, numpy" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy" 2>/dev/null; then
   rm -rf "$venv"
-  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime numpy; } \
+  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime onnx numpy; } \
       >"$venv.log" 2>&1; then
     echo "onnx_ort_check: SKIPPED: could not install onnxruntime (see $venv.log)"
     exit 77

@@ -21,6 +21,25 @@ using namespace brisk;
 
 namespace {
 
+// Embedding, a 2-layer bidirectional LSTM or GRU over (T, B, E), a linear head: (B, T) ids to
+// (B, T, vocab) logits.
+class RecurrentLM : public nn::Module {
+ public:
+  explicit RecurrentLM(bool lstm) : Module("RecurrentLM") {
+    register_module("embed", std::make_shared<nn::Embedding>(50, 16));
+    const nn::RNNOptions o{.num_layers = 2, .bidirectional = true};
+    if (lstm)
+      register_module("rnn", std::make_shared<nn::LSTM>(16, 24, o));
+    else
+      register_module("rnn", std::make_shared<nn::GRU>(16, 24, o));
+    register_module("head", std::make_shared<nn::Linear>(48, 50));
+  }
+  Tensor forward(const Tensor& ids) override {
+    Tensor e = (*child("embed"))(ids).transpose(0, 1);
+    return (*child("head"))((*child("rnn"))(e)).transpose(0, 1);
+  }
+};
+
 struct ZooCase {
   std::string name;
   std::function<std::shared_ptr<nn::Module>()> make;
@@ -60,6 +79,14 @@ std::vector<ZooCase> zoo() {
        },
        [](int64_t b) {
          return randint(0, 97, {b, 16}, DType::I64);
+       }},
+      {"lstm_lm", [] { return std::make_shared<RecurrentLM>(true); },
+       [](int64_t b) {
+         return randint(0, 50, {b, 9}, DType::I64);
+       }},
+      {"gru_lm", [] { return std::make_shared<RecurrentLM>(false); },
+       [](int64_t b) {
+         return randint(0, 50, {b, 9}, DType::I64);
        }},
       {"transformer_encoder",
        [] {
