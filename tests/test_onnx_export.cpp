@@ -124,10 +124,11 @@ TEST_CASE("onnx export: zoo models round-trip through the importer at another ba
     auto imported = brisk::onnx::load_model(path);
     // The initializers are the parameters, by name.
     auto state = imported->state_dict();
-    for (const auto& [name, p] : model->named_parameters()) {
+    for (const auto& named : model->named_parameters()) {
       bool found = false;
-      for (const auto& [n, t] : state) found = found || (n == name && t.sizes() == p.sizes());
-      CAPTURE(name);
+      for (const auto& [n, t] : state) found = found || (n == named.first && t.sizes() == named.second.sizes());
+      const std::string param = named.first;  // (clang: no structured binding inside CAPTURE)
+      CAPTURE(param);
       CHECK(found);
     }
     NoGradGuard no_grad;
