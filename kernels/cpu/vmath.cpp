@@ -84,33 +84,32 @@ __attribute__((target("avx512f"))) float max_avx512(const float* x, int64_t n) {
   return best;
 }
 
-// y = f(x) lane by lane over n elements (masked tail).
-template <class F>
-__attribute__((target("avx512f"))) void map_avx512(const float* x, float* y, int64_t n, F f) {
+// y = exp(x), tanh(x), sigmoid(x) lane by lane (masked tail). Plain loops, not a template
+// over lambdas: a lambda's function-pointer thunk is not built for AVX-512, and returning a
+// __m512 from it changes the ABI (GCC's -Wpsabi in the portable builds).
+__attribute__((target("avx512f"))) void exp_avx512(const float* x, float* y, int64_t n) {
+  // libmvec's own expf on every lane: its slow path keeps the subnormal results (no clamp here)
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_lanes(n - i);
-    _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
+    _mm512_mask_storeu_ps(y + i, m, _ZGVeN16v_expf(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 
-__attribute__((target("avx512f"))) void exp_avx512(const float* x, float* y, int64_t n) {
-  // libmvec's own expf on every lane: its slow path keeps the subnormal results (no clamp here)
-  map_avx512(
-      x, y, n, [](__m512 v) __attribute__((target("avx512f"))) { return _ZGVeN16v_expf(v); });
-}
-
 __attribute__((target("avx512f"))) void tanh_avx512(const float* x, float* y, int64_t n) {
-  map_avx512(
-      x, y, n, [](__m512 v) __attribute__((target("avx512f"))) { return _ZGVeN16v_tanhf(v); });
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _ZGVeN16v_tanhf(_mm512_maskz_loadu_ps(m, x + i)));
+  }
 }
 
 // 1 / (1 + exp(-x)); exp_ps's flush below -87.3 gives exactly 1 where the result rounds to 1.
 __attribute__((target("avx512f"))) void sigmoid_avx512(const float* x, float* y, int64_t n) {
-  map_avx512(
-      x, y, n, [](__m512 v) __attribute__((target("avx512f"))) {
-        const __m512 one = _mm512_set1_ps(1.0f);
-        return _mm512_div_ps(one, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), v))));
-      });
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(m, x + i)));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_div_ps(one, _mm512_add_ps(one, e)));
+  }
 }
 
 // The same formulas as functors::Gelu / GeluBackward, lane by lane.
