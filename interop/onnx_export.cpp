@@ -344,7 +344,19 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     case OpId::Le: binary("LessOrEqual"); break;
     case OpId::Gt: binary("Greater"); break;
     case OpId::Ge: binary("GreaterOrEqual"); break;
-    case OpId::Where: y = op("Where", {in[0], in[1], in[2]}); break;
+    case OpId::Where:
+      if (r.inputs[1].dtype() == DType::Bool && r.inputs[2].dtype() == DType::Bool) {
+        // ONNX Runtime has no Where over Bool values (brisk's logical and / or are such Wheres)
+        auto cast = [&](const std::string& v, DType to) {
+          const std::string c = fresh("Cast_out");
+          attr(node("Cast", {v}, {c}), "to", int64_t(onnx_type(to)));
+          return c;
+        };
+        y = cast(op("Where", {in[0], cast(in[1], DType::U8), cast(in[2], DType::U8)}), DType::Bool);
+      } else {
+        y = op("Where", {in[0], in[1], in[2]});
+      }
+      break;
     case OpId::MaskedFill: y = op("Where", {in[1], scalar(a.a, dt), in[0]}); break;
     case OpId::Sum: {
       std::vector<std::string> args = {in[0]};
@@ -381,7 +393,17 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     }
     case OpId::Matmul: binary("MatMul"); break;
-    case OpId::View: y = op("Reshape", {in[0], ints(reshape_target(r.inputs[0], r.outputs[0].sizes()))}); break;
+    case OpId::View: {
+      const Shape& sizes = r.outputs[0].sizes();
+      if (std::find(sizes.begin(), sizes.end(), 0) == sizes.end()) {
+        y = op("Reshape", {in[0], ints(reshape_target(r.inputs[0], sizes))});
+      } else {  // an empty dim: Reshape's 0 would copy the input's, so allowzero and the sizes as traced
+        y = fresh("Reshape_out");
+        attr(node("Reshape", {in[0], ints(std::vector<int64_t>(sizes.begin(), sizes.end()))}, {y}), "allowzero",
+             int64_t(1));
+      }
+      break;
+    }
     case OpId::Permute:
       y = fresh("Transpose_out");
       attr(node("Transpose", {in[0]}, {y}), "perm", std::vector<int64_t>(a.dims.begin(), a.dims.end()));

@@ -15,7 +15,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}
+DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32, "I8": np.int8,
+          "U8": np.uint8, "BOOL": np.bool_}
 
 
 def read_safetensors(path):
@@ -31,6 +32,37 @@ def read_safetensors(path):
         out[name] = np.frombuffer(data[a:b], dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
     return out
 
+
+def roundtrip(directory):
+    """ONNX's node cases as brisk imported and exported them again (tests/test_onnx_conformance.cpp
+    with BRISK_ONNX_ROUNDTRIP_DIR): each runs in ONNX Runtime on the case's inputs and must give
+    the case's expected output by ONNX's runner's rule (allclose, rtol 1e-3, atol 1e-7)."""
+    bad, skipped, models = [], 0, sorted(glob.glob(os.path.join(directory, "*.onnx")))
+    for model in models:
+        try:
+            io = read_safetensors(model[:-5] + ".safetensors")
+        except KeyError:  # a dtype numpy lacks (BF16)
+            skipped += 1
+            continue
+        want = io.pop("expected_output")
+        try:
+            sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+            got = sess.run(None, io)[0]
+        except Exception as e:  # noqa: BLE001 (ONNX Runtime raises its own types)
+            bad.append(f"{os.path.basename(model)}: {str(e).splitlines()[0][:200]}")
+            continue
+        if got.shape != want.shape or got.dtype != want.dtype or not np.allclose(got, want, rtol=1e-3, atol=1e-7,
+                                                                                   equal_nan=True):
+            bad.append(f"{os.path.basename(model)}: differs")
+    for b in bad:
+        print(b)
+    print(f"onnx_ort_check: {len(models) - skipped - len(bad)} of {len(models) - skipped} re-exported node cases "
+          f"give ONNX's expected outputs in ONNX Runtime ({skipped} skipped: BF16)")
+    return len(bad)
+
+
+if sys.argv[1] == "--roundtrip":
+    sys.exit(1 if roundtrip(sys.argv[2]) else 0)
 
 failed = 0
 models = sorted(glob.glob(os.path.join(sys.argv[1], "*.onnx")))

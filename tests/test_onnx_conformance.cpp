@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,6 +22,8 @@
 
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/serialize.h"
+#include "interop/onnx_export.h"
 #include "interop/onnx_import.h"
 #include "paths.h"
 
@@ -230,4 +233,80 @@ TEST_CASE("onnx conformance: ONNX's backend tests give exactly the expected pass
   for (const std::string& c : changes) MESSAGE(c);
   CHECK_MESSAGE(changes.empty(), changes.size() << " cases changed; see the messages above and "
                                                 << (tmp / "onnx_conformance_actual.txt").string());
+}
+
+// The round trip: each node case the importer passes is exported again by brisk
+// (interop/onnx_export.h, with the case's own inputs), imported again, and must still give the
+// case's expected outputs. A case the exporter cannot write (an op without an ONNX mapping yet,
+// several outputs) is counted by its reason; a written model that computes something else fails.
+TEST_CASE("onnx conformance: node cases exported again by brisk still pass") {
+  if (!fs::exists(kRoot)) {
+    MESSAGE("ONNX's backend tests are not installed (" << kRoot << "): skipped");
+    return;
+  }
+  std::map<std::string, Outcome> expected = read_expected(test::data_dir() / "onnx" / "conformance_expected.txt");
+  std::vector<fs::path> cases;
+  for (const auto& e : fs::directory_iterator(kRoot / "node")) cases.push_back(e.path());
+  std::sort(cases.begin(), cases.end());
+  int passing = 0, exported = 0;
+  std::map<std::string, int> not_exported;  // reason -> cases
+  std::vector<std::string> wrong;
+  const fs::path tmp = fs::temp_directory_path() / "onnx_roundtrip.onnx";
+  // With $BRISK_ONNX_ROUNDTRIP_DIR the re-exported models, their inputs and expected outputs
+  // are kept there for ONNX Runtime (tests/onnx_ort_check.sh).
+  const char* keep = std::getenv("BRISK_ONNX_ROUNDTRIP_DIR");
+  for (const fs::path& dir : cases) {
+    if (expected.count("node/" + dir.filename().string())) continue;  // not a passing case
+    ++passing;
+    NoGradGuard no_grad;
+    auto model = onnx::load_model((dir / "model.onnx").string());
+    const fs::path set = sorted_files(dir, "test_data_set_").front();
+    std::vector<Tensor> inputs;
+    for (const fs::path& in : sorted_files(set, "input_")) inputs.push_back(onnx::load_tensor(in.string()));
+    std::vector<fs::path> outs = sorted_files(set, "output_");
+    if (outs.size() != 1) {
+      not_exported["several outputs"]++;
+      continue;
+    }
+    try {
+      onnx::export_model(*model, inputs, tmp.string(), {.input_names = model->input_names()});
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      const size_t op = why.find("of the forward, ");
+      why = op == std::string::npos ? one_line(why) : why.substr(op + 16, why.find(' ', op + 16) - op - 16);
+      not_exported[why]++;
+      if (why.rfind("export_model: ONNX's checker", 0) == 0) wrong.push_back(dir.filename().string() + ": " + why);
+      continue;
+    }
+    ++exported;
+    try {
+      auto again = onnx::load_model(tmp.string());
+      nn::TensorDict d;
+      for (size_t k = 0; k < inputs.size(); ++k) d.set(again->input_names()[k], inputs[k]);
+      const std::string diff = compare(again->forward_dict(d).items()[0].second, onnx::load_tensor(outs[0].string()));
+      if (!diff.empty()) wrong.push_back(dir.filename().string() + ": " + diff);
+      if (keep) {
+        const std::string stem = (fs::path(keep) / dir.filename()).string();
+        fs::copy_file(tmp, stem + ".onnx", fs::copy_options::overwrite_existing);
+        NamedTensors io;
+        for (size_t k = 0; k < inputs.size(); ++k) io.emplace_back(again->input_names()[k], inputs[k].contiguous());
+        io.emplace_back("expected_output", onnx::load_tensor(outs[0].string()).contiguous());
+        save_safetensors(stem + ".safetensors", io);
+      }
+    } catch (const std::exception& e) {
+      wrong.push_back(dir.filename().string() + ": " + one_line(e.what()));
+    }
+  }
+  std::ostringstream reasons;
+  std::vector<std::pair<int, std::string>> sorted;
+  for (const auto& kv : not_exported) sorted.emplace_back(-kv.second, kv.first);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t k = 0; k < sorted.size() && k < 12; ++k)
+    reasons << (k ? ", " : "") << sorted[k].second << " " << -sorted[k].first;
+  MESSAGE("onnx round trip: of " << passing << " passing node cases " << exported
+                                 << " export again and give the expected outputs after re-import; not exported: "
+                                 << reasons.str());
+  for (const std::string& w : wrong) MESSAGE(w);
+  CHECK_MESSAGE(wrong.empty(), wrong.size() << " re-exported node cases compute something else");
+  fs::remove(tmp);
 }
