@@ -18,6 +18,7 @@
 #include "engine/op_params.h"
 #include "engine/serialize.h"
 #include "engine/trace.h"
+#include "interop/onnx_import.h"
 
 namespace brisk::onnx {
 
@@ -619,6 +620,14 @@ std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inp
   ::onnx::GraphProto& g = *m.mutable_graph();
   g.set_name(model.type_name());
 
+  // The int8 modules run their kernels outside dispatch (issue 47), so a trace would see their
+  // outputs as constants: refused by name rather than written wrong.
+  for (const auto& [path, m] : model.named_modules()) {
+    const std::string& type = m->type_name();
+    BRISK_CHECK(type != "QuantizedLinear" && type != "QuantizedConv2d" && type != "DynamicQuantLinear",
+                "export_model: module '", path, "' is a ", type,
+                ": int8 modules are not exportable yet (their kernels run outside the traced ops)");
+  }
   Exporter ex(g, o);
   for (const auto& [name, t] : model.named_parameters()) ex.add_parameter(name, t);
   for (const auto& [name, t] : model.named_buffers()) ex.add_parameter(name, t);
@@ -629,27 +638,37 @@ std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inp
     traced_inputs.push_back(inputs[i].detach().clone());
     ex.add_input(in_names[i], traced_inputs.back(), dynamic_of(in_names[i]));
   }
-  Tensor out;
+  // One input: model(x), one output. Several inputs, several output names, or an imported ONNX
+  // graph: the dict call, every output it returns.
+  std::vector<std::pair<std::string, Tensor>> outs;
   std::vector<trace::OpRecord> records;
+  const bool dict_call = inputs.size() > 1 || o.output_names.size() > 1 || dynamic_cast<OnnxModel*>(&model) != nullptr;
   {
     NoGradGuard no_grad;
     trace::Recorder rec;
-    if (inputs.size() == 1) {
-      out = model(traced_inputs[0]);
+    if (!dict_call) {
+      outs.emplace_back(out_name, model(traced_inputs[0]));
     } else {
       nn::TensorDict d;
       for (size_t i = 0; i < inputs.size(); ++i) d.set(in_names[i], traced_inputs[i]);
       nn::TensorDict r = model(d);
-      BRISK_CHECK(r.size() == 1, "export_model: the model returned ", r.size(), " outputs; one is exported");
-      out = r.items()[0].second;
+      BRISK_CHECK(o.output_names.empty() || o.output_names.size() == r.size(), "export_model: ", o.output_names.size(),
+                  " output names for the model's ", r.size(), " outputs");
+      for (size_t i = 0; i < r.size(); ++i) {
+        const std::string name = !o.output_names.empty() ? o.output_names[i]
+                                 : r.size() == 1         ? out_name
+                                                         : "output_" + std::to_string(i);
+        outs.emplace_back(name, r.items()[i].second);
+      }
     }
     records = rec.records();
   }
-  // Only the ops the output depends on: what the forward computed beside it (an LSTM's h_n
+  // Only the ops the outputs depend on: what the forward computed beside them (an LSTM's h_n
   // and c_n, unused branches) is not part of the graph.
   std::vector<char> live(records.size(), 0);
   {
-    std::unordered_map<const void*, bool> needed{{out.impl(), true}};
+    std::unordered_map<const void*, bool> needed;
+    for (const auto& kv : outs) needed[kv.second.impl()] = true;
     for (size_t i = records.size(); i-- > 0;) {
       for (const Tensor& t : records[i].outputs) live[i] = live[i] || needed.count(t.impl());
       if (live[i])
@@ -658,7 +677,7 @@ std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inp
   }
   for (size_t i = 0; i < records.size(); ++i)
     if (live[i]) ex.emit(records[i], i);
-  ex.add_output(out_name, out, dynamic_of(out_name));
+  for (const auto& [name, t] : outs) ex.add_output(name, t, dynamic_of(name));
   // Initializers no node reads (a recurrent op's zero initial state, left out of its node).
   {
     std::unordered_map<std::string, bool> read;

@@ -44,16 +44,22 @@ def roundtrip(directory):
         except KeyError:  # a dtype numpy lacks (BF16)
             skipped += 1
             continue
-        want = io.pop("expected_output")
+        wants = [io.pop(k) for k in sorted([k for k in io if k.startswith("expected_output_")],
+                                           key=lambda k: int(k.rsplit("_", 1)[1]))]
         try:
             sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-            got = sess.run(None, io)[0]
+            gots = sess.run(None, io)
         except Exception as e:  # noqa: BLE001 (ONNX Runtime raises its own types)
             bad.append(f"{os.path.basename(model)}: {str(e).splitlines()[0][:200]}")
             continue
-        if got.shape != want.shape or got.dtype != want.dtype or not np.allclose(got, want, rtol=1e-3, atol=1e-7,
-                                                                                   equal_nan=True):
-            bad.append(f"{os.path.basename(model)}: differs")
+        if len(gots) != len(wants):
+            bad.append(f"{os.path.basename(model)}: {len(gots)} outputs, expected {len(wants)}")
+            continue
+        for k, (got, want) in enumerate(zip(gots, wants)):
+            if got.shape != want.shape or got.dtype != want.dtype or not np.allclose(got, want, rtol=1e-3,
+                                                                                       atol=1e-7, equal_nan=True):
+                bad.append(f"{os.path.basename(model)}: output {k} differs")
+                break
     for b in bad:
         print(b)
     print(f"onnx_ort_check: {len(models) - skipped - len(bad)} of {len(models) - skipped} re-exported node cases "

@@ -162,6 +162,12 @@ TEST_CASE("onnx export: what cannot be exported is named") {
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*bn, {randn({2, 3, 4, 4})}), doctest::Contains("batch_norm"),
                        Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {}), doctest::Contains("needs example inputs"), Error);
+  // int8 modules run their kernels outside dispatch: refused by name, never written as constants.
+  auto mlp = std::make_shared<nn::models::MLP>(std::vector<int64_t>{4, 8, 3});
+  mlp->eval();
+  nn::ModulePtr q = nn::quantize::quantize_dynamic(mlp);
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*q, {randn({2, 4})}),
+                       doctest::Contains("is a DynamicQuantLinear: int8 modules are not exportable yet"), Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {randn({2, 4})}, {.opset_version = 9}),
                        doctest::Contains("opset 9"), Error);
 }
