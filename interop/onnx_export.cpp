@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <unordered_map>
@@ -593,7 +594,9 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
 
 }  // namespace
 
-std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inputs, const ExportOptions& o) {
+namespace {
+
+::onnx::ModelProto build_model(nn::Module& model, const std::vector<Tensor>& inputs, const ExportOptions& o) {
   BRISK_CHECK(!inputs.empty(), "export_model: needs example inputs");
   BRISK_CHECK(o.opset_version >= 17 && o.opset_version <= 17, "export_model: opset ", o.opset_version,
               " is not supported (17)");
@@ -696,14 +699,56 @@ std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inp
   } catch (const std::exception& e) {
     BRISK_FAIL("export_model: ONNX's checker refused the exported graph (a bug in brisk's exporter): ", e.what());
   }
+  return m;
+}
+
+// protobuf's limit for one message; models near it keep their weights outside.
+constexpr size_t kProtoLimit = size_t(2) << 30;
+
+}  // namespace
+
+std::string export_model_bytes(nn::Module& model, const std::vector<Tensor>& inputs, const ExportOptions& o) {
+  ::onnx::ModelProto m = build_model(model, inputs, o);
+  BRISK_CHECK(m.ByteSizeLong() < kProtoLimit, "export_model: the model is ", m.ByteSizeLong(),
+              " bytes, over protobuf's 2 GB: export it to a file (export_model), whose weights then go to a ",
+              "file of their own");
   std::string bytes;
-  BRISK_CHECK(m.SerializeToString(&bytes), "export_model: the model does not serialize (over 2 GB: not supported yet)");
+  BRISK_CHECK(m.SerializeToString(&bytes), "export_model: the model does not serialize");
   return bytes;
 }
 
+// Note [External data]: with options.external_data, or when the model would pass protobuf's
+// 2 GB, every initializer of at least external_data_min_bytes moves to "<file>.data" beside the
+// model (ONNX's external data: location, offset, length), 64-byte aligned; the data file is
+// written first, so a crash leaves at worst a data file that no model names yet.
 void export_model(nn::Module& model, const std::vector<Tensor>& inputs, const std::string& path,
                   const ExportOptions& options) {
-  write_file_atomic(path, export_model_bytes(model, inputs, options));
+  ::onnx::ModelProto m = build_model(model, inputs, options);
+  const bool external = options.external_data || m.ByteSizeLong() >= kProtoLimit - (size_t(64) << 20);
+  if (external) {
+    const std::string data_name = std::filesystem::path(path).filename().string() + ".data";
+    std::string blob;
+    for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+      if (!t.has_raw_data() || int64_t(t.raw_data().size()) < options.external_data_min_bytes) continue;
+      blob.resize((blob.size() + 63) / 64 * 64, '\0');
+      const size_t offset = blob.size(), length = t.raw_data().size();
+      blob += t.raw_data();
+      t.clear_raw_data();
+      t.set_data_location(TensorProto::EXTERNAL);
+      auto entry = [&](const char* key, const std::string& value) {
+        auto* e = t.add_external_data();
+        e->set_key(key);
+        e->set_value(value);
+      };
+      entry("location", data_name);
+      entry("offset", std::to_string(offset));
+      entry("length", std::to_string(length));
+    }
+    write_file_atomic((std::filesystem::path(path).parent_path() / data_name).string(), blob);
+  }
+  std::string bytes;
+  BRISK_CHECK(m.SerializeToString(&bytes), "export_model: the model does not serialize (", m.ByteSizeLong(), " bytes)");
+  write_file_atomic(path, bytes);
 }
 
 }  // namespace brisk::onnx

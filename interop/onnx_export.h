@@ -38,6 +38,11 @@ struct ExportOptions {
   // {"input": {{0, "batch"}}}: the named value's dim 0 is dynamic and called "batch".
   std::map<std::string, std::map<int64_t, std::string>> dynamic_axes{};
   std::string producer_name = "brisk";
+  // Weights in "<file>.data" beside the model (ONNX's external data), each initializer of at
+  // least external_data_min_bytes; export_model does so by itself for a model near protobuf's
+  // 2 GB limit. export_model_bytes keeps everything inline.
+  bool external_data = false;
+  int64_t external_data_min_bytes = 1024;
 };
 
 // Traces model(inputs[0]) (one input) or model.forward_dict({input_names[i]: inputs[i]})

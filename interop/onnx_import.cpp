@@ -11,7 +11,10 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -127,6 +130,63 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& tp, const std::string& where
       }
   }
   return t;
+}
+
+// Note [External data, read]: an initializer whose bytes live in a file beside the model (ONNX's
+// external data: location, offset, length) is read into the tensor before any other check. A
+// location that is absolute or leaves the model's folder is refused, and the range must lie in
+// the file and be exactly the tensor's size (dims and dtype checked first), so a hostile entry
+// reads nothing large.
+void resolve_external(::onnx::TensorProto& tp, const std::filesystem::path& dir) {
+  const std::string what = brisk::detail::cat("initializer '", tp.name(), "'");
+  std::string location;
+  int64_t offset = 0, length = -1;
+  auto number = [&](const std::string& key, const std::string& v) {
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    BRISK_CHECK(!v.empty() && *end == '\0' && errno == 0 && x >= 0, "onnx: ", what, ": external data ", key, " '", v,
+                "' is not a non-negative integer");
+    return int64_t(x);
+  };
+  for (const auto& e : tp.external_data()) {
+    if (e.key() == "location")
+      location = e.value();
+    else if (e.key() == "offset")
+      offset = number("offset", e.value());
+    else if (e.key() == "length")
+      length = number("length", e.value());
+  }
+  const std::filesystem::path rel(location);
+  bool inside = !location.empty() && rel.is_relative();
+  for (const auto& part : rel) inside = inside && part != "..";
+  BRISK_CHECK(inside, "onnx: ", what, ": external data location '", location,
+              "' must be a relative path inside the model's folder");
+  DType dt = dtype_from_onnx(tp.data_type(), what);
+  int64_t numel = 1;
+  for (int64_t d : tp.dims()) {
+    BRISK_CHECK(d >= 0 && !__builtin_mul_overflow(numel, d, &numel) && numel <= (int64_t(1) << 48), "onnx: ", what,
+                " has dims whose product is negative, overflows or exceeds 2^48 elements");
+  }
+  const int64_t bytes = numel * int64_t(dtype_size(dt));
+  if (length < 0) length = bytes;
+  BRISK_CHECK(length == bytes, "onnx: ", what, ": external data length ", length, " but its shape and dtype need ",
+              bytes);
+  const std::filesystem::path file = dir / rel;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file, ec);
+  BRISK_CHECK(!ec, "onnx: ", what, ": cannot read external data file '", file.string(), "'");
+  BRISK_CHECK(uint64_t(offset) <= size && uint64_t(length) <= size - uint64_t(offset), "onnx: ", what,
+              ": external data [", offset, ", ", offset + length, ") lies outside '", file.string(), "' (", size,
+              " bytes)");
+  std::string data(size_t(length), '\0');
+  std::ifstream f(file, std::ios::binary);
+  f.seekg(offset);
+  f.read(data.data(), length);
+  BRISK_CHECK(f.gcount() == length, "onnx: ", what, ": could not read ", length, " bytes of '", file.string(), "'");
+  tp.set_raw_data(std::move(data));
+  tp.clear_external_data();
+  tp.set_data_location(::onnx::TensorProto::DEFAULT);
 }
 
 std::string read_file(const std::string& path) {
@@ -392,6 +452,10 @@ std::shared_ptr<OnnxModel> load_model(const std::string& path, const LoadOptions
   BRISK_CHECK(model.ParseFromString(bytes), "onnx: '", path,
               "' is not an ONNX model (its protobuf does not parse: truncated or corrupt)");
   bytes.clear();
+  for (auto& init : *model.mutable_graph()->mutable_initializer()) {
+    if (init.data_location() == ::onnx::TensorProto::EXTERNAL)
+      resolve_external(init, std::filesystem::path(path).parent_path());
+  }
   const ::onnx::GraphProto& g0 = model.graph();
   int opset = default_opset(model);
   if (opset == 0)

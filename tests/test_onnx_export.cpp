@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -189,6 +190,49 @@ TEST_CASE("onnx export: the file is a valid model with opset 17 and the module's
     CHECK(std::find(inits.begin(), inits.end(), name) != inits.end());
 }
 
+TEST_CASE("onnx export: external data for the weights, read back by the importer") {
+  const auto dir = std::filesystem::temp_directory_path() / "brisk_onnx_external";
+  std::filesystem::create_directories(dir);
+  manual_seed(2);
+  auto model = nn::models::resnet18(10);
+  model->eval();
+  const std::string path = (dir / "resnet.onnx").string();
+  brisk::onnx::export_model(*model, {randn({2, 3, 32, 32})}, path,
+                            {.dynamic_axes = {{"input", {{0, "batch"}}}}, .external_data = true});
+  CHECK(std::filesystem::file_size(path) < 200000);  // the weights (45 MB) are beside it
+  CHECK(std::filesystem::file_size(path + ".data") > 40000000);
+  auto imported = brisk::onnx::load_model(path);
+  NoGradGuard no_grad;
+  Tensor x = randn({3, 3, 32, 32});
+  CHECK(rel_err((*imported)(x), (*model)(x)) < 1e-5);
+
+  // Hostile entries: outside the folder, a range past the end, a length that does not fit.
+  ::onnx::ModelProto m;
+  {
+    std::ifstream f(path, std::ios::binary);
+    REQUIRE(m.ParseFromIstream(&f));
+  }
+  auto with = [&](const char* key, const std::string& value) {
+    ::onnx::ModelProto bad = m;
+    for (auto& t : *bad.mutable_graph()->mutable_initializer()) {
+      for (auto& e : *t.mutable_external_data())
+        if (e.key() == key) e.set_value(value);
+    }
+    const std::string out = (dir / "bad.onnx").string();
+    std::ofstream(out, std::ios::binary) << bad.SerializeAsString();
+    return out;
+  };
+  CHECK_THROWS_WITH_AS(brisk::onnx::load_model(with("location", "../resnet.onnx.data")),
+                       doctest::Contains("must be a relative path inside the model's folder"), Error);
+  CHECK_THROWS_WITH_AS(brisk::onnx::load_model(with("location", "/etc/passwd")),
+                       doctest::Contains("must be a relative path inside the model's folder"), Error);
+  CHECK_THROWS_WITH_AS(brisk::onnx::load_model(with("offset", "999999999999")), doctest::Contains("lies outside"),
+                       Error);
+  CHECK_THROWS_WITH_AS(brisk::onnx::load_model(with("length", "12")), doctest::Contains("but its shape and dtype need"),
+                       Error);
+  std::filesystem::remove_all(dir);
+}
+
 // Writes each zoo model (batch 2) and its inputs and outputs at batch 2 and 5 into
 // $BRISK_ONNX_SAMPLE_DIR for tests/onnx_ort_check.sh; does nothing without it.
 TEST_CASE("onnx export: sample models") {
@@ -208,5 +252,11 @@ TEST_CASE("onnx export: sample models") {
       io.emplace_back("output_" + std::to_string(batch), (*model)(x).contiguous());
     }
     save_safetensors(std::string(out) + "/" + c.name + ".safetensors", io);
+    if (c.name == "resnet18") {  // also with its weights as external data, which ONNX Runtime reads too
+      brisk::onnx::export_model(
+          *model, {c.input(2)}, std::string(out) + "/resnet18_external.onnx",
+          {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}, .external_data = true});
+      save_safetensors(std::string(out) + "/resnet18_external.safetensors", io);
+    }
   }
 }
