@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """examples/onnx/torch_model.py OUT.onnx: a model made in PyTorch and exported with
-torch.onnx.export (the TorchScript exporter, opset 17, dynamic batch), for brisk to import and
-fine-tune: torchvision's ResNet-18 adapted to 1-channel 28 x 28 inputs and 10 classes when
+torch.onnx.export (the TorchScript exporter, opset 17, dynamic batch; torch 1.13 as Debian's
+python3-torch has it, or 2.x), for brisk to import and fine-tune: torchvision's ResNet-18 adapted to 1-channel 28 x 28 inputs and 10 classes when
 torchvision is installed, else a small residual network of the same kind written here."""
 import sys
 
@@ -37,6 +37,10 @@ except ImportError:
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
     what = "a small residual network (torchvision is not installed)"
 model.eval()
-torch.onnx.export(model, (torch.randn(2, 1, 28, 28),), sys.argv[1], input_names=["input"], output_names=["output"],
-                  dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=17, dynamo=False)
+kwargs = dict(input_names=["input"], output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+              opset_version=17)
+try:  # torch >= 2.9 defaults to the dynamo exporter; the TorchScript one is asked for by name
+    torch.onnx.export(model, (torch.randn(2, 1, 28, 28),), sys.argv[1], dynamo=False, **kwargs)
+except TypeError:  # torch 1.13 (Debian's python3-torch) has only the TorchScript exporter
+    torch.onnx.export(model, (torch.randn(2, 1, 28, 28),), sys.argv[1], **kwargs)
 print(f"torch {torch.__version__} exported {what} to {sys.argv[1]}")
