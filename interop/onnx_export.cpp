@@ -60,7 +60,7 @@ std::string shape_text(const Tensor& t) {
 // parameter plus a Transpose (the initializer keeps the parameter's name).
 class Exporter {
  public:
-  Exporter(::onnx::GraphProto& g, const ExportOptions& o) : g_(g), o_(o) {}
+  explicit Exporter(::onnx::GraphProto& g) : g_(g) {}
 
   void add_parameter(const std::string& name, const Tensor& t) {
     if (known_.count(key(t))) return;  // tied weights: the first name wins
@@ -225,7 +225,6 @@ class Exporter {
   std::unordered_map<Key, bool> depends_on_input_;
 
   ::onnx::GraphProto& g_;
-  const ExportOptions& o_;
   std::unordered_map<Key, std::string> names_;
   std::unordered_map<Key, Kind> known_;
   std::unordered_map<Key, Tensor> params_, consts_;
@@ -631,7 +630,7 @@ namespace {
                 "export_model: module '", path, "' is a ", type,
                 ": int8 modules are not exportable yet (their kernels run outside the traced ops)");
   }
-  Exporter ex(g, o);
+  Exporter ex(g);
   for (const auto& [name, t] : model.named_parameters()) ex.add_parameter(name, t);
   for (const auto& [name, t] : model.named_buffers()) ex.add_parameter(name, t);
   // Inputs are copied so that their handles are the trace's alone (a caller's tensor may also
