@@ -438,6 +438,27 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       y = fresh("GatherElements_out");
       attr(node("GatherElements", {in[0], in[1]}, {y}), "axis", a.dim);
       break;
+    case OpId::ScatterAdd: {  // x with src added at index along dim
+      y = fresh("ScatterElements_out");
+      NodeProto* n = node("ScatterElements", {in[0], in[1], in[2]}, {y});
+      attr(n, "axis", a.dim);
+      AttributeProto* red = n->add_attribute();
+      red->set_name("reduction");
+      red->set_type(AttributeProto::STRING);
+      red->set_s("add");
+      break;
+    }
+    case OpId::Cumsum: y = op("CumSum", {in[0], constant(scalar_tensor(double(a.dim), DType::I64), "axis")}); break;
+    case OpId::Argsort: {  // a full TopK's indices: ties keep their order, as the stable sort
+      const int64_t dim = a.dim < 0 ? a.dim + x.dim() : a.dim;
+      const std::string values = fresh("TopK_values");
+      y = fresh("TopK_indices");
+      NodeProto* n = node("TopK", {in[0], ints({x.size(dim)})}, {values, y});
+      attr(n, "axis", dim);
+      attr(n, "largest", int64_t(a.flag));
+      attr(n, "sorted", int64_t(1));
+      break;
+    }
     case OpId::Conv2d: {
       const ConvParams p = ConvParams::from(a);
       const Tensor& w = r.inputs[1];
