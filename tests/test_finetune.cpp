@@ -78,20 +78,6 @@ void train_step(nn::Module& m, optim::Optimizer& opt) {
 const char* kBackbone[] = {"backbone.0.weight", "backbone.0.bias", "backbone.2.weight", "backbone.2.bias"};
 const char* kHead[] = {"head.weight", "head.bias"};
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "brisk-ft-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
 }  // namespace
 
 TEST_CASE("finetune: a frozen backbone stays bit-identical under every optimizer, decay and momentum included") {
@@ -178,7 +164,7 @@ TEST_CASE("finetune: a replaced head is what trains and is saved under its name"
 }
 
 TEST_CASE("finetune: a saved backbone loads back to identical outputs") {
-  TempDir dir;
+  test::TempDir dir{"brisk-ft"};
   manual_seed(3);
   nn::models::SmallCNN pretrained(5);
   nn::save_module(pretrained, dir.file("pretrained.safetensors"));

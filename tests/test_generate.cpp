@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -19,6 +18,7 @@
 
 #include "brisk.h"
 #include "tests/paths.h"
+#include "tests/test_util.h"
 
 using namespace brisk;
 using nn::models::GPT2;
@@ -78,8 +78,7 @@ TEST_CASE("generate: GPT-2 from a Hugging Face directory gives transformers' log
 TEST_CASE("generate: from_pretrained reads a checkpoint whose tensors are not aligned") {
   // The same file with one more space in its header: every tensor starts at an odd offset
   // (as files from writers that do not pad the header, MLX's for one).
-  std::ifstream in(dir() / "model.safetensors", std::ios::binary);
-  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string bytes = test::read_bytes(dir() / "model.safetensors");
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   REQUIRE(n % 2 == 0);

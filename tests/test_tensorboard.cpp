@@ -15,25 +15,13 @@
 #include <sstream>
 
 #include "brisk.h"
+#include "tests/test_util.h"
 #include "train/tensorboard.h"
 
 using namespace brisk;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "brisk-tb-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -94,7 +82,7 @@ TEST_CASE("tensorboard: CRC-32C check values") {
 }
 
 TEST_CASE("tensorboard: records are framed and checksummed; a scalar's fields are in the bytes") {
-  TempDir dir;
+  test::TempDir dir{"brisk-tb"};
   std::string path;
   {
     training::SummaryWriter w(dir.path.string());
@@ -121,7 +109,7 @@ TEST_CASE("tensorboard: records are framed and checksummed; a scalar's fields ar
 }
 
 TEST_CASE("tensorboard: errors") {
-  TempDir dir;
+  test::TempDir dir{"brisk-tb"};
   training::SummaryWriter w(dir.path.string());
   CHECK_THROWS_WITH_AS(w.add_scalar("", 1.0, 0), doctest::Contains("empty tag"), Error);
   CHECK_THROWS_WITH_AS(w.add_histogram("h", std::vector<double>{1.0}, 0, 0), doctest::Contains("bins"), Error);
@@ -146,7 +134,7 @@ TEST_CASE("tensorboard: sample run") {
     write_sample(out);
     return;
   }
-  TempDir dir;
+  test::TempDir dir{"brisk-tb"};
   write_sample(dir.path.string());
   size_t files = 0;
   for (const auto& entry : fs::directory_iterator(dir.path)) {

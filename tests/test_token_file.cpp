@@ -8,12 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "brisk.h"
 #include "tests/paths.h"
+#include "tests/test_util.h"
 #include "text/token_file.h"
 
 using namespace brisk;
@@ -23,11 +23,6 @@ using text::TokenFile;
 namespace {
 
 std::filesystem::path tokens_dir() { return ::brisk::test::data_dir() / "tokens"; }
-
-std::string read_bytes(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 std::string tmp(const std::string& name) { return (std::filesystem::temp_directory_path() / name).string(); }
 
@@ -56,7 +51,7 @@ TEST_CASE("token file: llm.c's files read back, and brisk writes the same bytes"
     CHECK(f->at(299) == want[299]);
     const std::string out = tmp(std::string("brisk_") + c.file);
     text::write_token_file(out, want);  // the dtype follows from the largest id
-    CHECK(read_bytes(out) == read_bytes(tokens_dir() / c.file));
+    CHECK(test::read_bytes(out) == test::read_bytes(tokens_dir() / c.file));
     std::filesystem::remove(out);
   }
 }
@@ -88,7 +83,7 @@ TEST_CASE("token file: raw files, explicit dtypes and the edges") {
 }
 
 TEST_CASE("token file: malformed headers are refused with what is wrong") {
-  std::string good = read_bytes(tokens_dir() / "llmc_gpt2.bin");
+  std::string good = test::read_bytes(tokens_dir() / "llmc_gpt2.bin");
   const std::string path = tmp("brisk_tokens_bad.bin");
   auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; };
   std::string bad = good;

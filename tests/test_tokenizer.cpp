@@ -48,24 +48,6 @@ const ByteLevelBPE& hf_json() {
   return t;
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "brisk-tok-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name, const std::string& bytes) const {
-    test::write_bytes(path / name, bytes);
-    return (path / name).string();
-  }
-};
-
 std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(); }
 
 uint64_t fnv1a(const std::vector<int32_t>& ids) {
@@ -150,7 +132,7 @@ TEST_CASE("tokenizer: random strings and random id sequences give HF's ids and t
 TEST_CASE("tokenizer: tokenizer.json options give HF's ids (prefix space, no regex, added tokens, template)") {
   const json ref = read_json("encode.json");
   const json base = json::parse(test::read_bytes(ref_dir() / "tokenizer.json"));
-  TempDir dir;
+  test::TempDir dir{"brisk-tok"};
   for (const json& v : ref["variants"]) {
     json j = base;
     for (auto it = v["set"].begin(); it != v["set"].end(); ++it) j[json::json_pointer(it.key())] = it.value();
@@ -247,7 +229,7 @@ TEST_CASE("tokenizer: train_bpe learns HF's merges and vocabulary from the same 
 }
 
 TEST_CASE("tokenizer: save writes what HF wrote, and what it saves loads back") {
-  TempDir dir;
+  test::TempDir dir{"brisk-tok"};
   const auto vocab = (dir.path / "vocab.json").string();
   const auto merges = (dir.path / "merges.txt").string();
   const auto tj = (dir.path / "tokenizer.json").string();
@@ -305,13 +287,13 @@ TEST_CASE("tokenizer: invalid UTF-8 is refused with its byte offset") {
     CHECK(msg.find("invalid UTF-8 at byte offset " + std::to_string(c.offset)) != std::string::npos);
   }
   CHECK(find_invalid_utf8("plain ascii, é, 日本, 😀") == std::string::npos);
-  TempDir dir;
+  test::TempDir dir{"brisk-tok"};
   const std::string bad = dir.file("bad.txt", "good line\nbad \xFF line\n");
   CHECK(test::error_text([&] { train_bpe({bad}, {}); }).find("invalid UTF-8 at byte offset 14") != std::string::npos);
 }
 
 TEST_CASE("tokenizer: malformed files are refused naming the file and the field or line") {
-  TempDir dir;
+  test::TempDir dir{"brisk-tok"};
   const std::string vocab = test::read_bytes(ref_dir() / "vocab.json");
   const std::string merges = test::read_bytes(ref_dir() / "merges.txt");
   const std::string good_vocab = dir.file("vocab.json", vocab);
@@ -429,7 +411,7 @@ TEST_CASE("tokenizer: encode_large cuts only where the ids cannot change") {
 }
 
 TEST_CASE("tokenizer: tokenize_files writes llm.c's token file of the files' ids") {
-  TempDir dir;
+  test::TempDir dir{"brisk-tok"};
   const std::string train = test::read_bytes(ref_dir() / "train.txt");
   const std::string a = dir.file("a.txt", train);
   const std::string b = dir.file("b.txt", "Café 日本語 😀\nsecond line\n");

@@ -814,6 +814,32 @@ std::vector<int32_t> ByteLevelBPE::encode(std::string_view text) const {
   return out;
 }
 
+namespace {
+
+// body(i, cache) for i < n across OpenMP threads, each thread with a word cache of its own
+// (chunks of `chunk` indices, dynamically scheduled). No exception may leave an OpenMP region:
+// the first one's message, through describe(i, what), is thrown after the loop.
+template <class Body, class Describe>
+void parallel_with_caches(int64_t n, int chunk, Body body, Describe describe) {
+  std::string error;
+#pragma omp parallel if (n > 1)
+  {
+    WordCache cache;
+#pragma omp for schedule(dynamic, chunk)
+    for (int64_t i = 0; i < n; ++i) {
+      try {
+        body(i, cache);
+      } catch (const std::exception& e) {
+#pragma omp critical(brisk_text_parallel_encode)
+        if (error.empty()) error = describe(i, e.what());
+      }
+    }
+  }
+  BRISK_CHECK(error.empty(), error);
+}
+
+}  // namespace
+
 std::vector<int32_t> ByteLevelBPE::encode_large(std::string_view text, int64_t chunk_bytes) const {
   bool can_cut = use_regex_ && !add_prefix_space_ && chunk_bytes > 0;
   for (const AddedToken& t : added_) can_cut = can_cut && t.content.find('\n') == std::string::npos;
@@ -844,21 +870,10 @@ std::vector<int32_t> ByteLevelBPE::encode_large(std::string_view text, int64_t c
   cuts.push_back(text.size());
   const int64_t chunks = static_cast<int64_t>(cuts.size()) - 1;
   std::vector<std::vector<int32_t>> parts(static_cast<size_t>(chunks));
-  std::string error;
-#pragma omp parallel if (chunks > 1)
-  {
-    WordCache cache;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      try {
-        encode_text_(text.substr(cuts[c], cuts[c + 1] - cuts[c]), cache, parts[c]);
-      } catch (const std::exception& e) {  // none escapes an OpenMP region
-#pragma omp critical(brisk_text_encode_large)
-        if (error.empty()) error = e.what();
-      }
-    }
-  }
-  BRISK_CHECK(error.empty(), "encode_large: ", error);
+  parallel_with_caches(
+      chunks, 1,
+      [&](int64_t c, WordCache& cache) { encode_text_(text.substr(cuts[c], cuts[c + 1] - cuts[c]), cache, parts[c]); },
+      [](int64_t, const char* what) { return brisk::detail::cat("encode_large: ", what); });
   size_t total = prefix_ids_.size() + suffix_ids_.size();
   for (const auto& p : parts) total += p.size();
   std::vector<int32_t> out;
@@ -871,22 +886,9 @@ std::vector<int32_t> ByteLevelBPE::encode_large(std::string_view text, int64_t c
 
 std::vector<std::vector<int32_t>> ByteLevelBPE::encode_batch(const std::vector<std::string>& texts) const {
   std::vector<std::vector<int32_t>> out(texts.size());
-  const int64_t n = static_cast<int64_t>(texts.size());
-  std::string error;
-#pragma omp parallel if (n > 1)
-  {
-    WordCache cache;
-#pragma omp for schedule(dynamic, 16)
-    for (int64_t i = 0; i < n; ++i) {
-      try {
-        encode_(texts[i], cache, out[i]);
-      } catch (const std::exception& e) {
-#pragma omp critical(brisk_text_encode_batch)
-        if (error.empty()) error = brisk::detail::cat("encode_batch: text ", i, ": ", e.what());
-      }
-    }
-  }
-  BRISK_CHECK(error.empty(), error);
+  parallel_with_caches(
+      static_cast<int64_t>(texts.size()), 16, [&](int64_t i, WordCache& cache) { encode_(texts[i], cache, out[i]); },
+      [](int64_t i, const char* what) { return brisk::detail::cat("encode_batch: text ", i, ": ", what); });
   return out;
 }
 
