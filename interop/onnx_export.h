@@ -18,7 +18,8 @@
 // size (the tests do, with the importer and with ONNX Runtime).
 // Not exportable (a brisk::Error naming the op, its position in the forward and its inputs):
 // training-mode batch norm and dropout, random ops, the recurrent sequence ops, losses, and ops
-// run under autocast.
+// run under autocast, int8 modules (their kernels run outside dispatch).
+// Not here: reading ONNX (interop/onnx_import.h), the op recorder (engine/trace.h).
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 //   auto gpt = nn::models::GPT2::from_pretrained("gpt2-dir");       // config.json + model.safetensors
 //   gpt->eval();
 //   Tensor out = gpt->generate(prompt_ids, {.max_new_tokens = 64, .do_sample = true, .top_p = 0.9, .seed = 1});
+// Not here: the cache itself (nn/kv_cache.h), tokenizers (text/bpe.h), beam search (not written).
 #pragma once
 
 #include <optional>

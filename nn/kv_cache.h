@@ -1,5 +1,6 @@
 // nn/kv_cache.h: the keys and values an attention module keeps while generating (GPT2Attention
 // and MultiheadAttention own one each; nn/generate.h drives them).
+// Not here: the masks and positions of a cached step (the models' forward_step), generation.
 #pragma once
 
 #include <cstdint>

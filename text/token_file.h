@@ -11,6 +11,7 @@
 //   auto ds = std::make_shared<text::TokenDataset>(text::TokenFile::open("train.bin"), 256);
 //   data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .num_workers = 2, .seed = 1});
 //   for (auto& b : loader) ...  // b.input (16, 256) I64, b.target (16, 256): the next tokens
+// Not here: turning text into ids (text/tokenize_files.h, text/bpe.h).
 #pragma once
 
 #include <cstdint>
