@@ -160,6 +160,13 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
                                          double dropout_p = 0.0, bool is_causal = false,
                                          std::optional<double> scale = std::nullopt, Generator* gen = nullptr);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// RMS normalization over the trailing dims `normalized_shape`, as torch.nn.functional.rms_norm:
+// x * rsqrt(mean(x^2) + eps) * weight; weight of that shape or undefined, eps defaults to the
+// dtype's machine epsilon (torch.finfo(x.dtype).eps). One op with a fused backward
+// (engine/ops/norm.cpp).
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                std::optional<double> eps = std::nullopt);
+double machine_epsilon(DType t);
 // log(sum(exp(x))) over dims, computed stably (as torch.logsumexp: all -inf gives -inf).
 Tensor logsumexp(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 

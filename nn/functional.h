@@ -97,6 +97,8 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
 // Normalizes over the trailing dims `normalized_shape`; weight/bias of that shape or undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
+// RMS normalization over the trailing dims (torch.nn.functional.rms_norm; brisk::rms_norm).
+using ::brisk::rms_norm;
 // x (B, C, *). training: batch statistics, and running stats (if defined) updated with momentum;
 // eval: the running statistics.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = {},

@@ -2,8 +2,6 @@
 // Not here: BatchNorm, LayerNorm, GroupNorm and the other core layers (nn/layers.cpp).
 #include "nn/layers_extra.h"
 
-#include <limits>
-
 #include "engine/grad_mode.h"
 #include "nn/functional.h"
 
@@ -13,39 +11,21 @@ namespace F = functional;
 
 // ---- RMSNorm
 
-namespace {
-
-// torch.finfo(dtype).eps: the gap between 1 and the next representable value.
-double machine_epsilon(DType t) {
-  switch (t) {
-    case DType::F64: return std::numeric_limits<double>::epsilon();
-    case DType::F16: return 0.0009765625;  // 2^-10
-    case DType::BF16: return 0.0078125;    // 2^-7
-    default: return std::numeric_limits<float>::epsilon();
-  }
-}
-
-}  // namespace
-
 RMSNorm::RMSNorm(Shape shape, std::optional<double> e, bool affine)
     : Module("RMSNorm"), normalized_shape(shape), eps(e) {
   BRISK_CHECK(!eps || *eps >= 0, "RMSNorm: eps must be non-negative, got ", *eps);
   if (affine) register_parameter("weight", ones(shape));
 }
 
-// x (*, normalized_shape) -> x * rsqrt(mean(x^2 over normalized_shape) + eps) * weight
+// x (*, normalized_shape) -> x * rsqrt(mean(x^2 over normalized_shape) + eps) * weight: the
+// rms_norm op (engine/ops/norm.cpp).
 Tensor RMSNorm::forward(const Tensor& x) {
   BRISK_CHECK(x.defined(), "RMSNorm: undefined input");
   const int64_t k = normalized_shape.size();
   bool fits = x.dim() >= k;
   for (int64_t i = 0; fits && i < k; ++i) fits = x.size(x.dim() - k + i) == normalized_shape[i];
   BRISK_CHECK(fits, "RMSNorm: input ", x.sizes(), " does not end in normalized_shape ", normalized_shape);
-  Shape dims;
-  for (int64_t i = 0; i < k; ++i) dims.push_back(x.dim() - k + i);
-  const double e = eps ? *eps : machine_epsilon(x.dtype());
-  Tensor y = x * rsqrt(mean(square(x), dims, /*keepdim=*/true) + e);
-  Tensor w = maybe_parameter("weight");
-  return w.defined() ? y * w : y;
+  return rms_norm(x, normalized_shape, maybe_parameter("weight"), eps);
 }
 
 // ---- InstanceNorm2d

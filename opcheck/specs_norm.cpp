@@ -1,5 +1,6 @@
 // opcheck/specs_norm.cpp: specs of the normalization ops (engine/ops/norm.cpp) through their
-// public forms layer_norm, batch_norm and group_norm (nn/functional.h): 1-D to 4-D inputs,
+// public forms layer_norm, rms_norm, batch_norm and group_norm (nn/functional.h), and their
+// fused backwards called directly: 1-D to 4-D inputs,
 // with and without affine, batch norm in training and eval, against plain F64 loops;
 // F32/F16/BF16 against F64, gradcheck in F64.
 // Not here: running statistics, eval after training, errors (tests/test_norm.cpp).
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "engine/dispatch.h"
+#include "engine/op_params.h"
 #include "nn/functional.h"
 #include "opcheck/spec.h"
 
@@ -214,6 +216,81 @@ Tensor batch_norm_backward_ref(const std::vector<Tensor>& in, bool training) {
   return from_vector(all, {int64_t(all.size())}, DType::F64);
 }
 
+// x (R, N) rows: x * rstd * w[j], rstd = 1 / sqrt(mean(x^2) + eps).
+Tensor rms_norm_ref(const Tensor& x, int nd, const Tensor& w, double eps) {
+  const int64_t n = trailing(x.sizes(), nd).numel();
+  const int64_t rows = n ? x.numel() / n : 0;
+  V y = x.to_vector<double>();
+  const V wv = w.defined() ? w.to_vector<double>() : V(size_t(n), 1.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t j = 0; j < n; ++j) ms += y[size_t(r * n + j)] * y[size_t(r * n + j)];
+    const double rs = 1 / std::sqrt(ms / double(n) + eps);
+    for (int64_t j = 0; j < n; ++j) y[size_t(r * n + j)] *= rs * wv[size_t(j)];
+  }
+  return from_vector(y, x.sizes(), DType::F64);
+}
+
+// layer_norm_backward / rms_norm_backward called directly on (gy, x, w) over the last dim, with
+// x's statistics computed here in the statistics dtype; (gx, gw[, gb]) flattened and joined.
+Tensor norm_backward_of(const std::vector<Tensor>& in, bool rms) {
+  const Tensor &gy = in[0], &x = in[1], &w = in[2];
+  const DType st = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const Tensor xs = cast(x, st);
+  const int64_t last = x.dim() - 1;
+  Attrs a;
+  LayerNormParams{.normalized_dims = 1, .eps = kEps}.store(a);
+  const Tensor ms = mean(xs * xs, {last}, true);
+  if (rms) {
+    const Tensor ops_in[4] = {gy, x, w, rsqrt(ms + kEps)};
+    Tensor out[2];
+    call(OpId::RmsNormBackward, ops_in, a, out);
+    return cat({out[0].reshape({-1}), out[1]}, 0);
+  }
+  const Tensor m = mean(xs, {last}, true);
+  const Tensor var = mean((xs - m) * (xs - m), {last}, true);
+  const Tensor ops_in[5] = {gy, x, w, m, rsqrt(var + kEps)};
+  Tensor out[3];
+  call(OpId::LayerNormBackward, ops_in, a, out);
+  return cat({out[0].reshape({-1}), out[1], out[2]}, 0);
+}
+
+// The same from the formulas (Note [Normalization backward], rms_norm's in engine/ops/norm.cpp)
+// in plain F64 loops.
+Tensor norm_backward_ref(const std::vector<Tensor>& in, bool rms) {
+  const V gy = in[0].detach().to_vector<double>(), x = in[1].detach().to_vector<double>();
+  const V w = in[2].detach().to_vector<double>();
+  const int64_t n = in[2].numel(), rows = n ? in[1].numel() / n : 0;
+  V gx(x.size()), gw(size_t(n), 0.0), gb(size_t(n), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    auto at = [&](int64_t j) { return size_t(r * n + j); };
+    double m = 0, v = 0;
+    if (!rms) {
+      for (int64_t j = 0; j < n; ++j) m += x[at(j)];
+      m /= double(n);
+    }
+    for (int64_t j = 0; j < n; ++j) v += (x[at(j)] - m) * (x[at(j)] - m);
+    v /= double(n);
+    const double rs = 1 / std::sqrt(v + kEps);
+    double s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = (x[at(j)] - m) * rs, g = gy[at(j)] * w[size_t(j)];
+      s1 += g;
+      s2 += g * xhat;
+      gw[size_t(j)] += gy[at(j)] * xhat;
+      gb[size_t(j)] += gy[at(j)];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = (x[at(j)] - m) * rs, g = gy[at(j)] * w[size_t(j)];
+      gx[at(j)] = rs * (g - (rms ? 0.0 : s1 / double(n)) - xhat * s2 / double(n));
+    }
+  }
+  V all = gx;
+  all.insert(all.end(), gw.begin(), gw.end());
+  if (!rms) all.insert(all.end(), gb.begin(), gb.end());
+  return from_vector(all, {int64_t(all.size())}, DType::F64);
+}
+
 void add_specs(std::vector<OpSpec>& specs) {
   // layer_norm: the number of normalized dims is the spec's; inputs (x) or (x, w, b).
   for (int nd : {1, 2}) {
@@ -233,6 +310,46 @@ void add_specs(std::vector<OpSpec>& specs) {
       cases.push_back(ln_case({0, 3, 4}, nd, true, 19));
       return cases;
     };
+    specs.push_back(s);
+  }
+
+  // rms_norm (torch.nn.functional.rms_norm): inputs (x) or (x, w); the gradchecks run the fused
+  // rms_norm_backward in F64.
+  for (int nd : {1, 2}) {
+    OpSpec s = norm_spec("rms_norm over the last " + std::to_string(nd) + " dims", OpId::RmsNorm);
+    s.covers = {OpId::RmsNorm, OpId::RmsNormBackward};
+    s.fn = [nd](const std::vector<Tensor>& in) {
+      return rms_norm(in[0], trailing(in[0].sizes(), nd), opt(in, 1), kEps);
+    };
+    s.reference = [nd](const std::vector<Tensor>& in) { return rms_norm_ref(in[0], nd, opt(in, 1), kEps); };
+    s.cases = [nd] {
+      std::vector<OpCase> cases;
+      for (OpCase c : {ln_case({3, 4}, nd, true, 64), ln_case({3, 4}, nd, false, 67), ln_case({2, 3, 5}, nd, true, 70),
+                       ln_case({2, 2, 3, 3}, nd, true, 73), ln_case({0, 3, 4}, nd, true, 76)}) {
+        if (c.inputs.size() == 3) c.inputs.pop_back();  // rms_norm has no bias
+        cases.push_back(c);
+      }
+      return cases;
+    };
+    specs.push_back(s);
+  }
+  // layer_norm_backward and rms_norm_backward (Note [Fused layer norm backward]) called directly
+  // on (gy, x, w): 41 rows crosses the kernel's blocks of 32 rows. The gradchecks of the
+  // layer_norm and rms_norm specs run them too, in F64.
+  for (bool rms : {false, true}) {
+    OpSpec s = norm_spec(rms ? "rms_norm_backward" : "layer_norm_backward",
+                         rms ? OpId::RmsNormBackward : OpId::LayerNormBackward);
+    s.fn = [rms](const std::vector<Tensor>& in) { return norm_backward_of(in, rms); };
+    s.reference = [rms](const std::vector<Tensor>& in) { return norm_backward_ref(in, rms); };
+    s.cases = [] {
+      const auto vals = [](const Shape& shape, uint64_t seed) { return uniform_values(shape, -1, 1, seed); };
+      return std::vector<OpCase>{{"(4, 3)", {vals({4, 3}, 81), vals({4, 3}, 82), vals({3}, 83)}},
+                                 {"(41, 19)", {vals({41, 19}, 84), vals({41, 19}, 85), vals({19}, 86)}},
+                                 {"(2, 3, 5)", {vals({2, 3, 5}, 87), vals({2, 3, 5}, 88), vals({5}, 89)}},
+                                 {"(0, 3): no rows", {vals({0, 3}, 90), vals({0, 3}, 91), vals({3}, 92)}}};
+    };
+    s.grad = false;  // not differentiable: double backward takes the formula
+    s.dtypes = {DType::F32};
     specs.push_back(s);
   }
 

@@ -69,12 +69,40 @@ void layer_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<
   out[2] = {stats, stat_dtype(x.dtype())};
 }
 
+// Note [Fused layer norm backward]
+// As batch norm's (Note [Fused batch norm backward]): when no gradient of the backward itself
+// is wanted, none reached the saved statistics and the device has the kernel, one
+// layer_norm_backward op gives (gx, gw, gb) in one pass per row (gx from the row's two sums,
+// gw and gb summed over fixed blocks of rows, so the result does not depend on the number of
+// threads) instead of the formula's dozen passes. rms_norm does the same with rms_norm_backward.
+bool fused_norm_backward(const BackwardCtx& c, OpId backward_op, int n_stats) {
+  if (GradMode::enabled() || !c.grads[0].defined()) return false;
+  for (int i = 1; i <= n_stats; ++i) {
+    if (c.grads[size_t(i)].defined()) return false;
+  }
+  return op_def(backward_op).kernels[int(c.device.type)] != nullptr;
+}
+
+// Runs the fused backward op and keeps the gradients that are wanted.
+void run_fused_norm_backward(const BackwardCtx& c, OpId backward_op, std::span<const Tensor> in, std::span<Tensor> gi) {
+  Tensor out[3];
+  call(backward_op, in, c.attrs, std::span<Tensor>(out, gi.size()));
+  for (size_t i = 0; i < gi.size(); ++i) {
+    if (c.needs_grad(int(i))) gi[i] = out[i];
+  }
+}
+
 void layer_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor& x = c.inputs[0];
   const Tensor& w = c.inputs[1];
   const Tensor& mu = c.outputs[1];
   const Tensor& rstd = c.outputs[2];
   const Tensor& gy = c.grads[0];
+  if (fused_norm_backward(c, OpId::LayerNormBackward, 2)) {
+    const Tensor in[5] = {gy, x, w, mu, rstd};
+    run_fused_norm_backward(c, OpId::LayerNormBackward, in, gi);
+    return;
+  }
   const int nd = int(LayerNormParams::from(c.attrs).normalized_dims);
   const int ndim = x.dim();
   Shape norm_dims, lead_dims;
@@ -103,6 +131,106 @@ const OpDef kLayerNorm{.infer = layer_norm_infer,
                        .save_outputs = mask(1, 2),    // mean, rstd
                        .diff_inputs = mask(0, 1, 2),  // x, weight, bias
                        .autocast = CastPolicy::Fp32};
+
+// ---- layer_norm_backward: (gy, x, weight, mean, rstd) -> (gx, gw, gb); LayerNormParams
+// Shapes of the normalized dims and the statistics (the normalized dims kept as 1) of x.
+void norm_shapes(const Tensor& x, int64_t normalized_dims, const char* op, Shape& normalized, Shape& stats) {
+  BRISK_CHECK(is_floating(x.dtype()), op, ": input must be floating, got ", x.str());
+  BRISK_CHECK(normalized_dims >= 1 && normalized_dims <= x.dim(), op, ": cannot normalize over the last ",
+              normalized_dims, " dims of an input of shape ", x.sizes());
+  normalized = {};
+  stats = x.sizes();
+  for (int d = x.dim() - int(normalized_dims); d < x.dim(); ++d) {
+    normalized.push_back(x.sizes()[d]);
+    stats[d] = 1;
+  }
+}
+
+void check_like(const Tensor& t, const Shape& sizes, DType dtype, const char* op, const char* what, const Tensor& x) {
+  BRISK_CHECK(t.sizes() == sizes && t.dtype() == dtype, op, ": ", what, " ", t.str(), " does not match the input ",
+              x.str(), " (expected ", sizes, " of ", dtype_name(dtype), ")");
+}
+
+void layer_norm_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& x = in[1];
+  Shape normalized, stats;
+  norm_shapes(x, LayerNormParams::from(attrs).normalized_dims, "layer_norm_backward", normalized, stats);
+  check_like(in[0], x.sizes(), x.dtype(), "layer_norm_backward", "gy", x);
+  check_param(in[2], normalized, x.dtype(), "layer_norm_backward", "weight", x);
+  check_like(in[3], stats, stat_dtype(x.dtype()), "layer_norm_backward", "mean", x);
+  check_like(in[4], stats, stat_dtype(x.dtype()), "layer_norm_backward", "rstd", x);
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {normalized, x.dtype()};
+  out[2] = {normalized, x.dtype()};
+}
+
+const OpDef kLayerNormBackward{.infer = layer_norm_backward_infer};
+
+// ---- rms_norm: x (*, N1..Nd), weight (N1..Nd) -> y like x, rstd (*, 1..1)
+// y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps) over the normalized dims. Backward
+// (as Note [Normalization backward] without the mean): with xhat = x * rstd, gxhat = gy * w,
+//   gx = rstd * (gxhat - xhat * mean(gxhat * xhat)),  gw = sum of gy * xhat,
+// plus, in double backward, what flows into rstd: d rstd/dx = -rstd^2 * xhat / N.
+void rms_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& x = in[0];
+  const LayerNormParams p = LayerNormParams::from(attrs);
+  Shape normalized, stats;
+  norm_shapes(x, p.normalized_dims, "rms_norm", normalized, stats);
+  check_param(in[1], normalized, x.dtype(), "rms_norm", "weight", x);
+  BRISK_CHECK(p.eps >= 0, "rms_norm: eps must be non-negative, got ", p.eps);
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {stats, stat_dtype(x.dtype())};
+}
+
+void rms_norm_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& w = c.inputs[1];
+  const Tensor& rstd = c.outputs[1];
+  const Tensor& gy = c.grads[0];
+  if (fused_norm_backward(c, OpId::RmsNormBackward, 1)) {
+    const Tensor in[4] = {gy, x, w, rstd};
+    run_fused_norm_backward(c, OpId::RmsNormBackward, in, gi);
+    return;
+  }
+  const int nd = int(LayerNormParams::from(c.attrs).normalized_dims);
+  const int ndim = x.dim();
+  Shape norm_dims, lead_dims;
+  for (int d = 0; d < ndim; ++d) (d < ndim - nd ? lead_dims : norm_dims).push_back(d);
+  const double n = double(c.in_specs[1].sizes.numel());
+  Tensor xhat = x * rstd;
+  if (gy.defined()) {
+    if (c.needs_grad(0)) {
+      Tensor gxhat = gy * w;
+      gi[0] = rstd * (gxhat - xhat * mean(gxhat * xhat, norm_dims, true));
+    }
+    if (c.needs_grad(1)) gi[1] = lead_dims.empty() ? gy * xhat : sum(gy * xhat, lead_dims);
+  }
+  if (c.needs_grad(0)) {
+    Tensor extra = stats_grad(Tensor(), c.grads[1], xhat, rstd, n);
+    if (extra.defined()) gi[0] = gi[0].defined() ? gi[0] + extra : extra;
+  }
+}
+
+const OpDef kRmsNorm{.infer = rms_norm_infer,
+                     .backward = rms_norm_bw,
+                     .save_inputs = mask(0, 1),  // x, weight
+                     .save_outputs = mask(1),    // rstd
+                     .diff_inputs = mask(0, 1),  // x, weight
+                     .autocast = CastPolicy::Fp32};
+
+// ---- rms_norm_backward: (gy, x, weight, rstd) -> (gx, gw); LayerNormParams
+void rms_norm_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const Tensor& x = in[1];
+  Shape normalized, stats;
+  norm_shapes(x, LayerNormParams::from(attrs).normalized_dims, "rms_norm_backward", normalized, stats);
+  check_like(in[0], x.sizes(), x.dtype(), "rms_norm_backward", "gy", x);
+  check_param(in[2], normalized, x.dtype(), "rms_norm_backward", "weight", x);
+  check_like(in[3], stats, stat_dtype(x.dtype()), "rms_norm_backward", "rstd", x);
+  out[0] = {x.sizes(), x.dtype()};
+  out[1] = {normalized, x.dtype()};
+}
+
+const OpDef kRmsNormBackward{.infer = rms_norm_backward_infer};
 
 // ---- batch_norm: x (B, C, *), weight/bias/running_mean/running_var (C) -> y like x, mean/rstd (C)
 void batch_norm_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
@@ -217,9 +345,42 @@ const OpDef kBatchNormBackward{.infer = batch_norm_backward_infer};
 
 }  // namespace
 
+// torch.finfo(dtype).eps: the gap between 1 and the next representable value (rms_norm's
+// default eps, as PyTorch's).
+double machine_epsilon(DType t) {
+  switch (t) {
+    case DType::F64: return 2.220446049250313e-16;  // 2^-52
+    case DType::F16: return 0.0009765625;           // 2^-10
+    case DType::BF16: return 0.0078125;             // 2^-7
+    default: return 1.1920928955078125e-07;         // 2^-23
+  }
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  BRISK_CHECK(x.defined(), "rms_norm: undefined input");
+  const int64_t k = normalized_shape.size();
+  bool fits = k >= 1 && x.dim() >= k;
+  for (int64_t i = 0; fits && i < k; ++i) fits = x.sizes()[x.dim() - k + i] == normalized_shape[i];
+  BRISK_CHECK(fits, "rms_norm: normalized_shape ", normalized_shape, " does not match the trailing dims of input ",
+              x.str());
+  const double e = eps ? *eps : machine_epsilon(x.dtype());
+  BRISK_CHECK(e >= 0, "rms_norm: eps must be non-negative, got ", e);
+  Attrs a;
+  LayerNormParams{.normalized_dims = k, .eps = e}.store(a);
+  // An absent weight is ones (no gradient flows to it), as layer_norm's absent affine.
+  const Tensor w = weight.defined() ? weight : ones(normalized_shape, x.dtype(), x.device());
+  Tensor out[2];
+  const Tensor in[2] = {x, w};
+  call(OpId::RmsNorm, in, a, out);
+  return out[0];
+}
+
 namespace detail {
 
 void define_norm_ops() {
+  define(OpId::LayerNormBackward, kLayerNormBackward);
+  define(OpId::RmsNorm, kRmsNorm);
+  define(OpId::RmsNormBackward, kRmsNormBackward);
   define(OpId::BatchNormBackward, kBatchNormBackward);
   define(OpId::LayerNorm, kLayerNorm);
   define(OpId::BatchNorm, kBatchNorm);

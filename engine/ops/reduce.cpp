@@ -361,19 +361,31 @@ void check_ce_inputs(const Tensor& logits, const Tensor& target, const CrossEntr
               p.label_smoothing);
 }
 
+// The rows' logsumexp that cross_entropy saves: F32, F64 for F64 logits.
+DType lse_dtype(DType logits) { return logits == DType::F64 ? DType::F64 : DType::F32; }
+
 void ce_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
   const CrossEntropyParams p = CrossEntropyParams::from(a);
   check_ce_inputs(in[0], in[1], p, "cross_entropy");
   out[0] = {ce_output_shape(in[0], p), in[0].dtype()};
+  out[1] = {Shape{in[0].sizes()[0]}, lse_dtype(in[0].dtype())};
 }
 
+// Note [Cross-entropy saves the logsumexp]
+// The forward computes each row's logsumexp anyway; saving it (N values) lets the backward
+// write softmax - onehot in one pass over the logits (one exp per element) instead of two
+// (the row's logsumexp again, then the exp). Over a 50257-word vocabulary that is the largest
+// elementwise pass of a small GPT's step. Gradients never flow into the saved lse (a gradient
+// reaching it is dropped: it is an internal output, not returned by cross_entropy).
 void cross_entropy_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  gi[0] = call1(OpId::CrossEntropyBackward, {g0(c), c.inputs[0], c.inputs[1]}, c.attrs);
+  if (!c.grads[0].defined()) return;
+  gi[0] = call1(OpId::CrossEntropyBackward, {c.grads[0], c.inputs[0], c.inputs[1], c.outputs[1]}, c.attrs);
 }
 
 const OpDef kCrossEntropy{.infer = ce_infer,
                           .backward = cross_entropy_bw,
                           .save_inputs = mask(0, 1),  // logits, target
+                          .save_outputs = mask(1),    // lse
                           .diff_inputs = mask(0),     // logits
                           .autocast = P::Fp32};
 
@@ -385,6 +397,9 @@ void ce_backward_infer(std::span<const Tensor> in, const Attrs& a, std::span<Ten
   check_ce_inputs(logits, in[2], p, "cross_entropy_backward");
   BRISK_CHECK(grad.dtype() == logits.dtype() && grad.sizes() == ce_output_shape(logits, p),
               "cross_entropy_backward: grad ", grad.str(), " does not match the loss of logits ", logits.str());
+  BRISK_CHECK(in[3].dtype() == lse_dtype(logits.dtype()) && in[3].sizes() == Shape{logits.sizes()[0]},
+              "cross_entropy_backward: lse ", in[3].str(), " does not match logits ", logits.str(), " (expected (",
+              logits.sizes()[0], ") of ", dtype_name(lse_dtype(logits.dtype())), ")");
   out[0] = {logits.sizes(), logits.dtype()};
 }
 
@@ -410,7 +425,7 @@ void cross_entropy_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
     Attrs unit_attrs = c.attrs;
     unit.store(unit_attrs);
     Tensor ones_n = ones({logits.sizes()[0]}, logits.dtype(), logits.device());
-    Tensor p_minus_q = call1(OpId::CrossEntropyBackward, {ones_n, logits, target}, unit_attrs);
+    Tensor p_minus_q = call1(OpId::CrossEntropyBackward, {ones_n, logits, target, c.inputs[3]}, unit_attrs);
     Tensor per_row = sum(gg * p_minus_q, {1});
     if (p.reduction == Reduction::None) {
       gi[0] = per_row;
@@ -430,8 +445,8 @@ void cross_entropy_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 
 const OpDef kCrossEntropyBackward{.infer = ce_backward_infer,
                                   .backward = cross_entropy_backward_bw,
-                                  .save_inputs = mask(0, 1, 2),  // grad, logits, target
-                                  .diff_inputs = mask(0, 1),     // grad, logits
+                                  .save_inputs = mask(0, 1, 2, 3),  // grad, logits, target, lse
+                                  .diff_inputs = mask(0, 1),        // grad, logits
                                   .autocast = P::Fp32};
 
 }  // namespace
@@ -462,7 +477,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   }
   Attrs a;
   CrossEntropyParams{.ignore_index = ignore_index, .label_smoothing = label_smoothing, .reduction = reduction}.store(a);
-  return call1(OpId::CrossEntropy, {logits, target}, a);
+  Tensor out[2];
+  const Tensor in[2] = {logits, target};
+  call(OpId::CrossEntropy, in, a, out);
+  return out[0];
 }
 
 // ---- mse_loss (composite)

@@ -56,9 +56,11 @@
 //   build/examples/bench/bench_gpt2                                  # everything (~30 min)
 //   build/examples/bench/bench_gpt2 --configs 4x64 --threads 2 --no-llmc --steps 3
 // Usage: bench_gpt2 [--threads 1,2] [--configs 4x64,8x256] [--steps 5] [--warmup 2]
-//                   [--no-torch] [--no-llmc] [--keep] [--layers 12]
+//                   [--no-torch] [--no-llmc] [--keep] [--layers 12] [--bf16]
 // (--keep: leave the temp dir ($TMPDIR or /tmp, bench_gpt2.XXXXXX, ~1 GB) and print its path;
-// --layers: a shallower model, for a quick check of the harness only.) The full run takes
+// --layers: a shallower model, for a quick check of the harness only; --bf16: brisk's forward
+// and loss under BF16 autocast (AutocastGuard(CPU, BF16)), PyTorch and llm.c staying F32, the
+// issue's "BF16 at most 0.4x PyTorch's F32 time"; first losses then agree to 1e-2.) The full run takes
 // about half an hour on 2 cores, most of it llm.c at 8 x 256, and ~7.3 GB of memory at most (llm.c
 // at 8 x 256). Not a test: it asserts nothing but the loss agreement.
 #include <sys/resource.h>
@@ -89,6 +91,9 @@ namespace {
 
 constexpr int32_t kLlmcModelMagic = 20240326, kLlmcModelVersion = 3, kLlmcTokensMagic = 20240520;
 constexpr double kLr = 1e-4;
+// --bf16: brisk's products run in BF16 (8 significant bits), so its first loss is checked
+// against the F32 ones to 1e-2 relative instead of 1e-4.
+constexpr double kBf16LossTolerance = 1e-2;
 const char* const kLlmcFlags = "-Ofast -march=native -fopenmp -DOMP";
 
 struct Shape2 {
@@ -224,7 +229,7 @@ int run_prepare(const std::string& dir, int layers, const std::vector<Shape2>& c
 
 // The --child: one B x T and thread count; prints "RESULT ms=.. loss0=.. loss_last=.." and the
 // medians of its forward (with the loss), backward and optimizer phases.
-int run_child(const std::string& dir, Shape2 s, int threads, int layers, int steps, int warmup) {
+int run_child(const std::string& dir, Shape2 s, int threads, int layers, int steps, int warmup, bool bf16) {
   set_num_threads(threads);
   auto model = nn::init::skip_init<nn::models::GPT2>(gpt2_config(layers));
   nn::load_module(*model, dir + "/gpt2.safetensors");
@@ -241,7 +246,11 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
   for (int i = 0; i < warmup + steps; ++i) {
     const double t0 = bench::now_s();
     opt.zero_grad();
-    Tensor loss = nn::functional::cross_entropy((*model)(x).reshape({-1, V}), y);
+    Tensor loss;
+    {
+      AutocastGuard autocast(DeviceType::CPU, DType::BF16, bf16);  // --bf16: products in BF16
+      loss = nn::functional::cross_entropy((*model)(x).reshape({-1, V}), y);
+    }
     const double t1 = bench::now_s();
     loss.backward();
     const double t2 = bench::now_s();
@@ -421,7 +430,7 @@ std::string num(double v, const char* fmt) {
 }
 
 int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& configs, int steps, int warmup, bool torch,
-               bool llmc, bool keep, int layers) {
+               bool llmc, bool keep, int layers, bool bf16) {
   setenv("OMP_WAIT_POLICY", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "passive", 1);
   std::string exe(4096, '\0');
   exe.resize(size_t(std::max<ssize_t>(0, readlink("/proc/self/exe", exe.data(), exe.size()))));
@@ -484,12 +493,12 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
   std::map<int, double> peak;
   for (int t : threads) peak[t] = bench::fma_peak(t);
   std::printf(
-      "bench_gpt2: GPT-2 %s (%d layers, %.0f parameters; llm.c's %.0f with wte padded to %lld rows), F32, "
+      "bench_gpt2: GPT-2 %s (%d layers, %.0f parameters; llm.c's %.0f with wte padded to %lld rows), %s, "
       "dropout 0, AdamW lr 1e-4 weight decay 0; %d steps after %d warm-up, median; %ld cores; "
       "OMP_WAIT_POLICY=%s\n",
       layers == 12 ? "124M" : "shallow (--layers)", layers, N, bench::tagged_field(prep.out, "PREPARED", "llmc_params"),
-      (long long)padded_vocab(cfg.vocab_size), steps, warmup, sysconf(_SC_NPROCESSORS_ONLN),
-      std::getenv("OMP_WAIT_POLICY"));
+      (long long)padded_vocab(cfg.vocab_size), bf16 ? "brisk under BF16 autocast, PyTorch and llm.c F32" : "F32", steps,
+      warmup, sysconf(_SC_NPROCESSORS_ONLN), std::getenv("OMP_WAIT_POLICY"));
   std::printf("PyTorch: %s\nllm.c: %s\n", torch_version.c_str(), llmc_note.c_str());
   for (int t : threads) std::printf("F32 FMA peak, %d thread(s): %.0f GFLOP/s\n", t, peak[t]);
   std::printf("FLOP per step: 6 * N * B * T + 12 * L * B * T^2 * d (N = %.0f, L = %lld, d = %lld)\n", N,
@@ -515,8 +524,10 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       const std::string ts = std::to_string(t);
       const std::map<std::string, std::string> env = {{"OMP_NUM_THREADS", ts}};
       std::fprintf(stderr, "bench_gpt2: %s on %d thread(s): brisk\n", s.name().c_str(), t);
-      const Proc mine = run_process(
-          {exe, "--child", dir, s.name(), ts, "--layers", std::to_string(layers), "--steps", sw, "--warmup", ww}, env);
+      std::vector<std::string> child = {
+          exe, "--child", dir, s.name(), ts, "--layers", std::to_string(layers), "--steps", sw, "--warmup", ww};
+      if (bf16) child.push_back("--bf16");
+      const Proc mine = run_process(child, env);
       Proc theirs;
       if (!py.empty()) {
         std::fprintf(stderr, "bench_gpt2: %s on %d thread(s): PyTorch\n", s.name().c_str(), t);
@@ -582,7 +593,7 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       ++have;
     }
     const double rel = have >= 2 ? (hi - lo) / std::fabs(lo) : -1;
-    const bool ok = rel >= 0 && rel <= 1e-4;
+    const bool ok = rel >= 0 && rel <= (bf16 ? kBf16LossTolerance : 1e-4);
     if (have >= 2 && !ok) mismatch = true;
     std::printf("| %s | %s / %s / %s | %s | %s | %s / %s / %s |\n", l.what.c_str(), num(l.first[0], "%.6f").c_str(),
                 num(l.first[1], "%.6f").c_str(), num(l.first[2], "%.6f").c_str(), num(rel, "%.1e").c_str(),
@@ -609,7 +620,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::vector<Shape2> configs = {{4, 64}, {8, 256}};
   int steps = 5, warmup = 2, layers = 12;
-  bool torch = true, llmc = true, keep = false;
+  bool torch = true, llmc = true, keep = false, bf16 = false;
   std::string prepare_dir, child_dir, child_config;
   int child_threads = 0;
   try {
@@ -637,6 +648,8 @@ int main(int argc, char** argv) {
         llmc = false;
       } else if (k == "--keep") {
         keep = true;
+      } else if (k == "--bf16") {
+        bf16 = true;
       } else if (k == "--prepare") {  // internal: --prepare DIR
         prepare_dir = value();
       } else if (k == "--child") {  // internal: --child DIR BxT THREADS
@@ -652,8 +665,8 @@ int main(int argc, char** argv) {
     if (threads.empty() || configs.empty()) throw Error("bench_gpt2: no threads or configs to run");
     if (!prepare_dir.empty()) return run_prepare(prepare_dir, layers, configs);
     if (!child_dir.empty())
-      return run_child(child_dir, parse_config(child_config), child_threads, layers, steps, warmup);
-    return run_parent(threads, configs, steps, warmup, torch, llmc, keep, layers);
+      return run_child(child_dir, parse_config(child_config), child_threads, layers, steps, warmup, bf16);
+    return run_parent(threads, configs, steps, warmup, torch, llmc, keep, layers, bf16);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

@@ -66,6 +66,7 @@ const std::vector<Case>& zoo() {
       {"gru_lm", "Embedding 96->256, 2-layer GRU 512, seq 64, Adam", 32, 32},
       {"transformer", "TransformerEncoder 4 layers, d 256, 4 heads, ff 1024, T 128, Adam", 16, 16},
       {"gpt2", "GPT-2 decoder 4 layers, d 256, 4 heads, T 128, vocab 50257, AdamW", 16, 16},
+      {"gpt_layers", "the same decoder from nn::TransformerEncoderLayer (pre-norm, GELU, causal), AdamW", 16, 16},
   };
   return cases;
 }
@@ -99,6 +100,33 @@ class EncoderLM : public nn::Module {
     register_module("head", std::make_shared<nn::Linear>(256, 1000));
   }
   Tensor forward(const Tensor& idx) override { return (*child("head"))((*child("encoder"))((*child("embed"))(idx))); }
+};
+
+// The GPT decoder as a PyTorch user writes it from the library's layers: token and position
+// embeddings, a TransformerEncoder of pre-norm GELU TransformerEncoderLayers called with the
+// causal mask and is_causal, a final LayerNorm, the head tied to the token embedding.
+class LayersGPT : public nn::Module {
+ public:
+  LayersGPT() : Module("LayersGPT") {
+    wte_ = register_module("wte", std::make_shared<nn::Embedding>(50257, 256));
+    register_module("wpe", std::make_shared<nn::Embedding>(128, 256));
+    register_module("drop", std::make_shared<nn::Dropout>(0.1));
+    const nn::TransformerOptions o{
+        .dim_feedforward = 1024, .dropout = 0.1, .activation = "gelu", .batch_first = true, .norm_first = true};
+    encoder_ =
+        register_module("encoder", std::make_shared<nn::TransformerEncoder>(nn::TransformerEncoderLayer(256, 4, o), 4,
+                                                                            std::make_shared<nn::LayerNorm>(256)));
+  }
+  Tensor forward(const Tensor& idx) override {
+    const int64_t T = idx.size(1);
+    const Tensor x = (*child("drop"))((*wte_)(idx) + (*child("wpe"))(arange(T, DType::I64)));
+    const Tensor h = (*encoder_)(x, nn::generate_square_subsequent_mask(T), Tensor(), true);
+    return matmul(h, transpose(wte_->parameter("weight"), 0, 1));
+  }
+
+ private:
+  std::shared_ptr<nn::Embedding> wte_;
+  std::shared_ptr<nn::TransformerEncoder> encoder_;
 };
 
 struct Built {
@@ -135,11 +163,12 @@ Built build(const std::string& name, int64_t batch) {
     nn::models::GPT2Config c{.n_positions = 128, .n_embd = 256, .n_layer = 4, .n_head = 4};
     text(std::make_shared<nn::models::GPT2>(c), c.vocab_size, 128);
   }
+  if (name == "gpt_layers") text(std::make_shared<LayersGPT>(), 50257, 128);
   if (!b.model) throw Error("bench_models: unknown model '" + name + "'");
   const NamedTensors params = b.model->named_parameters();
   if (name.rfind("resnet", 0) == 0 || name.rfind("vgg", 0) == 0 || name.rfind("mobilenet", 0) == 0) {
     b.opt = std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
-  } else if (name == "gpt2") {
+  } else if (name == "gpt2" || name == "gpt_layers") {
     b.opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-4});
   } else {
     b.opt = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-3});
@@ -177,11 +206,11 @@ double forward_flops(const std::string& name, nn::Module& model, const Tensor& x
     const double G = name == "lstm_lm" ? 4 : 3, T = 64, H = 512;
     total += 2.0 * B * T * G * H * ((256 + H) + (H + H));
   }
-  if (name == "transformer" || name == "gpt2") {  // Q K^T and P V per layer
+  if (name == "transformer" || name == "gpt2" || name == "gpt_layers") {  // Q K^T and P V per layer
     const double T = 128, d = 256, layers = 4;
     total += layers * 2.0 * 2.0 * B * T * T * d;
   }
-  if (name == "gpt2") total += 2.0 * B * 128 * 256 * 50257;  // the head tied to wte (a matmul)
+  if (name == "gpt2" || name == "gpt_layers") total += 2.0 * B * 128 * 256 * 50257;  // the head tied to wte
   return total;
 }
 

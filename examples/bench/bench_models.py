@@ -207,6 +207,22 @@ class GPT2(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
+class LayersGPT(nn.Module):  # the same decoder from nn.TransformerEncoderLayer, as users write it
+    def __init__(self, vocab=50257, positions=128, d=256, layers=4, heads=4, dropout=0.1):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(positions, d)
+        self.drop = nn.Dropout(dropout)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(d), enable_nested_tensor=False)
+
+    def forward(self, idx):
+        T = idx.size(1)
+        x = self.drop(self.wte(idx) + self.wpe(torch.arange(T)))
+        mask = nn.Transformer.generate_square_subsequent_mask(T)
+        return self.encoder(x, mask=mask, is_causal=True) @ self.wte.weight.t()
+
+
 VGG11 = [64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0]
 ZOO = {  # name: (constructor, input (image side or None, vocab, T), train batch, infer batch)
     "resnet18_32": (lambda: ResNet(BasicBlock, [2, 2, 2, 2], 10), (32, 10), 32, 64),
@@ -220,6 +236,7 @@ ZOO = {  # name: (constructor, input (image side or None, vocab, T), train batch
     "gru_lm": (lambda: RecurrentLM(False), (None, 96, 64), 32, 32),
     "transformer": (lambda: EncoderLM(), (None, 1000, 128), 16, 16),
     "gpt2": (lambda: GPT2(), (None, 50257, 128), 16, 16),
+    "gpt_layers": (lambda: LayersGPT(), (None, 50257, 128), 16, 16),
 }
 
 
@@ -239,7 +256,7 @@ def main():
         target, tokens = torch.randint(0, shape[1], (batch, shape[2])), True
     if name.startswith(("resnet", "vgg", "mobilenet")):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    elif name == "gpt2":
+    elif name in ("gpt2", "gpt_layers"):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)

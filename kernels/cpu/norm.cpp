@@ -1,6 +1,7 @@
-// kernels/cpu/norm.cpp: fused CPU kernels of layer_norm and batch_norm. One pass per row (layer
-// norm) or per channel (batch norm) accumulates the moments in double, then one pass
-// normalizes and applies the affine; OpenMP over rows / channels. F16/BF16 are read as float
+// kernels/cpu/norm.cpp: fused CPU kernels of layer_norm, rms_norm and batch_norm, forward and
+// backward. One pass per row (layer and RMS norm) or per channel (batch norm) accumulates the
+// moments in double, then one pass normalizes and applies the affine; the backwards take one
+// pass per row (channel) for their sums and one for gx; OpenMP over rows / channels. F16/BF16 are read as float
 // and rounded once on store; the statistics are F32 (F64 for F64 inputs).
 // Not here: inference, checks and backward (engine/ops/norm.cpp); the plain-loop references
 // the specs compare against (opcheck/specs_norm.cpp).
@@ -115,6 +116,152 @@ void layer_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
     layer_norm_rows<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
                        static_cast<const T*>(b.data_ptr()), static_cast<T*>(out[0].data_ptr()),
                        static_cast<S*>(out[1].data_ptr()), static_cast<S*>(out[2].data_ptr()), rows, n, eps);
+  });
+}
+
+// ---- layer_norm_backward and rms_norm_backward (Note [Fused layer norm backward] in
+// engine/ops/norm.cpp). Rows in fixed blocks of kRowBlock: a block's rows write gx and add
+// gy * xhat (and gy) into the block's own partial row; the partials are then summed in block
+// order per column, so gw and gb do not depend on the number of threads. Per row, with
+// xhat = (x - mean) * rstd (x * rstd for RMS) and gxhat = gy * w:
+//   gx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))   (RMS: no mean(gxhat))
+constexpr int64_t kRowBlock = 32;
+
+template <bool Rms, class T>
+void norm_backward_rows(const T* gy, const T* x, const T* w, const stat_t<T>* mean, const stat_t<T>* rstd, T* gx, T* gw,
+                        T* gb, int64_t rows, int64_t n) {
+  using C = compute_t<T>;
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  std::vector<C> pw(size_t(blocks * n), C(0)), pb(Rms ? 0 : size_t(blocks * n), C(0));
+  const int nt = std::min<int>(threads_for(rows * n * 4), int(std::max<int64_t>(blocks, 1)));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    std::vector<C> xh_v(static_cast<size_t>(n)), g_v(static_cast<size_t>(n));
+    C* __restrict xh = xh_v.data();
+    C* __restrict g = g_v.data();
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      C* __restrict bw = pw.data() + blk * n;
+      C* __restrict bb = Rms ? nullptr : pb.data() + blk * n;
+      for (int64_t r = blk * kRowBlock; r < std::min(rows, (blk + 1) * kRowBlock); ++r) {
+        const T* xr = x + r * n;
+        const T* gr = gy + r * n;
+        const C m = Rms ? C(0) : C(mean[r]), rs = C(rstd[r]);
+        constexpr int kLanes = 8;
+        C s1[kLanes] = {}, s2[kLanes] = {};
+        int64_t j = 0;
+        for (; j + kLanes <= n; j += kLanes) {
+          for (int l = 0; l < kLanes; ++l) {
+            const C gyj = C(gr[j + l]);
+            const C xhj = (C(xr[j + l]) - m) * rs;
+            const C gj = gyj * C(w[j + l]);
+            xh[j + l] = xhj;
+            g[j + l] = gj;
+            s1[l] += gj;
+            s2[l] += gj * xhj;
+            bw[j + l] += gyj * xhj;
+            if constexpr (!Rms) bb[j + l] += gyj;
+          }
+        }
+        for (; j < n; ++j) {
+          const C gyj = C(gr[j]);
+          const C xhj = (C(xr[j]) - m) * rs;
+          const C gj = gyj * C(w[j]);
+          xh[j] = xhj;
+          g[j] = gj;
+          s1[0] += gj;
+          s2[0] += gj * xhj;
+          bw[j] += gyj * xhj;
+          if constexpr (!Rms) bb[j] += gyj;
+        }
+        C sum1 = 0, sum2 = 0;
+        for (int l = 0; l < kLanes; ++l) {
+          sum1 += s1[l];
+          sum2 += s2[l];
+        }
+        const C a1 = Rms ? C(0) : sum1 / C(n), a2 = sum2 / C(n);
+        T* out = gx + r * n;
+        for (int64_t k = 0; k < n; ++k) out[k] = T(rs * (g[k] - a1 - xh[k] * a2));
+      }
+    }
+    // gw, gb: each column's block partials in block order.
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < n; ++k) {
+      C sw = 0, sb = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        sw += pw[size_t(blk * n + k)];
+        if constexpr (!Rms) sb += pb[size_t(blk * n + k)];
+      }
+      gw[k] = T(sw);
+      if constexpr (!Rms) gb[k] = T(sb);
+    }
+  }
+}
+
+// in: (gy, x, weight, mean, rstd) -> (gx, gw, gb); LayerNormParams
+void layer_norm_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  for (const Tensor& t : out) check_out(t, "layer_norm_backward");
+  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]), m = dense(in[3]), r = dense(in[4]);
+  const int64_t n = w.numel();
+  const int64_t rows = m.numel();
+  dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    norm_backward_rows<false, T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                                 static_cast<const T*>(w.data_ptr()), static_cast<const S*>(m.data_ptr()),
+                                 static_cast<const S*>(r.data_ptr()), static_cast<T*>(out[0].data_ptr()),
+                                 static_cast<T*>(out[1].data_ptr()), static_cast<T*>(out[2].data_ptr()), rows, n);
+  });
+}
+
+// ---- rms norm: x (R, N), w (N) -> y = x * rstd * w, rstd (R) = 1 / sqrt(mean(x^2) + eps)
+// (mean of squares in double, as the layer norm's moments).
+template <class T>
+void rms_norm_rows(const T* x, const T* w, T* y, stat_t<T>* rstd, int64_t rows, int64_t n, double eps) {
+  using C = compute_t<T>;
+  const int nt = threads_for(rows * n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    Moments acc;
+    accumulate(xr, n, 0.0, acc);
+    const double ms = n ? acc.s2 / double(n) : 0.0;
+    const double rs = 1.0 / std::sqrt(ms + eps);
+    rstd[r] = stat_t<T>(rs);
+    const C rc = C(rs);
+    for (int64_t j = 0; j < n; ++j) yr[j] = T(C(xr[j]) * rc * C(w[j]));
+  }
+}
+
+// in: (x, weight) -> (y, rstd); LayerNormParams
+void rms_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  for (const Tensor& t : out) check_out(t, "rms_norm");
+  const double eps = LayerNormParams::from(attrs).eps;
+  const Tensor x = dense(in[0]), w = dense(in[1]);
+  const int64_t n = w.numel();
+  const int64_t rows = out[1].numel();
+  dispatch_float(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    rms_norm_rows<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                     static_cast<T*>(out[0].data_ptr()), static_cast<S*>(out[1].data_ptr()), rows, n, eps);
+  });
+}
+
+// in: (gy, x, weight, rstd) -> (gx, gw); LayerNormParams
+void rms_norm_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  for (const Tensor& t : out) check_out(t, "rms_norm_backward");
+  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]), r = dense(in[3]);
+  const int64_t n = w.numel();
+  const int64_t rows = r.numel();
+  dispatch_float(x.dtype(), "rms_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    norm_backward_rows<true, T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                                static_cast<const T*>(w.data_ptr()), nullptr, static_cast<const S*>(r.data_ptr()),
+                                static_cast<T*>(out[0].data_ptr()), static_cast<T*>(out[1].data_ptr()), nullptr, rows,
+                                n);
   });
 }
 
@@ -313,6 +460,9 @@ void register_norm() {
   register_kernel(OpId::BatchNormBackward, DeviceType::CPU, batch_norm_backward_kernel);
   constexpr DeviceType cpu = DeviceType::CPU;
   register_kernel(OpId::LayerNorm, cpu, layer_norm_kernel);
+  register_kernel(OpId::LayerNormBackward, cpu, layer_norm_backward_kernel);
+  register_kernel(OpId::RmsNorm, cpu, rms_norm_kernel);
+  register_kernel(OpId::RmsNormBackward, cpu, rms_norm_backward_kernel);
   register_kernel(OpId::BatchNorm, cpu, batch_norm_kernel);
 }
 

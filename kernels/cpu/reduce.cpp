@@ -497,11 +497,11 @@ int64_t count_valid(const CeRows& r) {
   return v;
 }
 
-// The loss of row i (not ignored).
+// The loss of row i (not ignored), given the row's logsumexp.
 template <class T, class A = compute_t<T>>
-A ce_row_loss(const CeRows& r, const T* row, int64_t t) {
+A ce_row_loss(const CeRows& r, const T* row, int64_t t, A lse) {
   const double eps = r.params.label_smoothing;
-  A l = row_lse(row, r.c, r.col_stride).lse() - A(1 - eps) * load_as<A>(row + t * r.col_stride);
+  A l = lse - A(1 - eps) * load_as<A>(row + t * r.col_stride);
   if (eps > 0) {
     A s = 0;
     for (int64_t j = 0; j < r.c; ++j) s += load_as<A>(row + j * r.col_stride);
@@ -518,11 +518,16 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
     using T = decltype(tag);
     using A = compute_t<T>;
     const T* x = static_cast<const T*>(logits.data_ptr());
+    A* lse = static_cast<A*>(out[1].data_ptr());  // dense (N), allocated by dispatch
+    const int64_t ls = out[1].strides()[0];
     std::vector<A> loss(size_t(r.n));
     const int nt = threads_for(r.n * r.c);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t i = 0; i < r.n; ++i) {
-      loss[i] = r.ignored(i) ? A(0) : ce_row_loss(r, x + i * r.row_stride, r.t(i));
+      const T* row = x + i * r.row_stride;
+      const A l = row_lse(row, r.c, r.col_stride).lse();
+      lse[i * ls] = l;
+      loss[i] = r.ignored(i) ? A(0) : ce_row_loss(r, row, r.t(i), l);
     }
     T* y = static_cast<T*>(out[0].data_ptr());
     if (reduction == Reduction::None) {
@@ -537,7 +542,7 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
   });
 }
 
-// (grad, logits, target) -> dlogits (N, C) = scale_i (softmax_i - (1 - eps) onehot(t_i) - eps / C),
+// (grad, logits, target, lse) -> dlogits (N, C) = scale_i (softmax_i - (1 - eps) onehot(t_i) - eps / C),
 // zero on ignored rows; scale_i = grad_i (None), grad (Sum), grad / valid rows (Mean).
 void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& grad = in[0];
@@ -551,6 +556,8 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
     const T* x = static_cast<const T*>(logits.data_ptr());
     const T* g = static_cast<const T*>(grad.data_ptr());
     const int64_t gs = grad.dim() == 1 ? grad.strides()[0] : 0;
+    const A* lse_in = static_cast<const A*>(in[3].data_ptr());  // the forward's (Note [Cross-entropy
+    const int64_t ls = in[3].strides()[0];                      // saves the logsumexp])
     T* d = static_cast<T*>(dx.data_ptr());
     const int64_t ds0 = dx.strides()[0];
     const int64_t ds1 = dx.strides()[1];
@@ -565,7 +572,7 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
         continue;
       }
       const T* row = x + i * r.row_stride;
-      const A lse = row_lse(row, r.c, r.col_stride).lse();
+      const A lse = lse_in[i * ls];
       const A scale = load_as<A>(g + i * gs) / A(valid);
       const int64_t t = r.t(i);
       if constexpr (std::is_same_v<T, float>) {

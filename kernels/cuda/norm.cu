@@ -1,5 +1,6 @@
-// kernels/cuda/norm.cu: the CUDA kernels of layer_norm (hand-written: a group of threads per
-// row, two passes for the moments, F32 accumulation, F64 for F64) and batch_norm (cuDNN's
+// kernels/cuda/norm.cu: the CUDA kernels of layer_norm and rms_norm with their fused backwards
+// (hand-written: a group of threads per row, two passes for the moments, F32 accumulation, F64
+// for F64; the weight gradients a thread per column) and batch_norm (cuDNN's
 // spatial batch normalization, training and inference; F32, F16 and F64 natively, BF16 through
 // F32). Outputs as the CPU kernels (kernels/cpu/norm.cpp) define them: y, and the statistics
 // mean and rstd = 1 / sqrt(biased variance + eps) in F32 (F64 for F64 inputs).
@@ -8,6 +9,7 @@
 // a block per channel. Not here: inference, checks and the backward formulas
 // (engine/ops/norm.cpp); the running-statistics update (nn/functional_norm.cpp).
 #include <cmath>
+#include <optional>
 
 #include "engine/op.h"
 #include "engine/op_params.h"
@@ -99,6 +101,164 @@ void layer_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
   }
   y.finish();
   mean.finish();
+  rstd.finish();
+}
+
+// ---- rms norm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) per row; layout as
+// layer_norm_kernel's.
+template <class T>
+__global__ void rms_norm_kernel(const T* x, const T* w, T* y, compute_t<T>* rstd, int64_t rows, int64_t n, double eps) {
+  using A = compute_t<T>;
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < rows; base += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t row = base + threadIdx.y;
+    const bool valid = row < rows;
+    const T* xr = x + (valid ? row : 0) * n;
+    A q = 0;
+    if (valid) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = A(load_value(xr + j));
+        q += v * v;
+      }
+    }
+    q = group_reduce(q, SumF{});
+    if (!valid) continue;
+    const A rs = A(1.0 / sqrt(double(n > 0 ? q / A(n) : A(0)) + eps));
+    if (threadIdx.x == 0) rstd[row] = rs;
+    T* yr = y + row * n;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      yr[j] = Store<T>::to(A(load_value(xr + j)) * rs * A(load_value(w + j)));
+    }
+  }
+}
+
+// ---- layer_norm_backward / rms_norm_backward (Note [Fused layer norm backward] in
+// engine/ops/norm.cpp), as the CPU kernels: gx per row (a group of threads per row, the row's
+// two sums through group_reduce), then gw and gb per column (a thread per column walks the
+// rows in order, so the sums do not depend on the launch). mean is nullptr for RMS.
+template <bool Rms, class T>
+__global__ void norm_backward_gx_kernel(const T* gy, const T* x, const T* w, const compute_t<T>* mean,
+                                        const compute_t<T>* rstd, T* gx, int64_t rows, int64_t n) {
+  using A = compute_t<T>;
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < rows; base += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t row = base + threadIdx.y;
+    const bool valid = row < rows;
+    const int64_t r0 = valid ? row : 0;
+    const T* xr = x + r0 * n;
+    const T* gr = gy + r0 * n;
+    const A m = Rms || !valid ? A(0) : mean[r0], rs = valid ? rstd[r0] : A(0);
+    A s1 = 0, s2 = 0;
+    if (valid) {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const A g = A(load_value(gr + j)) * A(load_value(w + j));
+        s1 += g;
+        s2 += g * ((A(load_value(xr + j)) - m) * rs);
+      }
+    }
+    s1 = group_reduce(s1, SumF{});
+    s2 = group_reduce(s2, SumF{});
+    if (!valid) continue;
+    const A a1 = Rms || n == 0 ? A(0) : s1 / A(n), a2 = n == 0 ? A(0) : s2 / A(n);
+    T* out = gx + row * n;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const A g = A(load_value(gr + j)) * A(load_value(w + j));
+      const A xhat = (A(load_value(xr + j)) - m) * rs;
+      out[j] = Store<T>::to(rs * (g - a1 - xhat * a2));
+    }
+  }
+}
+
+template <bool Rms, class T>
+__global__ void norm_backward_params_kernel(const T* gy, const T* x, const compute_t<T>* mean, const compute_t<T>* rstd,
+                                            T* gw, T* gb, int64_t rows, int64_t n) {
+  using A = compute_t<T>;
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+    A sw = 0, sb = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const A g = A(load_value(gy + r * n + j));
+      const A m = Rms ? A(0) : mean[r];
+      sw += g * ((A(load_value(x + r * n + j)) - m) * rstd[r]);
+      sb += g;
+    }
+    gw[j] = Store<T>::to(sw);
+    if (!Rms) gb[j] = Store<T>::to(sb);
+  }
+}
+
+// Launch shape of the row kernels: a power-of-two group of threads per row.
+dim3 row_block(int64_t n) {
+  dim3 block;
+  block.x = std::max(32, pow2_at_least(n, kBlock));
+  block.y = kBlock / block.x;
+  return block;
+}
+
+// (gy, x, weight, [mean,] rstd) -> (gx, gw[, gb]); Rms: no mean, no gb.
+template <bool Rms>
+void norm_backward_cuda(std::span<const Tensor> in, std::span<Tensor> out, const char* op) {
+  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]);
+  const Tensor mean = Rms ? Tensor() : dense(in[3]), rstd = dense(in[Rms ? 3 : 4]);
+  DenseOut gx(out[0]), gw(out[1]);
+  std::optional<DenseOut> gb;
+  if (!Rms) gb.emplace(out[2]);
+  const int64_t n = w.numel();
+  const int64_t rows = rstd.numel();
+  if (n > 0) {
+    const int device = x.device().index;
+    DeviceGuard guard(device);
+    cudaStream_t stream = stream_handle(device);
+    dispatch_float(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      using S = compute_t<T>;
+      const S* mp = Rms ? nullptr : static_cast<const S*>(mean.data_ptr());
+      const S* rp = static_cast<const S*>(rstd.data_ptr());
+      if (rows > 0) {
+        const dim3 block = row_block(n);
+        norm_backward_gx_kernel<Rms, T><<<grid_for(rows, int(block.y)), block, 0, stream>>>(
+            static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
+            static_cast<const T*>(w.data_ptr()), mp, rp, static_cast<T*>(gx.dense.data_ptr()), rows, n);
+        BRISK_CUDA_CHECK_LAUNCH();
+      }
+      norm_backward_params_kernel<Rms, T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(
+          static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()), mp, rp,
+          static_cast<T*>(gw.dense.data_ptr()), Rms ? nullptr : static_cast<T*>(gb->dense.data_ptr()), rows, n);
+      BRISK_CUDA_CHECK_LAUNCH();
+    });
+  }
+  gx.finish();
+  gw.finish();
+  if (gb) gb->finish();
+}
+
+void layer_norm_backward_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  norm_backward_cuda<false>(in, out, "layer_norm_backward");
+}
+
+void rms_norm_backward_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  norm_backward_cuda<true>(in, out, "rms_norm_backward");
+}
+
+// in: (x, weight) -> (y, rstd); LayerNormParams
+void rms_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const double eps = LayerNormParams::from(attrs).eps;
+  const Tensor x = dense(in[0]), w = dense(in[1]);
+  DenseOut y(out[0]), rstd(out[1]);
+  const int64_t n = w.numel();
+  const int64_t rows = rstd.dense.numel();
+  if (rows > 0) {
+    const int device = x.device().index;
+    DeviceGuard guard(device);
+    cudaStream_t stream = stream_handle(device);
+    const dim3 block = row_block(n);
+    dispatch_float(x.dtype(), "rms_norm", [&](auto tag) {
+      using T = decltype(tag);
+      using S = compute_t<T>;
+      rms_norm_kernel<T><<<grid_for(rows, int(block.y)), block, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()), static_cast<T*>(y.dense.data_ptr()),
+          static_cast<S*>(rstd.dense.data_ptr()), rows, n, eps);
+      BRISK_CUDA_CHECK_LAUNCH();
+    });
+  }
+  y.finish();
   rstd.finish();
 }
 
@@ -296,6 +456,9 @@ void batch_norm_cuda(std::span<const Tensor> in, std::span<Tensor> out, const At
 void register_norm() {
   constexpr DeviceType gpu = DeviceType::CUDA;
   register_kernel(OpId::LayerNorm, gpu, layer_norm_cuda);
+  register_kernel(OpId::LayerNormBackward, gpu, layer_norm_backward_cuda);
+  register_kernel(OpId::RmsNorm, gpu, rms_norm_cuda);
+  register_kernel(OpId::RmsNormBackward, gpu, rms_norm_backward_cuda);
   register_kernel(OpId::BatchNormBackward, gpu, batch_norm_backward_cuda);
 #ifdef BRISK_WITH_CUDNN
   register_kernel(OpId::BatchNorm, gpu, batch_norm_cuda);

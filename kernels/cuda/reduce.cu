@@ -428,16 +428,18 @@ __device__ __forceinline__ bool ce_row_used(const CeArgs& a, int64_t row, int64_
   return true;
 }
 
-// -> loss (N) in the compute type; with reduction None also y (N) with stride ys.
+// -> loss (N) in the compute type, every row's logsumexp lse_out (N, dense; ignored rows too,
+// as the CPU kernel); with reduction None also y (N) with stride ys.
 template <class T>
-__global__ void ce_forward_kernel(CeArgs a, const T* x, compute_t<T>* loss, T* y, int64_t ys) {
+__global__ void ce_forward_kernel(CeArgs a, const T* x, compute_t<T>* loss, compute_t<T>* lse_out, T* y, int64_t ys) {
   using A = compute_t<T>;
   for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < a.n; base += int64_t(gridDim.x) * blockDim.y) {
     const int64_t row = base + threadIdx.y;
     int64_t t = 0;
     const bool valid = row < a.n && ce_row_used(a, row, t);
     const T* xr = x + (row < a.n ? row : 0) * a.c;
-    const A lse = row_lse<true, A>([xr](int64_t j) { return A(load_value(xr + j)); }, a.c, valid).lse();
+    const A lse = row_lse<true, A>([xr](int64_t j) { return A(load_value(xr + j)); }, a.c, row < a.n).lse();
+    if (row < a.n && threadIdx.x == 0) lse_out[row] = lse;
     A sx = 0;
     if (a.eps > 0) {
       if (valid) {
@@ -488,8 +490,10 @@ __global__ void ce_count_kernel(CeArgs a, double* count) {
 // (grad g (N) with stride gs, or 0-dim with gs = 0; logits x (N, C)) -> dx (N, C) dense:
 // dx = scale_i (softmax_i - (1 - eps) onehot(t_i) - eps / C), 0 on ignored rows,
 // scale_i = g_i / valid rows (mean) or g_i.
+// lse: the forward's (N, dense; Note [Cross-entropy saves the logsumexp]), so one pass per row.
 template <class T>
-__global__ void ce_backward_kernel(CeArgs a, const T* g, int64_t gs, const T* x, const double* count, T* dx) {
+__global__ void ce_backward_kernel(CeArgs a, const T* g, int64_t gs, const T* x, const compute_t<T>* lse_in,
+                                   const double* count, T* dx) {
   using A = compute_t<T>;
   const A smooth = A(a.eps / double(a.c));
   for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < a.n; base += int64_t(gridDim.x) * blockDim.y) {
@@ -497,8 +501,8 @@ __global__ void ce_backward_kernel(CeArgs a, const T* g, int64_t gs, const T* x,
     int64_t t = 0;
     const bool valid = row < a.n && ce_row_used(a, row, t);
     const T* xr = x + (row < a.n ? row : 0) * a.c;
-    const A lse = row_lse<true, A>([xr](int64_t j) { return A(load_value(xr + j)); }, a.c, valid).lse();
     if (row >= a.n) continue;
+    const A lse = lse_in[row];
     T* dr = dx + row * a.c;
     if (!valid) {
       for (int64_t j = threadIdx.x; j < a.c; j += blockDim.x) dr[j] = Store<T>::to(A(0));
@@ -527,6 +531,7 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
   const Tensor logits = dense(in[0]);
   const Tensor target = dense(in[1]);
   const Tensor& y = out[0];
+  DenseOut lse(out[1]);
   const CrossEntropyParams params = CrossEntropyParams::from(attrs);
   const CeArgs a = ce_args(logits, target, params, OpId::CrossEntropy);
   const int device = logits.device().index;
@@ -550,20 +555,23 @@ void cross_entropy_kernel(std::span<const Tensor> in, std::span<Tensor> out, con
     A* lp = static_cast<A*>(loss.data_ptr());
     const RowConfig c = row_config(a.n, a.c);
     const int64_t ys = none ? y.strides()[0] : 0;
-    ce_forward_kernel<T>
-        <<<c.grid, c.block, 0, stream>>>(a, static_cast<const T*>(logits.data_ptr()), lp, none ? yp : nullptr, ys);
+    ce_forward_kernel<T><<<c.grid, c.block, 0, stream>>>(a, static_cast<const T*>(logits.data_ptr()), lp,
+                                                         static_cast<A*>(lse.dense.data_ptr()), none ? yp : nullptr,
+                                                         ys);
     BRISK_CUDA_CHECK_LAUNCH();
     if (!none) {
       ce_reduce_kernel<T><<<1, kBlock, 0, stream>>>(a, lp, mean, yp);
       BRISK_CUDA_CHECK_LAUNCH();
     }
   });
+  lse.finish();
 }
 
 void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& grad = in[0];
   const Tensor logits = dense(in[1]);
   const Tensor target = dense(in[2]);
+  const Tensor lse = dense(in[3]);
   DenseOut dx(out[0]);
   const CrossEntropyParams params = CrossEntropyParams::from(attrs);
   const CeArgs a = ce_args(logits, target, params, OpId::CrossEntropyBackward);
@@ -583,7 +591,8 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
     const RowConfig c = row_config(a.n, a.c);
     ce_backward_kernel<T><<<c.grid, c.block, 0, stream>>>(
         a, static_cast<const T*>(grad.data_ptr()), gs, static_cast<const T*>(logits.data_ptr()),
-        count.defined() ? count.data<double>() : nullptr, static_cast<T*>(dx.dense.data_ptr()));
+        static_cast<const compute_t<T>*>(lse.data_ptr()), count.defined() ? count.data<double>() : nullptr,
+        static_cast<T*>(dx.dense.data_ptr()));
     BRISK_CUDA_CHECK_LAUNCH();
   });
   dx.finish();
