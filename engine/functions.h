@@ -148,8 +148,8 @@ Tensor softmax(const Tensor& x, int64_t dim);
 // D), k (*, S, D), v (*, S, Dv) with the same leading dims; mask broadcastable to (*, T, S),
 // Bool (true = attend) or floating (added to the scores); is_causal: query i attends to keys
 // j <= i (PyTorch's top-left diagonal, also when T != S); scale defaults to 1 / sqrt(D); dropout on the attention
-// weights. One fused op on the CPU that never stores the (T, S) scores (engine/ops/attention.cpp, Note [Fused
-// attention] in kernels/cpu/attention.cpp); the math form below elsewhere (Note [When the fused
+// weights. One fused op on the CPU and CUDA that never stores the (T, S) scores (engine/ops/attention.cpp, Note
+// [Fused attention] in kernels/cpu/attention.cpp); the math form below elsewhere (Note [When the fused
 // attention runs]). A row with every key masked gives NaN, as the math form does.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
                                     double dropout_p = 0.0, bool is_causal = false,

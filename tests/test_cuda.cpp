@@ -239,11 +239,6 @@ TEST_CASE("cuda: every op in ops.def has a CUDA kernel, except the listed ones")
   for (const char* op : {"lstm_sequence", "lstm_sequence_backward", "gru_sequence", "gru_sequence_backward"}) {
     allowed[op] = "CPU only so far: nn::LSTM and nn::GRU take their per-step ops on CUDA";
   }
-  // The fused attention (Note [When the fused attention runs] in engine/ops/attention.cpp): on
-  // CUDA scaled_dot_product_attention takes its math form (cuBLAS matmuls and a softmax).
-  for (const char* op : {"attention", "attention_backward"}) {
-    allowed[op] = "CPU only so far: scaled_dot_product_attention runs its math form on CUDA";
-  }
   std::vector<std::string> missing;
   for (int i = 0; i < kNumOps; ++i) {
     const OpDef& d = op_def(OpId(i));

@@ -163,15 +163,28 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
 }
 
 // Note [When the fused attention runs]
-// The op takes F32 / F64 on the CPU. 16-bit inputs run it in F32 and round the output once
-// (the tiles' products and softmax in F32, as autocast would); a floating mask that requires
-// grad, and CUDA tensors (no fused CUDA kernel yet), take the math form, which records the
-// matmuls and the softmax and differentiates the mask too.
+// The op takes F32 / F64, on the CPU and on CUDA (brisk's own kernels, kernels/cuda/
+// attention.cu, head sizes up to kMaxCudaHead). 16-bit inputs run it in F32 and round the
+// output once (the tiles' products and softmax in F32, as autocast would); a floating mask
+// that requires grad, a device without the kernel and larger CUDA heads take the math form,
+// which records the matmuls and the softmax and differentiates the mask too.
+namespace {
+
+constexpr int64_t kMaxCudaHead = 256;  // kernels/cuda/attention.cu's per-thread accumulators
+
+bool fused_attention_runs(const Tensor& q, const Tensor& v) {
+  if (q.device().is_cpu()) return true;
+  if (op_def(OpId::Attention).kernels[int(q.device().type)] == nullptr) return false;
+  return q.size(-1) <= kMaxCudaHead && v.size(-1) <= kMaxCudaHead && q.dim() <= 8;
+}
+
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale, Generator* gen) {
   const Checked c = check_public("scaled_dot_product_attention", q, k, v, mask, dropout_p, scale);
   const bool mask_grad = c.mask.defined() && c.mask.requires_grad();
-  if (!q.device().is_cpu() || !is_floating(q.dtype()) || mask_grad || k.dtype() != q.dtype() ||
+  if (!fused_attention_runs(q, v) || !is_floating(q.dtype()) || mask_grad || k.dtype() != q.dtype() ||
       v.dtype() != q.dtype()) {
     return scaled_dot_product_attention_math(q, k, v, mask, dropout_p, is_causal, scale, gen);
   }

@@ -18,6 +18,7 @@ void register_norm();         // kernels/cuda/norm.cu (layer norm; batch norm th
 void register_optim();        // kernels/cuda/optim.cu (fused multi-tensor optimizer steps)
 void register_amp();          // kernels/cuda/amp.cu (the gradient scaler's fused unscale)
 void register_scan();         // kernels/cuda/scan.cu (cumsum, cumprod; argsort through the host)
+void register_attention();    // kernels/cuda/attention.cu (the fused attention and its backward)
 
 inline void register_all() {
   register_backend();
@@ -33,6 +34,7 @@ inline void register_all() {
   register_optim();
   register_amp();
   register_scan();
+  register_attention();
 }
 
 }  // namespace brisk::kernels::cuda
