@@ -52,6 +52,43 @@ TEST_CASE("autograd: a tensor used twice gets the sum of both paths") {
   CHECK(x.grad().item<double>() == 7.0);
 }
 
+// Note [Accumulating in place]: a sum goes into the first gradient's buffer only when nothing
+// else holds it. Here add's backward hands one (dense) gradient to both a2 and b2; a2's node
+// waits for a second contribution (from t1) while b2's node, not yet run, still holds the
+// same tensor, which the sum at a2 must not change.
+TEST_CASE("autograd: summing gradients in place never writes into a gradient another slot holds") {
+  Tensor a = vec({1, 2, 3}).requires_grad_();
+  Tensor b = vec({4, 5, 6}).requires_grad_();
+  const Tensor w = vec({1, 2, 3});
+  Tensor b2 = b * 2.0;
+  Tensor a2 = a * 1.0;
+  Tensor t1 = a2 * 3.0;
+  Tensor h = (a2 + b2) * w;
+  (t1.sum() + h.sum()).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{4, 5, 6});  // 3 + w
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{2, 4, 6});  // 2 w
+  // A gradient kept by a hook is not summed into either.
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor y = x * 2.0;
+  Tensor seen;
+  y.register_hook([&seen](const Tensor& g) {
+    seen = g;
+    return Tensor();
+  });
+  Tensor z = y * 1.0;
+  (y.sum() * 0.0 + (z * y).sum()).backward();                         // y gets 0, then z = y's share, then z's
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{8, 16});  // d/dx (2x)^2 = 8x
+  CHECK(seen.to_vector<double>() == std::vector<double>{4, 8});       // the full gradient of y: 2 y
+  // With create_graph the sum stays differentiable.
+  Tensor p = vec({3}).requires_grad_();
+  Tensor q = p * p + p * p * p;  // dq/dp = 2p + 3p^2 = 33, d2q/dp2 = 2 + 6p = 20
+  const std::vector<Tensor> outs = {q.sum()}, ins = {p};
+  Tensor gp = grad(outs, ins, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+  CHECK(gp.item<double>() == doctest::Approx(33));
+  gp.sum().backward();
+  CHECK(p.grad().item<double>() == doctest::Approx(20));
+}
+
 TEST_CASE("autograd: retain_graph allows a second backward, otherwise it is an error") {
   Tensor x = vec({1, 2}).requires_grad_();
   Tensor y = (x.exp()).sum();

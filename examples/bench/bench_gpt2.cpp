@@ -56,11 +56,12 @@
 //   build/examples/bench/bench_gpt2                                  # everything (~30 min)
 //   build/examples/bench/bench_gpt2 --configs 4x64 --threads 2 --no-llmc --steps 3
 // Usage: bench_gpt2 [--threads 1,2] [--configs 4x64,8x256] [--steps 5] [--warmup 2]
-//                   [--no-torch] [--no-llmc] [--keep] [--layers 12] [--bf16]
+//                   [--no-torch] [--no-llmc] [--keep] [--layers 12] [--bf16] [--profile N]
 // (--keep: leave the temp dir ($TMPDIR or /tmp, bench_gpt2.XXXXXX, ~1 GB) and print its path;
 // --layers: a shallower model, for a quick check of the harness only; --bf16: brisk's forward
 // and loss under BF16 autocast (AutocastGuard(CPU, BF16)), PyTorch and llm.c staying F32, the
-// issue's "BF16 at most 0.4x PyTorch's F32 time"; first losses then agree to 1e-2.) The full run takes
+// issue's "BF16 at most 0.4x PyTorch's F32 time"; first losses then agree to 1e-2; --profile N:
+// brisk's top N ops by self time over one more step, printed under its phases.) The full run takes
 // about half an hour on 2 cores, most of it llm.c at 8 x 256, and ~7.3 GB of memory at most (llm.c
 // at 8 x 256). Not a test: it asserts nothing but the loss agreement.
 #include <sys/resource.h>
@@ -76,12 +77,14 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "brisk.h"
+#include "engine/profiler.h"
 #include "examples/bench/bench_common.h"
 
 using namespace brisk;
@@ -229,7 +232,8 @@ int run_prepare(const std::string& dir, int layers, const std::vector<Shape2>& c
 
 // The --child: one B x T and thread count; prints "RESULT ms=.. loss0=.. loss_last=.." and the
 // medians of its forward (with the loss), backward and optimizer phases.
-int run_child(const std::string& dir, Shape2 s, int threads, int layers, int steps, int warmup, bool bf16) {
+int run_child(const std::string& dir, Shape2 s, int threads, int layers, int steps, int warmup, bool bf16,
+              int profile_top) {
   set_num_threads(threads);
   auto model = nn::init::skip_init<nn::models::GPT2>(gpt2_config(layers));
   nn::load_module(*model, dir + "/gpt2.safetensors");
@@ -243,7 +247,10 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
   const int64_t V = model->config.vocab_size;
   std::vector<double> t, phase[3];
   float loss0 = 0, last = 0;
-  for (int i = 0; i < warmup + steps; ++i) {
+  for (int i = 0; i < warmup + steps + (profile_top > 0 ? 1 : 0); ++i) {
+    // --profile N: one more step under the profiler, after the timed ones; its top N ops.
+    std::optional<profiler::Profiler> prof;
+    if (i == warmup + steps) prof.emplace();
     const double t0 = bench::now_s();
     opt.zero_grad();
     Tensor loss;
@@ -255,9 +262,21 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
     loss.backward();
     const double t2 = bench::now_s();
     opt.step();
-    last = loss.item<float>();
+    const float l = loss.item<float>();
+    if (!prof) last = l;  // the profiled extra step is not one of the timed ones
     const double t3 = bench::now_s();
-    if (i == 0) loss0 = last;
+    if (i == 0) loss0 = l;
+    if (prof) {
+      const profiler::Profile p = prof->stop();
+      int shown = 0;
+      for (const profiler::OpStats& st : p.key_averages()) {
+        if (st.kind == profiler::EventKind::Range) continue;
+        std::printf("PROFILE %-28s %4lld calls %9.2f ms %5.1f%%\n", st.name.c_str(), (long long)st.count,
+                    1e-6 * double(st.self_ns), 100.0 * double(st.self_ns) / double(p.wall_ns()));
+        if (++shown == profile_top) break;
+      }
+      break;
+    }
     if (i >= warmup) {
       t.push_back(t3 - t0);
       phase[0].push_back(t1 - t0);
@@ -430,7 +449,7 @@ std::string num(double v, const char* fmt) {
 }
 
 int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& configs, int steps, int warmup, bool torch,
-               bool llmc, bool keep, int layers, bool bf16) {
+               bool llmc, bool keep, int layers, bool bf16, int profile_top) {
   setenv("OMP_WAIT_POLICY", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "passive", 1);
   std::string exe(4096, '\0');
   exe.resize(size_t(std::max<ssize_t>(0, readlink("/proc/self/exe", exe.data(), exe.size()))));
@@ -527,6 +546,10 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       std::vector<std::string> child = {
           exe, "--child", dir, s.name(), ts, "--layers", std::to_string(layers), "--steps", sw, "--warmup", ww};
       if (bf16) child.push_back("--bf16");
+      if (profile_top > 0) {
+        child.push_back("--profile");
+        child.push_back(std::to_string(profile_top));
+      }
       const Proc mine = run_process(child, env);
       Proc theirs;
       if (!py.empty()) {
@@ -574,6 +597,10 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       losses.push_back(l);
       const std::string ph = line_of(mine.out, "PHASES");
       if (!ph.empty()) phases.push_back("  " + s.name() + ", " + ts + " thread(s): " + ph);
+      std::istringstream lines(mine.out);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("PROFILE ", 0) == 0) phases.push_back("    " + line.substr(8));
+      }
     }
   }
 
@@ -621,6 +648,7 @@ int main(int argc, char** argv) {
   std::vector<Shape2> configs = {{4, 64}, {8, 256}};
   int steps = 5, warmup = 2, layers = 12;
   bool torch = true, llmc = true, keep = false, bf16 = false;
+  int profile_top = 0;
   std::string prepare_dir, child_dir, child_config;
   int child_threads = 0;
   try {
@@ -650,6 +678,8 @@ int main(int argc, char** argv) {
         keep = true;
       } else if (k == "--bf16") {
         bf16 = true;
+      } else if (k == "--profile") {
+        profile_top = std::max(0, std::stoi(value()));
       } else if (k == "--prepare") {  // internal: --prepare DIR
         prepare_dir = value();
       } else if (k == "--child") {  // internal: --child DIR BxT THREADS
@@ -665,8 +695,8 @@ int main(int argc, char** argv) {
     if (threads.empty() || configs.empty()) throw Error("bench_gpt2: no threads or configs to run");
     if (!prepare_dir.empty()) return run_prepare(prepare_dir, layers, configs);
     if (!child_dir.empty())
-      return run_child(child_dir, parse_config(child_config), child_threads, layers, steps, warmup, bf16);
-    return run_parent(threads, configs, steps, warmup, torch, llmc, keep, layers, bf16);
+      return run_child(child_dir, parse_config(child_config), child_threads, layers, steps, warmup, bf16, profile_top);
+    return run_parent(threads, configs, steps, warmup, torch, llmc, keep, layers, bf16, profile_top);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
