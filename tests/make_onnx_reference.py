@@ -85,6 +85,30 @@ def main():
     # uint16 has no brisk dtype
     save(one_node("uint16", helper.make_node("Identity", ["x"], ["y"], name="same"), in_type=TensorProto.UINT16),
          "unsupported_dtype.onnx")
+    pytorch_gelus()
+
+
+def pytorch_gelus():
+    """GELU as PyTorch 2.x's exporter writes it at opset 17 (no Gelu op before opset 20): the erf
+    form, the tanh form, and GPT-2's NewGELU (Pow, the 0.5 taken first). Needs torch >= 2 (a venv:
+    /work/venv/bin/python tests/make_onnx_reference.py); skipped with a note otherwise."""
+    try:
+        import math
+
+        import torch
+    except ImportError:
+        print("make_onnx_reference: no torch here, gelu_*.onnx not rewritten")
+        return
+
+    class NewGELU(torch.nn.Module):
+        def forward(self, x):
+            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    for name, m in [("gelu_erf", torch.nn.GELU()), ("gelu_tanh", torch.nn.GELU(approximate="tanh")),
+                    ("gelu_new", NewGELU())]:
+        torch.onnx.export(m, (torch.randn(2, 5),), os.path.join(OUT, name + ".onnx"), opset_version=17,
+                          dynamo=False, input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
 
 
 if __name__ == "__main__":

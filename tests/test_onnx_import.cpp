@@ -59,6 +59,30 @@ TEST_CASE("onnx import: initializers are parameters and buffers under their ONNX
   CHECK(model->output_names() == std::vector<std::string>{"output"});
 }
 
+// Note [GELU in imported graphs]: PyTorch 2.15's exports at opset 17 (tests/make_onnx_reference.py)
+// of nn.GELU(), nn.GELU(approximate="tanh") and GPT-2's NewGELU (Pow, 0.5 first) run as the
+// gelu op: no Erf or Tanh left, the values and gradients of brisk's gelu.
+TEST_CASE("onnx import: GELU written as its math runs as the gelu op") {
+  for (const auto& [file, tanh_form] : std::vector<std::pair<std::string, bool>>{
+           {"gelu_erf.onnx", false}, {"gelu_tanh.onnx", true}, {"gelu_new.onnx", true}}) {
+    const std::string name = file;  // (clang: no structured binding inside CAPTURE)
+    CAPTURE(name);
+    auto model = onnx::load_model(onnx_file(file));
+    const std::vector<std::string> types = model->op_types();
+    REQUIRE(types.size() == 1);
+    CHECK(types[0].starts_with(tanh_form ? "Gelu (tanh form" : "Gelu (erf form"));
+    Tensor x = (randn({4, 5}) * 3.0).requires_grad_();
+    Tensor y = (*model)(x);
+    Tensor want = gelu(x.detach(), tanh_form);
+    CHECK(max(abs(y.detach() - want)).item<float>() < 1e-6f);
+    (y * y).sum().backward();
+    Tensor xr = x.detach().clone().requires_grad_();
+    Tensor yr = gelu(xr, tanh_form);
+    (yr * yr).sum().backward();
+    CHECK(max(abs(x.grad() - xr.grad())).item<float>() < 1e-5f);
+  }
+}
+
 TEST_CASE("onnx import: frozen initializers, and a state_dict that loads back") {
   auto frozen = onnx::load_model(onnx_file("mlp.onnx"), {.trainable_initializers = false});
   for (const Tensor& p : frozen->parameters()) CHECK_FALSE(p.requires_grad());
