@@ -5,6 +5,7 @@
 // by the kernels (they live on the device). Backward formulas use the family itself: a
 // gather's gradient is a scatter_add and the other way round. Not here: slicing views
 // (engine/ops/shape.cpp) and the kernels (kernels/<device>/index.cpp).
+#include "engine/grad_mode.h"
 #include "engine/ops/families.h"
 
 namespace brisk {
@@ -167,8 +168,19 @@ void index_select_infer(std::span<const Tensor> in, const Attrs& attrs, std::spa
   out[0] = {sizes, x.dtype()};
 }
 
+// The rows of g added into zeros of x's shape: an embedding's backward. Without create_graph
+// the add goes into the fresh zeros in place (no copy of a vocabulary-sized tensor: GPT-2's
+// 50257 x 768 wte); with it, the functional index_add, which differentiates again.
 void index_select_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  gi[0] = index_add(zeros_for_input(c, 0), c.attrs.dim, c.inputs[1], g0(c));
+  Tensor z = zeros_for_input(c, 0);
+  if (GradMode::enabled()) {
+    gi[0] = index_add(z, c.attrs.dim, c.inputs[1], g0(c));
+    return;
+  }
+  const Tensor in[3] = {z, c.inputs[1], g0(c)};
+  Tensor out[1] = {z};
+  call(OpId::IndexAdd, in, c.attrs, out);
+  gi[0] = z;
 }
 
 const OpDef kIndexSelect{.infer = index_select_infer,

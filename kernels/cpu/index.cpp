@@ -207,7 +207,7 @@ void index_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
     check_indices<I>(index, x.sizes()[d], d, "index_add");
     dispatch_numeric(y.dtype(), "index_add", [&](auto tag) {
       using T = decltype(tag);
-      copy_into<T>(y, x);
+      if (y.data_ptr() != x.data_ptr() || y.strides() != x.strides()) copy_into<T>(y, x);  // else in place
       if (src.numel() == 0) return;
       scatter_add_loop<T, I>(y, src, index_along(index, src.sizes(), d), d);
     });

@@ -211,7 +211,7 @@ void index_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
   const Tensor y = as_1d(out[0]);
   const int d = int(attrs.dim);
   BRISK_CHECK(y.dtype() != DType::Bool, "index_add: no kernel for dtype Bool");
-  copy_into(y, x);
+  if (y.data_ptr() != x.data_ptr() || y.strides() != x.strides()) copy_into(y, x);  // else in place
   scatter_add_into(y, src, index_along(in[1], src.sizes(), d), d, OpId::IndexAdd);
 }
 
