@@ -26,9 +26,11 @@
 #include "engine/serialize.h"
 #include "engine/tensor.h"
 #include "engine/threads.h"
+#ifdef BRISK_WITH_INTEROP  // built where libzip, protobuf and ONNX are (CMake's BRISK_INTEROP)
 #include "interop/onnx_export.h"
 #include "interop/onnx_import.h"
 #include "interop/torch_file.h"
+#endif
 #include "nn/ctc.h"
 #include "nn/distill.h"
 #include "nn/features.h"
