@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -280,5 +281,31 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // ---- comparisons of whole tensors (host-side, for tests and users)
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 bool equal(const Tensor& a, const Tensor& b);
+
+// ---- fused optimizer steps and the gradient unscale (engine/ops/optim.cpp, Note [Fused steps
+// are ops]): one pass over every tensor of the lists, in place. Lists hold one tensor per
+// parameter, dense, of the parameter's sizes and dtype (F32/F64; the unscale takes any floating
+// dtype), on one device; a state list these options do not use is empty.
+struct SgdParams;
+struct AdamParams;
+struct RmspropParams;
+struct AdagradParams;
+// steps: each parameter's step count, this step included; fresh (SGD with momentum): 1 where
+// the momentum buffer is new (written, not read), else 0.
+void fused_sgd_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,
+                std::span<const int64_t> fresh, const SgdParams& p);
+// fused_adamw when p.decoupled.
+void fused_adam_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
+                 std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,
+                 std::span<const int64_t> steps, const AdamParams& p);
+void fused_rmsprop_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> square_avgs,
+                    std::span<const Tensor> grad_avgs, std::span<const Tensor> momentum_buffers,
+                    const RmspropParams& p);
+void fused_adagrad_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> sums,
+                    std::span<const int64_t> steps, const AdagradParams& p);
+// grads *= inv_scale in place (v itself where inv_scale is 1); returns (n) Bool on the grads'
+// device: found[i] when grads[i] held an inf or NaN before scaling. `device`: the flags' device
+// when grads is empty.
+Tensor amp_unscale_(std::span<const Tensor> grads, double inv_scale, Device device = Device::cpu());
 
 }  // namespace brisk

@@ -7,6 +7,8 @@
 // in engine/ops/), PyTorch's argument defaults (nn/functional*.cpp).
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include "engine/error.h"
@@ -121,6 +123,107 @@ struct CrossEntropyParams {
     a.start = ignore_index;
     a.a = label_smoothing;
     a.reduction = reduction;
+  }
+};
+
+// ---- fused optimizer steps: fused_sgd, fused_adam, fused_adamw, fused_rmsprop, fused_adagrad
+// (Note [Fused steps are ops] in engine/ops/optim.cpp). Each struct is PyTorch's
+// hyperparameters of the optimizer; what differs per parameter (the step count t behind Adam's
+// bias corrections and Adagrad's decayed lr, SGD's fresh momentum buffers) is attrs.per_param,
+// one integer per parameter. Stored bit for bit: the doubles in attrs.geometry (std::bit_cast),
+// the switches as bits of attrs.dim.
+namespace detail {
+
+template <size_t N>
+Shape pack_doubles(const double (&v)[N]) {
+  static_assert(N <= size_t(kMaxDims), "attrs.geometry holds at most 8 values");
+  Shape s;
+  for (double x : v) s.push_back(std::bit_cast<int64_t>(x));
+  return s;
+}
+
+inline double unpacked(const Attrs& a, int i, int n, const char* op) {
+  BRISK_CHECK(a.geometry.size() == n, op, ": attrs.geometry must hold its ", n, " hyperparameters, got ",
+              a.geometry.size(), " values");
+  return std::bit_cast<double>(a.geometry[i]);
+}
+
+inline bool bit(const Attrs& a, int i) { return (a.dim >> i) & 1; }
+
+}  // namespace detail
+
+// SGD. Buffers: [momentum_buffer] when momentum != 0, else none. attrs.per_param (momentum
+// only): 1 where the buffer is fresh (this step writes the direction into it instead of
+// reading it), else 0.
+struct SgdParams {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
+
+  int num_buffers() const { return momentum != 0 ? 1 : 0; }
+  static SgdParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 4, "fused_sgd"); };
+    return {d(0), d(1), d(2), d(3), detail::bit(a, 0), detail::bit(a, 1)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, momentum, dampening, weight_decay});
+    a.dim = int64_t(nesterov) | int64_t(maximize) << 1;
+  }
+};
+
+// Adam (L2 weight decay, fused_adam) and AdamW (decoupled: p *= 1 - lr * wd, fused_adamw).
+// Buffers: [exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)]. attrs.per_param: each
+// parameter's step count t, this step included.
+struct AdamParams {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false, maximize = false, decoupled = false;
+
+  int num_buffers() const { return amsgrad ? 3 : 2; }
+  // lr / (1 - beta1^t), computed in double as PyTorch's _single_tensor_adam does.
+  double step_size(int64_t step) const { return lr / (1 - std::pow(beta1, double(step))); }
+  // sqrt(1 - beta2^t).
+  double bias_correction2_sqrt(int64_t step) const { return std::sqrt(1 - std::pow(beta2, double(step))); }
+  static AdamParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 5, "fused_adam"); };
+    return {d(0), d(1), d(2), d(3), d(4), detail::bit(a, 0), detail::bit(a, 1), detail::bit(a, 2)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, beta1, beta2, eps, weight_decay});
+    a.dim = int64_t(amsgrad) | int64_t(maximize) << 1 | int64_t(decoupled) << 2;
+  }
+};
+
+// RMSprop. Buffers: [square_avg, grad_avg (centered only), momentum_buffer (momentum > 0 only)].
+// No attrs.per_param.
+struct RmspropParams {
+  double lr = 0, alpha = 0, eps = 0, weight_decay = 0, momentum = 0;
+  bool centered = false, maximize = false;
+
+  int num_buffers() const { return 1 + (centered ? 1 : 0) + (momentum > 0 ? 1 : 0); }
+  static RmspropParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 5, "fused_rmsprop"); };
+    return {d(0), d(1), d(2), d(3), d(4), detail::bit(a, 0), detail::bit(a, 1)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, alpha, eps, weight_decay, momentum});
+    a.dim = int64_t(centered) | int64_t(maximize) << 1;
+  }
+};
+
+// Adagrad. Buffers: [sum]. attrs.per_param: each parameter's step count t, this step included.
+struct AdagradParams {
+  double lr = 0, lr_decay = 0, eps = 0, weight_decay = 0;
+  bool maximize = false;
+
+  int num_buffers() const { return 1; }
+  // lr / (1 + (t - 1) lr_decay), as PyTorch's _single_tensor_adagrad.
+  double decayed_lr(int64_t step) const { return lr / (1 + double(step - 1) * lr_decay); }
+  static AdagradParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 4, "fused_adagrad"); };
+    return {d(0), d(1), d(2), d(3), detail::bit(a, 0)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, lr_decay, eps, weight_decay});
+    a.dim = int64_t(maximize);
   }
 };
 
