@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/op.h"
@@ -307,5 +308,16 @@ void fused_adagrad_(std::span<const Tensor> params, std::span<const Tensor> grad
 // device: found[i] when grads[i] held an inf or NaN before scaling. `device`: the flags' device
 // when grads is empty.
 Tensor amp_unscale_(std::span<const Tensor> grads, double inv_scale, Device device = Device::cpu());
+
+// ---- int8 inference (engine/ops/quantized.cpp, Note [Int8 ops]; CPU): the quantized modules'
+// ops (nn/quantize.h). int8_pack_weight packs w (N, K...) for the GEMM -> (packed, col_sum);
+// int8_linear / int8_conv2d take the int8 weight, its per-output-channel scales (symmetric,
+// zero point 0), the packed pair and an optional F32 bias.
+struct Int8Params;
+std::pair<Tensor, Tensor> int8_pack_weight(const Tensor& w);
+Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor& packed, const Tensor& col_sum,
+                   const Tensor& bias, const Int8Params& p);
+Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor& packed, const Tensor& col_sum,
+                   const Tensor& bias, const Int8Params& p);
 
 }  // namespace brisk

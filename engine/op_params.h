@@ -7,9 +7,11 @@
 // in engine/ops/), PyTorch's argument defaults (nn/functional*.cpp).
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/op.h"
@@ -226,5 +228,70 @@ struct AdagradParams {
     a.dim = int64_t(maximize);
   }
 };
+
+// ---- int8 inference: int8_linear, int8_conv2d (Note [Int8 ops] in engine/ops/quantized.cpp).
+// The input is quantized per tensor to quint8 [0, 255] with (input_scale, input_zero_point), or,
+// when dynamic, with fbgemm's qparams of its own min and max (reduce_range: 7 bits); the F32
+// results get relu and (conv only) a 2x2 / stride 2 max pool. Stored in attrs.a (scale),
+// attrs.start (zero point), the switches as bits of attrs.end, and the conv's stride, padding
+// and dilation in attrs.geometry (the kernel size comes from the weight).
+struct Int8Params {
+  double input_scale = 1;
+  int64_t input_zero_point = 0;
+  bool dynamic = false, reduce_range = false, relu = false, pool = false;
+  Hw stride{1, 1}, padding{0, 0}, dilation{1, 1};
+
+  static Int8Params from(const Attrs& a) {
+    Int8Params p{a.a, a.start, bool(a.end & 1), bool(a.end & 2), bool(a.end & 4), bool(a.end & 8)};
+    if (a.geometry.size() == detail::kGeometrySize) {
+      const Shape& g = a.geometry;
+      p.stride = {g[0], g[1]};
+      p.padding = {g[2], g[3]};
+      p.dilation = {g[4], g[5]};
+    }
+    return p;
+  }
+  void store(Attrs& a) const {
+    a.a = input_scale;
+    a.start = input_zero_point;
+    a.end = int64_t(dynamic) | int64_t(reduce_range) << 1 | int64_t(relu) << 2 | int64_t(pool) << 3;
+    a.geometry = detail::pack_geometry(stride, padding, dilation, {0, 0});
+  }
+};
+
+// fbgemm's ChooseQuantizationParams, int8_linear's dynamic input qparams (and
+// nn::quantize::choose_qparams): scale from min(min, 0) and max(max, 0) in double, zero point
+// nudged into [qmin, qmax]; reduce_range halves the range.
+inline std::pair<float, int32_t> choose_int8_qparams(float min, float max, int32_t qmin, int32_t qmax,
+                                                     bool reduce_range) {
+  BRISK_CHECK(min <= max, "choose_qparams: min ", min, " > max ", max);
+  if (reduce_range) {
+    qmin /= 2;
+    qmax /= 2;
+  }
+  min = std::min(min, 0.0f);
+  max = std::max(max, 0.0f);
+  double scale = (double(max) - min) / (qmax - qmin);
+  if (float(scale) == 0.0f || std::isinf(1.0f / float(scale))) scale = 0.1;
+  constexpr float kSmallScale = 6.1e-5f;
+  if (scale < kSmallScale) {
+    const float org = float(scale);
+    scale = kSmallScale;
+    if (min == 0.0f) {
+      max = kSmallScale * float(qmax - qmin);
+    } else if (max == 0.0f) {
+      min = -kSmallScale * float(qmax - qmin);
+    } else {
+      const float amplifier = kSmallScale / org;
+      min *= amplifier;
+      max *= amplifier;
+    }
+  }
+  const double zp_from_min = qmin - min / scale, zp_from_max = qmax - max / scale;
+  const double err_min = std::abs(qmin) - std::abs(min / scale), err_max = std::abs(qmax) - std::abs(max / scale);
+  const double initial = err_min < err_max ? zp_from_min : zp_from_max;
+  int32_t zp = initial < qmin ? qmin : initial > qmax ? qmax : int32_t(std::nearbyint(initial));
+  return {float(scale), zp};
+}
 
 }  // namespace brisk
