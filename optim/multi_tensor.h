@@ -51,10 +51,10 @@ inline constexpr int kMaxLists = 5;
 class FusedCalls {
  public:
   struct Call {
-    Device device;
-    DType dtype;
-    std::vector<Tensor> lists[kMaxLists];  // params, grads, buffers; unused ones empty
-    std::vector<int64_t> per_param;
+    Device device{};
+    DType dtype = DType::F32;
+    std::vector<Tensor> lists[kMaxLists]{};  // params, grads, buffers; unused ones empty
+    std::vector<int64_t> per_param{};
   };
 
   void add(const Tensor& param, const Tensor& grad, std::initializer_list<Tensor> buffers, int64_t per_param) {

@@ -20,15 +20,17 @@ namespace brisk {
 // is one variadic op with no outputs: its inputs are the lists PyTorch's _fused_adam_ takes
 // (params, grads, then each state buffer), role after role, and its attributes the
 // hyperparameters plus one integer per parameter, attrs.per_param (its step count t, or SGD's
-// fresh momentum buffer), so that parameters that missed steps still take one call. Being ops, they reach their kernels
-// through dispatch like every other computation: the profiler times them, replace_kernel can swap them, the conformance
-// table checks them against the optimizers' tensor-op references (opcheck/specs_optim.cpp), and a backend adds a fused
-// step by registering a kernel (the side registry of kernels/optim_step.h is gone). An optimizer makes one call per
-// group, device and dtype. The per-parameter scalars (Adam's bias corrections, Adagrad's decayed lr) are computed by
-// the kernels from the step counts with the functions of engine/op_params.h that the references call too, in double, so
-// both paths use the same values. The unscale is the same kind of op with one output, the per-tensor non-finite flags
-// (Note [Fused unscale] in kernels/cpu/amp.cpp). The public functions bump the version counters of what the kernels
-// wrote, as in-place ops do.
+// fresh momentum buffer), so that parameters that missed steps still take one call. Being
+// ops, they reach their kernels through dispatch like every other computation: the profiler
+// times them, replace_kernel can swap them, the conformance table checks them against the
+// optimizers' tensor-op references (opcheck/specs_optim.cpp), and a backend adds a fused step
+// by registering a kernel (the side registries, the optim_step and amp headers of kernels/,
+// are gone). An optimizer makes one call per group, device and dtype. The per-parameter
+// scalars (Adam's bias corrections, Adagrad's decayed lr) are computed by the kernels from the
+// step counts with the functions of engine/op_params.h that the references call too, in
+// double, so both paths use the same values. The unscale is the same kind of op with one
+// output, the per-tensor non-finite flags (Note [Fused unscale] in kernels/cpu/amp.cpp). The
+// public functions bump the version counters of what the kernels wrote, as in-place ops do.
 
 namespace {
 
