@@ -319,5 +319,9 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scale, cons
                    const Tensor& bias, const Int8Params& p);
 Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor& packed, const Tensor& col_sum,
                    const Tensor& bias, const Int8Params& p);
+// Affine quantization of F32 x to `dtype` (I8 or U8; its whole range), per tensor (axis -1,
+// scale and zero_point of one element) or per channel along axis; and back to F32.
+Tensor quantize_affine(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis, DType dtype);
+Tensor dequantize_affine(const Tensor& q, const Tensor& scale, const Tensor& zero_point, int64_t axis);
 
 }  // namespace brisk

@@ -259,6 +259,14 @@ struct Int8Params {
   }
 };
 
+// One value quantized as torch.quantize_per_tensor does: round half to even of x * inv_scale
+// (F32), plus the zero point, clamped to [qmin, qmax]; inf and huge values clamp, NaN gives qmin.
+inline int64_t quantize_value(float x, float inv_scale, int64_t zp, int64_t qmin, int64_t qmax) {
+  const float r = std::nearbyint(x * inv_scale);
+  if (!(std::abs(r) < 1e15f)) return r > 0 ? qmax : qmin;
+  return std::clamp<int64_t>(int64_t(float(zp) + r), qmin, qmax);
+}
+
 // fbgemm's ChooseQuantizationParams, int8_linear's dynamic input qparams (and
 // nn::quantize::choose_qparams): scale from min(min, 0) and max(max, 0) in double, zero point
 // nudged into [qmin, qmax]; reduce_range halves the range.

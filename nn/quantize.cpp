@@ -80,10 +80,10 @@ struct ChannelLayout {
 
 float round_half_even(float v) { return std::nearbyint(v); }
 
-int64_t quantize_value(float x, float inv_scale, int64_t zp, int64_t qmin, int64_t qmax) {
-  const float r = round_half_even(x * inv_scale);
-  if (!(std::abs(r) < 1e15f)) return r > 0 ? qmax : qmin;  // inf / huge: clamped (NaN: qmin)
-  return std::clamp<int64_t>(int64_t(float(zp) + r), qmin, qmax);
+// qparams as the affine ops take them: F32 scales and I64 zero points, 1-D.
+Tensor as_1d(const Tensor& t, DType dtype) {
+  const Tensor c = t.dtype() == dtype ? t : cast(t, dtype);
+  return c.reshape(Shape{c.numel()}).contiguous();
 }
 
 std::vector<float> scales_of(const QParams& q) { return q.scale.to_vector<float>(); }
@@ -433,58 +433,27 @@ QTensor quantize(const Tensor& x_in, const QParams& q) {
   const int64_t dmin = range.first, dmax = range.second;
   BRISK_CHECK(q.quant_min >= dmin && q.quant_max <= dmax && q.quant_min < q.quant_max, "quantize: range [", q.quant_min,
               ", ", q.quant_max, "] outside the dtype's");
-  QTensor out{empty(x.sizes(), storage_dtype(q.dtype)), q};
-  const float* p = x.data<float>();
-  const int64_t n = x.numel();
-  auto write = [&](auto* dst) {
-    using T = std::remove_pointer_t<decltype(dst)>;
-    if (!q.per_channel()) {
-      BRISK_CHECK(scale.size() == 1, "quantize: per-tensor qparams with ", scale.size(), " scales");
-      const float inv = 1.0f / scale[0];
-      for (int64_t i = 0; i < n; ++i) dst[i] = T(quantize_value(p[i], inv, zp[0], dmin, dmax));
-      return;
-    }
-    const ChannelLayout ch(x, q.axis, "quantize");
-    BRISK_CHECK(int64_t(scale.size()) == ch.channels, "quantize: ", scale.size(), " scales for ", ch.channels,
-                " channels on axis ", q.axis, " of ", x.str());
-    std::vector<float> inv(scale.size());
-    for (size_t c = 0; c < scale.size(); ++c) inv[c] = 1.0f / scale[c];
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t c = ch.channel(i);
-      dst[i] = T(quantize_value(p[i], inv[size_t(c)], zp[size_t(c)], dmin, dmax));
-    }
-  };
-  if (q.dtype == QDType::QInt8) {
-    write(out.int_repr.data<int8_t>());
+  if (q.per_channel()) {
+    BRISK_CHECK(q.axis < x.dim() && int64_t(scale.size()) == x.size(q.axis), "quantize: ", scale.size(), " scales for ",
+                q.axis < x.dim() ? x.size(q.axis) : 0, " channels on axis ", q.axis, " of ", x.str());
   } else {
-    write(out.int_repr.data<uint8_t>());
+    BRISK_CHECK(scale.size() == 1, "quantize: per-tensor qparams with ", scale.size(), " scales");
   }
-  return out;
+  // The quantize_affine op (kernels/cpu/quantized.cpp): the dtype's whole range, as torch.
+  return {quantize_affine(x, as_1d(q.scale, DType::F32), as_1d(q.zero_point, DType::I64), q.per_channel() ? q.axis : -1,
+                          storage_dtype(q.dtype)),
+          q};
 }
 
 Tensor dequantize(const QTensor& q) {
   const Tensor r = q.int_repr.contiguous();
   BRISK_CHECK(r.dtype() == storage_dtype(q.qparams.dtype), "dequantize: int_repr is ", r.str(), " for a ",
               q.qparams.dtype == QDType::QInt8 ? "qint8" : "quint8", " tensor");
-  const std::vector<float> scale = scales_of(q.qparams);
-  const std::vector<int64_t> zp = zero_points_of(q.qparams);
-  Tensor out = empty(r.sizes(), DType::F32);
-  float* o = out.data<float>();
-  const int64_t n = r.numel();
-  std::optional<ChannelLayout> ch;
-  if (q.qparams.per_channel()) ch.emplace(r, q.qparams.axis, "dequantize");
-  auto read = [&](const auto* src) {
-    for (int64_t i = 0; i < n; ++i) {
-      const size_t c = ch ? size_t(ch->channel(i)) : 0;
-      o[i] = (float(src[i]) - float(zp[c])) * scale[c];
-    }
-  };
-  if (r.dtype() == DType::I8) {
-    read(r.data<int8_t>());
-  } else {
-    read(r.data<uint8_t>());
-  }
-  return out;
+  const bool per_channel = q.qparams.per_channel();
+  BRISK_CHECK(!per_channel || q.qparams.axis < r.dim(), "dequantize: channel axis ", q.qparams.axis,
+              " out of range for ", r.str());
+  return dequantize_affine(r, as_1d(q.qparams.scale, DType::F32), as_1d(q.qparams.zero_point, DType::I64),
+                           per_channel ? q.qparams.axis : -1);
 }
 
 Tensor QTensor::dequantize() const { return quantize::dequantize(*this); }

@@ -1,5 +1,6 @@
-// opcheck/specs_quantized.cpp: specs of the int8 inference ops (engine/ops/quantized.cpp):
-// int8_linear (fixed and dynamic input qparams, bias, ReLU) and int8_conv2d (padding, stride,
+// opcheck/specs_quantized.cpp: specs of the int8 ops (engine/ops/quantized.cpp): quantize_affine
+// and dequantize_affine (per tensor, per channel), int8_linear (fixed and dynamic input
+// qparams, bias, ReLU) and int8_conv2d (padding, stride,
 // ReLU, the 2x2 pool), with int8_pack_weight inside each, against plain loops that quantize
 // the input as torch.quantize_per_tensor does (F32, half to even), accumulate exactly and apply
 // the epilogue fma(acc, a_scale * w_scale, bias) in F32, so the two agree bit for bit.
@@ -167,9 +168,80 @@ OpSpec conv_spec(const std::string& name, int64_t stride, bool relu, bool pool) 
   return spec;
 }
 
+// ---- quantize_affine / dequantize_affine: per tensor (axis -1) or along axis 0 of (3, 4)
+struct Affine {
+  int64_t axis;
+  DType dtype;
+  std::vector<float> scale;
+  std::vector<int64_t> zero_point;
+};
+
+Tensor scale_of(const Affine& a) { return from_data(a.scale.data(), {int64_t(a.scale.size())}); }
+Tensor zero_point_of(const Affine& a) { return from_data(a.zero_point.data(), {int64_t(a.zero_point.size())}); }
+size_t channel_of(const Affine& a, int64_t i, const Tensor& x) {
+  return a.axis < 0 ? 0 : size_t(i / (x.numel() / x.size(0)));  // axis 0
+}
+
+OpSpec quantize_spec(const std::string& name, Affine a) {
+  OpSpec spec;
+  spec.name = name;
+  spec.covers = {OpId::QuantizeAffine};
+  spec.fn = [a](const std::vector<Tensor>& in) {
+    return cast(quantize_affine(f32(in[0]), scale_of(a), zero_point_of(a), a.axis, a.dtype), DType::F64);
+  };
+  spec.reference = [a](const std::vector<Tensor>& in) {
+    const std::vector<float> x = f32(in[0]).to_vector<float>();
+    const int64_t qmin = a.dtype == DType::I8 ? -128 : 0, qmax = a.dtype == DType::I8 ? 127 : 255;
+    V y;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = channel_of(a, int64_t(i), in[0]);
+      const float r = std::nearbyint(x[i] * (1.0f / a.scale[c]));
+      y.push_back(double(std::clamp<int64_t>(int64_t(float(a.zero_point[c]) + r), qmin, qmax)));
+    }
+    return from_vector(y, in[0].sizes(), DType::F64);
+  };
+  spec.cases = [] { return std::vector<OpCase>{{"(3, 4) over [-8, 8)", {uniform_values({3, 4}, -8, 8, 61)}}}; };
+  spec.grad = false;
+  spec.integers = false;
+  spec.cuda = false;
+  return spec;
+}
+
+OpSpec dequantize_spec(const std::string& name, Affine a) {
+  OpSpec spec;
+  spec.name = name;
+  spec.covers = {OpId::DequantizeAffine};
+  spec.fn = [a](const std::vector<Tensor>& in) {
+    return cast(dequantize_affine(in[0], scale_of(a), zero_point_of(a), a.axis), DType::F64);
+  };
+  spec.reference = [a](const std::vector<Tensor>& in) {
+    const std::vector<int64_t> q = in[0].to_vector<int64_t>();
+    V y;
+    for (size_t i = 0; i < q.size(); ++i) {
+      const size_t c = channel_of(a, int64_t(i), in[0]);
+      y.push_back((float(q[i]) - float(a.zero_point[c])) * a.scale[c]);
+    }
+    return from_vector(y, in[0].sizes(), DType::F64);
+  };
+  spec.cases = [a] {
+    const double lo = a.dtype == DType::I8 ? -128 : 0, hi = a.dtype == DType::I8 ? 127 : 255;
+    return std::vector<OpCase>{{"(3, 4)", {cast(uniform_values({3, 4}, lo, hi, 62), a.dtype)}}};
+  };
+  spec.grad = false;
+  spec.integers = false;
+  spec.cuda = false;
+  return spec;
+}
+
 }  // namespace
 
 void add_quantized_specs(std::vector<OpSpec>& specs) {
+  const Affine per_tensor{-1, DType::I8, {0.05f}, {3}};
+  const Affine per_channel{0, DType::U8, {0.05f, 0.02f, 0.1f}, {128, 0, 255}};
+  specs.push_back(quantize_spec("quantize_affine (per tensor, I8)", per_tensor));
+  specs.push_back(quantize_spec("quantize_affine (per channel, U8)", per_channel));
+  specs.push_back(dequantize_spec("dequantize_affine (per tensor, I8)", per_tensor));
+  specs.push_back(dequantize_spec("dequantize_affine (per channel, U8)", per_channel));
   specs.push_back(linear_spec("int8_linear (static qparams)", false, false));
   specs.push_back(linear_spec("int8_linear (dynamic qparams, ReLU)", true, true));
   specs.push_back(conv_spec("int8_conv2d (padding 1, ReLU)", 1, true, false));

@@ -1,5 +1,5 @@
-// engine/ops/quantized.cpp: OpDefs and public functions of the int8 inference ops that the
-// quantized modules run (nn/quantize.h): int8_pack_weight, int8_linear, int8_conv2d. Inference
+// engine/ops/quantized.cpp: OpDefs and public functions of the int8 ops nn/quantize.h runs:
+// int8_pack_weight, int8_linear, int8_conv2d, quantize_affine, dequantize_affine. Inference
 // checks every input's dtype and shape, naming the op; no backward (inference only).
 // Parameters: Int8Params (engine/op_params.h).
 // Not here: the kernels (kernels/cpu/quantized.cpp, over the GEMM of kernels/cpu/gemm_i8.h),
@@ -90,6 +90,32 @@ void conv_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor
   out[0] = {Shape{x.size(0), w.size(0), p.pool ? ho / 2 : ho, p.pool ? wo / 2 : wo}, DType::F32};
 }
 
+// ---- quantize_affine / dequantize_affine: (x, scale (C), zero_point (C)); axis in attrs.dim
+void check_affine(std::span<const Tensor> in, int64_t axis, const char* op) {
+  const Tensor& x = in[0];
+  BRISK_CHECK(axis >= -1 && axis < x.dim(), op, ": channel axis ", axis, " out of range for ", x.str());
+  const int64_t c = axis < 0 ? 1 : x.size(axis);
+  BRISK_CHECK(in[1].dtype() == DType::F32 && in[1].sizes() == Shape{c}, op, ": scale must be F32 (", c, "), got ",
+              in[1].str());
+  BRISK_CHECK(in[2].dtype() == DType::I64 && in[2].sizes() == Shape{c}, op, ": zero_point must be I64 (", c, "), got ",
+              in[2].str());
+}
+
+void quantize_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  BRISK_CHECK(in[0].dtype() == DType::F32, "quantize_affine: x must be F32, got ", in[0].str());
+  BRISK_CHECK(attrs.dtype == DType::I8 || attrs.dtype == DType::U8, "quantize_affine: quantizes to I8 or U8, not ",
+              attrs.dtype);
+  check_affine(in, attrs.dim, "quantize_affine");
+  out[0] = {in[0].sizes(), attrs.dtype};
+}
+
+void dequantize_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  BRISK_CHECK(in[0].dtype() == DType::I8 || in[0].dtype() == DType::U8, "dequantize_affine: q must be I8 or U8, got ",
+              in[0].str());
+  check_affine(in, attrs.dim, "dequantize_affine");
+  out[0] = {in[0].sizes(), DType::F32};
+}
+
 std::vector<Tensor> weight_inputs(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor& packed,
                                   const Tensor& col_sum, const Tensor& bias) {
   std::vector<Tensor> in = {x, w, w_scale, packed, col_sum};
@@ -124,9 +150,19 @@ Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scale, cons
   return out[0];
 }
 
+Tensor quantize_affine(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis, DType dtype) {
+  return call1(OpId::QuantizeAffine, {x, scale, zero_point}, {.dim = axis, .dtype = dtype});
+}
+
+Tensor dequantize_affine(const Tensor& q, const Tensor& scale, const Tensor& zero_point, int64_t axis) {
+  return call1(OpId::DequantizeAffine, {q, scale, zero_point}, {.dim = axis});
+}
+
 namespace detail {
 
 void define_quantized_ops() {
+  define(OpId::QuantizeAffine, {.infer = quantize_infer});
+  define(OpId::DequantizeAffine, {.infer = dequantize_infer});
   define(OpId::Int8PackWeight, {.infer = pack_infer});
   define(OpId::Int8Linear, {.infer = linear_infer});
   define(OpId::Int8Conv2d, {.infer = conv_infer});

@@ -2,7 +2,8 @@
 // engine/ops/quantized.cpp): int8_pack_weight (pack_i8 into the op's tensors), int8_linear
 // (quantize the input per tensor, the u8 x s8 GEMM, the F32 epilogue) and int8_conv2d (per
 // sample: quantize channels-last inside a border of zero points, im2col, GEMM, optional ReLU
-// and 2x2 max pool while writing NCHW).
+// and 2x2 max pool while writing NCHW), quantize_affine and dequantize_affine (per tensor or
+// per channel).
 // Not here: the GEMM itself (kernels/cpu/gemm_i8.cpp), qparams and observers (nn/quantize.cpp).
 #include <omp.h>
 
@@ -165,9 +166,65 @@ void conv_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   }
 }
 
+// ---- quantize_affine / dequantize_affine: element i of x belongs to channel (i / inner) % C.
+struct Channels {
+  int64_t count = 1, inner = 1;
+  Channels(const Tensor& x, int64_t axis) {
+    if (axis < 0) return;
+    count = x.size(axis);
+    for (int64_t d = axis + 1; d < x.dim(); ++d) inner *= x.size(d);
+  }
+  int64_t of(int64_t i) const { return count == 1 ? 0 : (i / inner) % count; }
+};
+
+void quantize_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor x = in[0].contiguous();
+  const std::vector<float> scale = in[1].to_vector<float>();
+  const std::vector<int64_t> zp = in[2].to_vector<int64_t>();
+  std::vector<float> inv(scale.size());
+  for (size_t c = 0; c < scale.size(); ++c) inv[c] = 1.0f / scale[c];
+  const Channels ch(x, attrs.dim);
+  const float* p = x.data<float>();
+  const int64_t n = x.numel();
+  auto write = [&](auto* dst, int64_t qmin, int64_t qmax) {
+    using T = std::remove_pointer_t<decltype(dst)>;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t c = size_t(ch.of(i));
+      dst[i] = T(quantize_value(p[i], inv[c], zp[c], qmin, qmax));
+    }
+  };
+  if (attrs.dtype == DType::I8) {
+    write(out[0].data<int8_t>(), -128, 127);
+  } else {
+    write(out[0].data<uint8_t>(), 0, 255);
+  }
+}
+
+void dequantize_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const Tensor q = in[0].contiguous();
+  const std::vector<float> scale = in[1].to_vector<float>();
+  const std::vector<int64_t> zp = in[2].to_vector<int64_t>();
+  const Channels ch(q, attrs.dim);
+  float* o = out[0].data<float>();
+  const int64_t n = q.numel();
+  auto read = [&](const auto* src) {
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t c = size_t(ch.of(i));
+      o[i] = (float(src[i]) - float(zp[c])) * scale[c];
+    }
+  };
+  if (q.dtype() == DType::I8) {
+    read(q.data<int8_t>());
+  } else {
+    read(q.data<uint8_t>());
+  }
+}
+
 }  // namespace
 
 void register_quantized() {
+  register_kernel(OpId::QuantizeAffine, DeviceType::CPU, quantize_kernel);
+  register_kernel(OpId::DequantizeAffine, DeviceType::CPU, dequantize_kernel);
   const DeviceType cpu = DeviceType::CPU;
   register_kernel(OpId::Int8PackWeight, cpu, pack_kernel);
   register_kernel(OpId::Int8Linear, cpu, linear_kernel);
