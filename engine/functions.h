@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/op.h"
@@ -287,5 +289,46 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // ---- comparisons of whole tensors (host-side, for tests and users)
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 bool equal(const Tensor& a, const Tensor& b);
+
+// ---- fused optimizer steps and the gradient unscale (engine/ops/optim.cpp, Note [Fused steps
+// are ops]): one pass over every tensor of the lists, in place. Lists hold one tensor per
+// parameter, dense, of the parameter's sizes and dtype (F32/F64; the unscale takes any floating
+// dtype), on one device; a state list these options do not use is empty.
+struct SgdParams;
+struct AdamParams;
+struct RmspropParams;
+struct AdagradParams;
+// steps: each parameter's step count, this step included; fresh (SGD with momentum): 1 where
+// the momentum buffer is new (written, not read), else 0.
+void fused_sgd_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_buffers,
+                std::span<const int64_t> fresh, const SgdParams& p);
+// fused_adamw when p.decoupled.
+void fused_adam_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
+                 std::span<const Tensor> exp_avg_sqs, std::span<const Tensor> max_exp_avg_sqs,
+                 std::span<const int64_t> steps, const AdamParams& p);
+void fused_rmsprop_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> square_avgs,
+                    std::span<const Tensor> grad_avgs, std::span<const Tensor> momentum_buffers,
+                    const RmspropParams& p);
+void fused_adagrad_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> sums,
+                    std::span<const int64_t> steps, const AdagradParams& p);
+// grads *= inv_scale in place (v itself where inv_scale is 1); returns (n) Bool on the grads'
+// device: found[i] when grads[i] held an inf or NaN before scaling. `device`: the flags' device
+// when grads is empty.
+Tensor amp_unscale_(std::span<const Tensor> grads, double inv_scale, Device device = Device::cpu());
+
+// ---- int8 inference (engine/ops/quantized.cpp, Note [Int8 ops]; CPU): the quantized modules'
+// ops (nn/quantize.h). int8_pack_weight packs w (N, K...) for the GEMM -> (packed, col_sum);
+// int8_linear / int8_conv2d take the int8 weight, its per-output-channel scales (symmetric,
+// zero point 0), the packed pair and an optional F32 bias.
+struct Int8Params;
+std::pair<Tensor, Tensor> int8_pack_weight(const Tensor& w);
+Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor& packed, const Tensor& col_sum,
+                   const Tensor& bias, const Int8Params& p);
+Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor& packed, const Tensor& col_sum,
+                   const Tensor& bias, const Int8Params& p);
+// Affine quantization of F32 x to `dtype` (I8 or U8; its whole range), per tensor (axis -1,
+// scale and zero_point of one element) or per channel along axis; and back to F32.
+Tensor quantize_affine(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis, DType dtype);
+Tensor dequantize_affine(const Tensor& q, const Tensor& scale, const Tensor& zero_point, int64_t axis);
 
 }  // namespace brisk

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <vector>
 
 #include "engine/device.h"
 #include "engine/dtype.h"
@@ -48,6 +49,9 @@ struct Attrs {
   Device device{};           // factory device, to_device target
   uint64_t seed = 0;         // random stream (see engine/random.h)
   uint64_t offset = 0;
+  // One integer per parameter of a fused optimizer step (engine/op_params.h): its step count
+  // (Adam, Adagrad), or 1 where its momentum buffer is fresh (SGD). Empty for every other op.
+  std::vector<int64_t> per_param{};
 };
 
 struct TensorSpec {

@@ -7,7 +7,11 @@
 // in engine/ops/), PyTorch's argument defaults (nn/functional*.cpp).
 #pragma once
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/op.h"
@@ -123,5 +127,179 @@ struct CrossEntropyParams {
     a.reduction = reduction;
   }
 };
+
+// ---- fused optimizer steps: fused_sgd, fused_adam, fused_adamw, fused_rmsprop, fused_adagrad
+// (Note [Fused steps are ops] in engine/ops/optim.cpp). Each struct is PyTorch's
+// hyperparameters of the optimizer; what differs per parameter (the step count t behind Adam's
+// bias corrections and Adagrad's decayed lr, SGD's fresh momentum buffers) is attrs.per_param,
+// one integer per parameter. Stored bit for bit: the doubles in attrs.geometry (std::bit_cast),
+// the switches as bits of attrs.dim.
+namespace detail {
+
+template <size_t N>
+Shape pack_doubles(const double (&v)[N]) {
+  static_assert(N <= size_t(kMaxDims), "attrs.geometry holds at most 8 values");
+  Shape s;
+  for (double x : v) s.push_back(std::bit_cast<int64_t>(x));
+  return s;
+}
+
+inline double unpacked(const Attrs& a, int i, int n, const char* op) {
+  BRISK_CHECK(a.geometry.size() == n, op, ": attrs.geometry must hold its ", n, " hyperparameters, got ",
+              a.geometry.size(), " values");
+  return std::bit_cast<double>(a.geometry[i]);
+}
+
+inline bool bit(const Attrs& a, int i) { return (a.dim >> i) & 1; }
+
+}  // namespace detail
+
+// SGD. Buffers: [momentum_buffer] when momentum != 0, else none. attrs.per_param (momentum
+// only): 1 where the buffer is fresh (this step writes the direction into it instead of
+// reading it), else 0.
+struct SgdParams {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
+
+  int num_buffers() const { return momentum != 0 ? 1 : 0; }
+  static SgdParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 4, "fused_sgd"); };
+    return {d(0), d(1), d(2), d(3), detail::bit(a, 0), detail::bit(a, 1)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, momentum, dampening, weight_decay});
+    a.dim = int64_t(nesterov) | int64_t(maximize) << 1;
+  }
+};
+
+// Adam (L2 weight decay, fused_adam) and AdamW (decoupled: p *= 1 - lr * wd, fused_adamw).
+// Buffers: [exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)]. attrs.per_param: each
+// parameter's step count t, this step included.
+struct AdamParams {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false, maximize = false, decoupled = false;
+
+  int num_buffers() const { return amsgrad ? 3 : 2; }
+  // lr / (1 - beta1^t), computed in double as PyTorch's _single_tensor_adam does.
+  double step_size(int64_t step) const { return lr / (1 - std::pow(beta1, double(step))); }
+  // sqrt(1 - beta2^t).
+  double bias_correction2_sqrt(int64_t step) const { return std::sqrt(1 - std::pow(beta2, double(step))); }
+  static AdamParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 5, "fused_adam"); };
+    return {d(0), d(1), d(2), d(3), d(4), detail::bit(a, 0), detail::bit(a, 1), detail::bit(a, 2)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, beta1, beta2, eps, weight_decay});
+    a.dim = int64_t(amsgrad) | int64_t(maximize) << 1 | int64_t(decoupled) << 2;
+  }
+};
+
+// RMSprop. Buffers: [square_avg, grad_avg (centered only), momentum_buffer (momentum > 0 only)].
+// No attrs.per_param.
+struct RmspropParams {
+  double lr = 0, alpha = 0, eps = 0, weight_decay = 0, momentum = 0;
+  bool centered = false, maximize = false;
+
+  int num_buffers() const { return 1 + (centered ? 1 : 0) + (momentum > 0 ? 1 : 0); }
+  static RmspropParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 5, "fused_rmsprop"); };
+    return {d(0), d(1), d(2), d(3), d(4), detail::bit(a, 0), detail::bit(a, 1)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, alpha, eps, weight_decay, momentum});
+    a.dim = int64_t(centered) | int64_t(maximize) << 1;
+  }
+};
+
+// Adagrad. Buffers: [sum]. attrs.per_param: each parameter's step count t, this step included.
+struct AdagradParams {
+  double lr = 0, lr_decay = 0, eps = 0, weight_decay = 0;
+  bool maximize = false;
+
+  int num_buffers() const { return 1; }
+  // lr / (1 + (t - 1) lr_decay), as PyTorch's _single_tensor_adagrad.
+  double decayed_lr(int64_t step) const { return lr / (1 + double(step - 1) * lr_decay); }
+  static AdagradParams from(const Attrs& a) {
+    auto d = [&](int i) { return detail::unpacked(a, i, 4, "fused_adagrad"); };
+    return {d(0), d(1), d(2), d(3), detail::bit(a, 0)};
+  }
+  void store(Attrs& a) const {
+    a.geometry = detail::pack_doubles({lr, lr_decay, eps, weight_decay});
+    a.dim = int64_t(maximize);
+  }
+};
+
+// ---- int8 inference: int8_linear, int8_conv2d (Note [Int8 ops] in engine/ops/quantized.cpp).
+// The input is quantized per tensor to quint8 [0, 255] with (input_scale, input_zero_point), or,
+// when dynamic, with fbgemm's qparams of its own min and max (reduce_range: 7 bits); the F32
+// results get relu and (conv only) a 2x2 / stride 2 max pool. Stored in attrs.a (scale),
+// attrs.start (zero point), the switches as bits of attrs.end, and the conv's stride, padding
+// and dilation in attrs.geometry (the kernel size comes from the weight).
+struct Int8Params {
+  double input_scale = 1;
+  int64_t input_zero_point = 0;
+  bool dynamic = false, reduce_range = false, relu = false, pool = false;
+  Hw stride{1, 1}, padding{0, 0}, dilation{1, 1};
+
+  static Int8Params from(const Attrs& a) {
+    Int8Params p{a.a, a.start, bool(a.end & 1), bool(a.end & 2), bool(a.end & 4), bool(a.end & 8)};
+    if (a.geometry.size() == detail::kGeometrySize) {
+      const Shape& g = a.geometry;
+      p.stride = {g[0], g[1]};
+      p.padding = {g[2], g[3]};
+      p.dilation = {g[4], g[5]};
+    }
+    return p;
+  }
+  void store(Attrs& a) const {
+    a.a = input_scale;
+    a.start = input_zero_point;
+    a.end = int64_t(dynamic) | int64_t(reduce_range) << 1 | int64_t(relu) << 2 | int64_t(pool) << 3;
+    a.geometry = detail::pack_geometry(stride, padding, dilation, {0, 0});
+  }
+};
+
+// One value quantized as torch.quantize_per_tensor does: round half to even of x * inv_scale
+// (F32), plus the zero point, clamped to [qmin, qmax]; inf and huge values clamp, NaN gives qmin.
+inline int64_t quantize_value(float x, float inv_scale, int64_t zp, int64_t qmin, int64_t qmax) {
+  const float r = std::nearbyint(x * inv_scale);
+  if (!(std::abs(r) < 1e15f)) return r > 0 ? qmax : qmin;
+  return std::clamp<int64_t>(int64_t(float(zp) + r), qmin, qmax);
+}
+
+// fbgemm's ChooseQuantizationParams, int8_linear's dynamic input qparams (and
+// nn::quantize::choose_qparams): scale from min(min, 0) and max(max, 0) in double, zero point
+// nudged into [qmin, qmax]; reduce_range halves the range.
+inline std::pair<float, int32_t> choose_int8_qparams(float min, float max, int32_t qmin, int32_t qmax,
+                                                     bool reduce_range) {
+  BRISK_CHECK(min <= max, "choose_qparams: min ", min, " > max ", max);
+  if (reduce_range) {
+    qmin /= 2;
+    qmax /= 2;
+  }
+  min = std::min(min, 0.0f);
+  max = std::max(max, 0.0f);
+  double scale = (double(max) - min) / (qmax - qmin);
+  if (float(scale) == 0.0f || std::isinf(1.0f / float(scale))) scale = 0.1;
+  constexpr float kSmallScale = 6.1e-5f;
+  if (scale < kSmallScale) {
+    const float org = float(scale);
+    scale = kSmallScale;
+    if (min == 0.0f) {
+      max = kSmallScale * float(qmax - qmin);
+    } else if (max == 0.0f) {
+      min = -kSmallScale * float(qmax - qmin);
+    } else {
+      const float amplifier = kSmallScale / org;
+      min *= amplifier;
+      max *= amplifier;
+    }
+  }
+  const double zp_from_min = qmin - min / scale, zp_from_max = qmax - max / scale;
+  const double err_min = std::abs(qmin) - std::abs(min / scale), err_max = std::abs(qmax) - std::abs(max / scale);
+  const double initial = err_min < err_max ? zp_from_min : zp_from_max;
+  int32_t zp = initial < qmin ? qmin : initial > qmax ? qmax : int32_t(std::nearbyint(initial));
+  return {float(scale), zp};
+}
 
 }  // namespace brisk

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "engine/autocast.h"
@@ -95,6 +96,8 @@ class Exporter {
   void emit(const trace::OpRecord& r, size_t index);
 
  private:
+  std::string emit_int8(const trace::OpRecord& r, const std::vector<std::string>& in);
+  std::pair<std::string, std::string> dynamic_qparams(const std::string& x, bool reduce_range);
   enum class Kind { Param, Value, Const };
   using Key = const void*;
   static Key key(const Tensor& t) { return t.impl(); }
@@ -597,6 +600,8 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       y = op("Squeeze", {seq, ints({1})});  // (T, 1, B, H) -> (T, B, H)
       break;
     }
+    case OpId::Int8Linear:
+    case OpId::Int8Conv2d: y = emit_int8(r, in); break;
     case OpId::Dropout: fail("dropout in training mode (call model.eval() before exporting)"); break;
     case OpId::Fill:
     case OpId::Arange:
@@ -610,6 +615,88 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
   known_[key(r.outputs[0])] = Kind::Value;
   written_[key(r.outputs[0])] = true;
   for (size_t i = 1; i < r.outputs.size(); ++i) unavailable_[key(r.outputs[i])] = def.name;
+}
+
+// Note [Int8 export]
+// int8_linear and int8_conv2d (Note [Int8 ops] in engine/ops/quantized.cpp) become QDQ graphs,
+// the form ONNX Runtime's quantization tools write and its optimizer fuses into integer kernels:
+// the input through QuantizeLinear and DequantizeLinear with the op's quint8 qparams (scalars),
+// the int8 weight (the module's "weight" buffer, an initializer under its state_dict name)
+// through DequantizeLinear with its per-channel scales (axis 0, zero point 0), then MatMul or
+// Conv in F32 with the bias, and Relu / the 2x2 MaxPool the op fused. A dynamic op's qparams
+// are computed in the graph as fbgemm's ChooseQuantizationParams does (min and max clamped to
+// include 0, scale and zero point in double, the zero point rounded half to even and clipped;
+// reduce_range halves the range); scales under 6.1e-5, where fbgemm also widens the range it
+// quantizes, are only clamped. What ONNX Runtime may compute differently is an activation at a
+// rounding tie (x / scale against brisk's x * (1 / scale)) and the float sum of the
+// dequantized products against brisk's exact int32 one: outputs agree within one quantization
+// step (tests/onnx_ort_check.py).
+std::pair<std::string, std::string> Exporter::dynamic_qparams(const std::string& x, bool reduce_range) {
+  const int64_t qmin = 0, qmax = reduce_range ? 127 : 255;
+  auto to = [&](const std::string& v, DType t) {
+    const std::string c = fresh("Cast_out");
+    attr(node("Cast", {v}, {c}), "to", int64_t(onnx_type(t)));
+    return c;
+  };
+  auto reduce = [&](const char* type) {
+    const std::string r = fresh(std::string(type) + "_out");
+    attr(node(type, {x}, {r}), "keepdims", int64_t(0));
+    return to(r, DType::F64);
+  };
+  const std::string zero = scalar(0, DType::F64);
+  const std::string lo = op("Min", {reduce("ReduceMin"), zero}), hi = op("Max", {reduce("ReduceMax"), zero});
+  const std::string scale = op(
+      "Max", {op("Div", {op("Sub", {hi, lo}), scalar(double(qmax - qmin), DType::F64)}), scalar(6.1e-5, DType::F64)});
+  const std::string lo_s = op("Div", {lo, scale}), hi_s = op("Div", {hi, scale});
+  const std::string from_min = op("Sub", {scalar(double(qmin), DType::F64), lo_s});
+  const std::string from_max = op("Sub", {scalar(double(qmax), DType::F64), hi_s});
+  const std::string err_min = op("Sub", {scalar(double(qmin), DType::F64), op("Abs", {lo_s})});
+  const std::string err_max = op("Sub", {scalar(double(qmax), DType::F64), op("Abs", {hi_s})});
+  const std::string initial = op("Where", {op("Less", {err_min, err_max}), from_min, from_max});
+  const std::string zp =
+      op("Clip", {op("Round", {initial}), scalar(double(qmin), DType::F64), scalar(double(qmax), DType::F64)});
+  return {to(scale, DType::F32), to(zp, DType::U8)};
+}
+
+std::string Exporter::emit_int8(const trace::OpRecord& r, const std::vector<std::string>& in) {
+  const Int8Params p = Int8Params::from(r.attrs);
+  std::string scale, zp;
+  if (p.dynamic) {
+    std::tie(scale, zp) = dynamic_qparams(in[0], p.reduce_range);
+  } else {
+    scale = constant(full({}, double(float(p.input_scale)), DType::F32), "input_scale");
+    zp = constant(full({}, double(p.input_zero_point), DType::U8), "input_zero_point");
+  }
+  const std::string x = op("DequantizeLinear", {op("QuantizeLinear", {in[0], scale, zp}), scale, zp});
+  const std::string w = fresh("DequantizeLinear_out");
+  attr(node("DequantizeLinear", {in[1], in[2]}, {w}), "axis", int64_t(0));
+  const bool bias = r.inputs.size() == 6;
+  std::string y;
+  if (r.id == OpId::Int8Linear) {
+    const std::string wt = fresh("Transpose_out");
+    attr(node("Transpose", {w}, {wt}), "perm", std::vector<int64_t>{1, 0});
+    y = op("MatMul", {x, wt});
+    if (bias) y = op("Add", {y, in[5]});
+  } else {
+    const Tensor& weight = r.inputs[1];
+    std::vector<std::string> args = {x, w};
+    if (bias) args.push_back(in[5]);
+    y = fresh("Conv_out");
+    NodeProto* n = node("Conv", args, {y});
+    attr(n, "kernel_shape", std::vector<int64_t>{weight.size(2), weight.size(3)});
+    attr(n, "strides", std::vector<int64_t>{p.stride.h, p.stride.w});
+    attr(n, "pads", std::vector<int64_t>{p.padding.h, p.padding.w, p.padding.h, p.padding.w});
+    attr(n, "dilations", std::vector<int64_t>{p.dilation.h, p.dilation.w});
+  }
+  if (p.relu) y = op("Relu", {y});
+  if (p.pool) {
+    const std::string pooled = fresh("MaxPool_out");
+    NodeProto* n = node("MaxPool", {y}, {pooled});
+    attr(n, "kernel_shape", std::vector<int64_t>{2, 2});
+    attr(n, "strides", std::vector<int64_t>{2, 2});
+    y = pooled;
+  }
+  return y;
 }
 
 }  // namespace
@@ -643,14 +730,6 @@ namespace {
   ::onnx::GraphProto& g = *m.mutable_graph();
   g.set_name(model.type_name());
 
-  // The int8 modules run their kernels outside dispatch (issue 47), so a trace would see their
-  // outputs as constants: refused by name rather than written wrong.
-  for (const auto& [path, m] : model.named_modules()) {
-    const std::string& type = m->type_name();
-    BRISK_CHECK(type != "QuantizedLinear" && type != "QuantizedConv2d" && type != "DynamicQuantLinear",
-                "export_model: module '", path, "' is a ", type,
-                ": int8 modules are not exportable yet (their kernels run outside the traced ops)");
-  }
   Exporter ex(g);
   for (const auto& [name, t] : model.named_parameters()) ex.add_parameter(name, t);
   for (const auto& [name, t] : model.named_buffers()) ex.add_parameter(name, t);

@@ -1,19 +1,19 @@
 // nn/quantize.cpp: observers and qparams, quantize / dequantize / fake quantize, the quantized
-// modules (dynamic and static Linear, Conv2d through im2col), fusion with batch-norm folding,
-// the prepare / prepare_qat / convert module swaps, and the safetensors files.
-// Not here: the int8 GEMM and the activation quantization loop (kernels/cpu/gemm_i8.cpp).
+// modules (dynamic and static Linear, Conv2d: the int8 ops of engine/ops/quantized.cpp), fusion
+// with batch-norm folding, the prepare / prepare_qat / convert module swaps, and the safetensors
+// files.
+// Not here: the int8 kernels (kernels/cpu/quantized.cpp) and GEMM (kernels/cpu/gemm_i8.cpp).
 #include "nn/quantize.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "engine/error.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/op_params.h"
 #include "engine/serialize.h"
 
 namespace brisk::nn::quantize {
@@ -80,10 +80,10 @@ struct ChannelLayout {
 
 float round_half_even(float v) { return std::nearbyint(v); }
 
-int64_t quantize_value(float x, float inv_scale, int64_t zp, int64_t qmin, int64_t qmax) {
-  const float r = round_half_even(x * inv_scale);
-  if (!(std::abs(r) < 1e15f)) return r > 0 ? qmax : qmin;  // inf / huge: clamped (NaN: qmin)
-  return std::clamp<int64_t>(int64_t(float(zp) + r), qmin, qmax);
+// qparams as the affine ops take them: F32 scales and I64 zero points, 1-D.
+Tensor as_1d(const Tensor& t, DType dtype) {
+  const Tensor c = t.dtype() == dtype ? t : cast(t, dtype);
+  return c.reshape(Shape{c.numel()}).contiguous();
 }
 
 std::vector<float> scales_of(const QParams& q) { return q.scale.to_vector<float>(); }
@@ -147,34 +147,7 @@ QParams calculate_qparams(const std::vector<float>& min_val, const std::vector<f
 }
 
 std::pair<float, int32_t> choose_qparams(float min, float max, int32_t qmin, int32_t qmax, bool reduce_range) {
-  BRISK_CHECK(min <= max, "choose_qparams: min ", min, " > max ", max);
-  if (reduce_range) {
-    qmin /= 2;
-    qmax /= 2;
-  }
-  min = std::min(min, 0.0f);
-  max = std::max(max, 0.0f);
-  double scale = (double(max) - min) / (qmax - qmin);
-  if (float(scale) == 0.0f || std::isinf(1.0f / float(scale))) scale = 0.1;
-  constexpr float kSmallScale = 6.1e-5f;
-  if (scale < kSmallScale) {
-    const float org = float(scale);
-    scale = kSmallScale;
-    if (min == 0.0f) {
-      max = kSmallScale * float(qmax - qmin);
-    } else if (max == 0.0f) {
-      min = -kSmallScale * float(qmax - qmin);
-    } else {
-      const float amplifier = kSmallScale / org;
-      min *= amplifier;
-      max *= amplifier;
-    }
-  }
-  const double zp_from_min = qmin - min / scale, zp_from_max = qmax - max / scale;
-  const double err_min = std::abs(qmin) - std::abs(min / scale), err_max = std::abs(qmax) - std::abs(max / scale);
-  const double initial = err_min < err_max ? zp_from_min : zp_from_max;
-  int32_t zp = initial < qmin ? qmin : initial > qmax ? qmax : int32_t(std::nearbyint(initial));
-  return {float(scale), zp};
+  return choose_int8_qparams(min, max, qmin, qmax, reduce_range);
 }
 
 // ---- observers
@@ -460,58 +433,27 @@ QTensor quantize(const Tensor& x_in, const QParams& q) {
   const int64_t dmin = range.first, dmax = range.second;
   BRISK_CHECK(q.quant_min >= dmin && q.quant_max <= dmax && q.quant_min < q.quant_max, "quantize: range [", q.quant_min,
               ", ", q.quant_max, "] outside the dtype's");
-  QTensor out{empty(x.sizes(), storage_dtype(q.dtype)), q};
-  const float* p = x.data<float>();
-  const int64_t n = x.numel();
-  auto write = [&](auto* dst) {
-    using T = std::remove_pointer_t<decltype(dst)>;
-    if (!q.per_channel()) {
-      BRISK_CHECK(scale.size() == 1, "quantize: per-tensor qparams with ", scale.size(), " scales");
-      const float inv = 1.0f / scale[0];
-      for (int64_t i = 0; i < n; ++i) dst[i] = T(quantize_value(p[i], inv, zp[0], dmin, dmax));
-      return;
-    }
-    const ChannelLayout ch(x, q.axis, "quantize");
-    BRISK_CHECK(int64_t(scale.size()) == ch.channels, "quantize: ", scale.size(), " scales for ", ch.channels,
-                " channels on axis ", q.axis, " of ", x.str());
-    std::vector<float> inv(scale.size());
-    for (size_t c = 0; c < scale.size(); ++c) inv[c] = 1.0f / scale[c];
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t c = ch.channel(i);
-      dst[i] = T(quantize_value(p[i], inv[size_t(c)], zp[size_t(c)], dmin, dmax));
-    }
-  };
-  if (q.dtype == QDType::QInt8) {
-    write(out.int_repr.data<int8_t>());
+  if (q.per_channel()) {
+    BRISK_CHECK(q.axis < x.dim() && int64_t(scale.size()) == x.size(q.axis), "quantize: ", scale.size(), " scales for ",
+                q.axis < x.dim() ? x.size(q.axis) : 0, " channels on axis ", q.axis, " of ", x.str());
   } else {
-    write(out.int_repr.data<uint8_t>());
+    BRISK_CHECK(scale.size() == 1, "quantize: per-tensor qparams with ", scale.size(), " scales");
   }
-  return out;
+  // The quantize_affine op (kernels/cpu/quantized.cpp): the dtype's whole range, as torch.
+  return {quantize_affine(x, as_1d(q.scale, DType::F32), as_1d(q.zero_point, DType::I64), q.per_channel() ? q.axis : -1,
+                          storage_dtype(q.dtype)),
+          q};
 }
 
 Tensor dequantize(const QTensor& q) {
   const Tensor r = q.int_repr.contiguous();
   BRISK_CHECK(r.dtype() == storage_dtype(q.qparams.dtype), "dequantize: int_repr is ", r.str(), " for a ",
               q.qparams.dtype == QDType::QInt8 ? "qint8" : "quint8", " tensor");
-  const std::vector<float> scale = scales_of(q.qparams);
-  const std::vector<int64_t> zp = zero_points_of(q.qparams);
-  Tensor out = empty(r.sizes(), DType::F32);
-  float* o = out.data<float>();
-  const int64_t n = r.numel();
-  std::optional<ChannelLayout> ch;
-  if (q.qparams.per_channel()) ch.emplace(r, q.qparams.axis, "dequantize");
-  auto read = [&](const auto* src) {
-    for (int64_t i = 0; i < n; ++i) {
-      const size_t c = ch ? size_t(ch->channel(i)) : 0;
-      o[i] = (float(src[i]) - float(zp[c])) * scale[c];
-    }
-  };
-  if (r.dtype() == DType::I8) {
-    read(r.data<int8_t>());
-  } else {
-    read(r.data<uint8_t>());
-  }
-  return out;
+  const bool per_channel = q.qparams.per_channel();
+  BRISK_CHECK(!per_channel || q.qparams.axis < r.dim(), "dequantize: channel axis ", q.qparams.axis,
+              " out of range for ", r.str());
+  return dequantize_affine(r, as_1d(q.qparams.scale, DType::F32), as_1d(q.qparams.zero_point, DType::I64),
+                           per_channel ? q.qparams.axis : -1);
 }
 
 Tensor QTensor::dequantize() const { return quantize::dequantize(*this); }
@@ -671,60 +613,23 @@ void register_input(Module& m, const QParams& input) {
   m.register_buffer("input_zero_point", input.zero_point.clone());
 }
 
-// Packs weight (out, K...) as b (K, out) for the GEMM: the weight's rows are b's columns.
-kernels::cpu::PackedI8 pack_weight(const Tensor& w) {
-  const Tensor c = w.contiguous();
-  const int64_t out = c.size(0), k = c.numel() / std::max<int64_t>(out, 1);
-  return kernels::cpu::pack_i8({c.data<int8_t>(), k, out, 1, k});
+// The weight's scales as the F32 (out) tensor the int8 ops take.
+Tensor scale_tensor(const std::vector<float>& s) { return from_data(s.data(), Shape{int64_t(s.size())}); }
+
+// The static modules' input qparams (quint8 per tensor, clamped to the whole [0, 255] as
+// torch.quantize_per_tensor does in PyTorch's converted modules).
+Int8Params input_params(const Module& m, bool relu) {
+  return {.input_scale = double(m.maybe_buffer("input_scale").item<float>()),
+          .input_zero_point = m.maybe_buffer("input_zero_point").item<int64_t>(),
+          .relu = relu};
 }
 
-struct InputQ {
-  float scale;
-  int32_t zp, qmin, qmax;
-};
-
-// Inputs are clamped to quint8's whole [0, 255], as torch.quantize_per_tensor does in PyTorch's
-// converted modules: reduce_range only narrows the scale (fbgemm's int16 pairs would saturate).
-InputQ input_q(const Module& m) {
-  return {m.maybe_buffer("input_scale").item<float>(), int32_t(m.maybe_buffer("input_zero_point").item<int64_t>()), 0,
-          255};
-}
-
-thread_local std::vector<uint8_t> t_qx;     // quantized activations
-thread_local std::vector<uint8_t> t_cols;   // im2col rows
-thread_local std::vector<float> t_out;      // conv results (pixel, channel)
-thread_local std::vector<uint8_t> t_plane;  // a quantized NCHW sample before channels-last
-
-// y (M, N) = epilogue((xq - zp) @ W^T) for x (*, K) F32.
-Tensor linear_int8(const Tensor& x_in, const kernels::cpu::PackedI8& packed, const std::vector<float>& w_scale,
-                   const Tensor& bias, const InputQ* fixed, bool reduce_range, bool relu, const char* fn) {
+// x F32 (*, K) through int8_linear, after the module's own checks.
+Tensor run_linear(const Module& m, const Tensor& x_in, int64_t in_features, const Tensor& packed, const Tensor& col_sum,
+                  const Tensor& w_scale, const Int8Params& p, const char* fn) {
   const Tensor x = cpu_f32(x_in, fn);
-  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == packed.k, fn, ": expects (*, ", packed.k, "), got ", x.str());
-  const int64_t k = packed.k, m = x.numel() / std::max<int64_t>(k, 1);
-  Shape out_shape = x.sizes();
-  out_shape[out_shape.size() - 1] = packed.n;
-  Tensor y = empty(out_shape, DType::F32);
-  if (m == 0) return y;
-  const float* px = x.data<float>();
-  InputQ q{};
-  if (fixed) {
-    q = *fixed;
-  } else {
-    float lo, hi;
-    kernels::cpu::min_max(px, x.numel(), lo, hi);
-    BRISK_CHECK(std::isfinite(lo) && std::isfinite(hi), fn, ": input has non-finite values");
-    const auto [s, z] = choose_qparams(lo, hi, 0, 255, reduce_range);
-    q = {s, z, 0, 255};
-  }
-  t_qx.resize(size_t(x.numel()));
-  kernels::cpu::quantize_u8(px, x.numel(), q.scale, q.zp, q.qmin, q.qmax, t_qx.data());
-  kernels::cpu::I8Epilogue e{.a_scale = q.scale,
-                             .col_scale = w_scale.data(),
-                             .bias = bias.defined() ? bias.data<float>() : nullptr,
-                             .relu = relu};
-  e.out = {y.data<float>(), m, packed.n, packed.n, 1};
-  kernels::cpu::gemm_u8s8({t_qx.data(), m, k, k, 1}, q.zp, packed, e);
-  return y;
+  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == in_features, fn, ": expects (*, ", in_features, "), got ", x.str());
+  return int8_linear(x, m.maybe_buffer("weight"), w_scale, packed, col_sum, m.maybe_buffer("bias"), p);
 }
 
 }  // namespace
@@ -740,12 +645,13 @@ DynamicQuantLinear::DynamicQuantLinear(const Linear& linear, const QParams& wq, 
 }
 
 void DynamicQuantLinear::repack() {
-  w_scale_ = weight_scales(stored_weight_qparams(*this), out_features, "DynamicQuantLinear");
-  packed_ = pack_weight(buffer("weight"));
+  w_scale_ = scale_tensor(weight_scales(stored_weight_qparams(*this), out_features, "DynamicQuantLinear"));
+  std::tie(packed_, col_sum_) = int8_pack_weight(buffer("weight"));
 }
 
 Tensor DynamicQuantLinear::forward(const Tensor& x) {
-  return linear_int8(x, packed_, w_scale_, maybe_buffer("bias"), nullptr, reduce_range, false, "DynamicQuantLinear");
+  const Int8Params p{.dynamic = true, .reduce_range = reduce_range};
+  return run_linear(*this, x, in_features, packed_, col_sum_, w_scale_, p, "DynamicQuantLinear");
 }
 
 QuantizedLinear::QuantizedLinear(const Tensor& weight, const Tensor& bias, const QParams& wq, const QParams& input,
@@ -757,13 +663,12 @@ QuantizedLinear::QuantizedLinear(const Tensor& weight, const Tensor& bias, const
 }
 
 void QuantizedLinear::repack() {
-  w_scale_ = weight_scales(stored_weight_qparams(*this), out_features, "QuantizedLinear");
-  packed_ = pack_weight(buffer("weight"));
+  w_scale_ = scale_tensor(weight_scales(stored_weight_qparams(*this), out_features, "QuantizedLinear"));
+  std::tie(packed_, col_sum_) = int8_pack_weight(buffer("weight"));
 }
 
 Tensor QuantizedLinear::forward(const Tensor& x) {
-  const InputQ q = input_q(*this);
-  return linear_int8(x, packed_, w_scale_, maybe_buffer("bias"), &q, false, relu, "QuantizedLinear");
+  return run_linear(*this, x, in_features, packed_, col_sum_, w_scale_, input_params(*this, relu), "QuantizedLinear");
 }
 
 QuantizedConv2d::QuantizedConv2d(const Conv2d& conv, const Tensor& weight, const Tensor& bias, const QParams& wq,
@@ -783,106 +688,22 @@ QuantizedConv2d::QuantizedConv2d(const Conv2d& conv, const Tensor& weight, const
 }
 
 void QuantizedConv2d::repack() {
-  w_scale_ = weight_scales(stored_weight_qparams(*this), out_channels, "QuantizedConv2d");
-  // GEMM depth in (i, j, c) order, channels innermost, as the channels-last im2col reads it.
-  packed_ = pack_weight(buffer("weight").permute(Shape{0, 2, 3, 1}).contiguous());
+  w_scale_ = scale_tensor(weight_scales(stored_weight_qparams(*this), out_channels, "QuantizedConv2d"));
+  // GEMM depth in (i, j, c) order, channels innermost, as the kernel's channels-last im2col reads it.
+  std::tie(packed_, col_sum_) = int8_pack_weight(buffer("weight").permute(Shape{0, 2, 3, 1}).contiguous());
 }
 
-// x (B, C, H, W) F32 -> y (B, O, Ho, Wo) F32. Per sample: quantize, im2col rows (pixel, (c, i, j))
-// with the zero point in the padding, GEMM with the epilogue writing (pixel, o) into NCHW.
+// x (B, C, H, W) F32 -> y (B, O, Ho, Wo) F32 through int8_conv2d (kernels/cpu/quantized.cpp).
 Tensor QuantizedConv2d::forward(const Tensor& x_in) {
   const Tensor x = cpu_f32(x_in, "QuantizedConv2d");
   BRISK_CHECK(x.dim() == 4 && x.size(1) == in_channels, "QuantizedConv2d: expects (B, ", in_channels, ", H, W), got ",
               x.str());
-  const int64_t B = x.size(0), C = in_channels, H = x.size(2), W = x.size(3), O = out_channels;
-  const int64_t kh = kernel_size[0], kw = kernel_size[1];
-  const int64_t sh = options.stride[0], sw = options.stride[1], ph = options.padding[0], pw = options.padding[1];
-  const int64_t dh = options.dilation[0], dw = options.dilation[1];
-  const int64_t Ho = (H + 2 * ph - dh * (kh - 1) - 1) / sh + 1, Wo = (W + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
-  BRISK_CHECK(Ho > 0 && Wo > 0, "QuantizedConv2d: input ", x.str(), " is smaller than the kernel");
-  BRISK_CHECK(!pool || (Ho >= 2 && Wo >= 2), "QuantizedConv2d: output (", Ho, ", ", Wo, ") too small to pool 2x2");
-  const int64_t Hq = pool ? Ho / 2 : Ho, Wq = pool ? Wo / 2 : Wo;
-  Tensor y = empty(Shape{B, O, Hq, Wq}, DType::F32);
-  const InputQ q = input_q(*this);
-  const Tensor bias = maybe_buffer("bias");
-  const float* pbias = bias.defined() ? bias.data<float>() : nullptr;
-  const int64_t K = C * kh * kw, P = Ho * Wo;
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  const int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;
-  const int nt = (B > 1 && double(B) * P * K * O > 2.0 * 64 * 64 * 64) ? omp_get_max_threads() : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t b = 0; b < B; ++b) {
-    // The quantized sample channels-last (Hp, Wp, C) inside a border of zero points (real 0):
-    // im2col then copies runs of kw * C bytes without a branch.
-    t_qx.resize(size_t(C * Hp * Wp));
-    uint8_t* qx = t_qx.data();
-    if (ph != 0 || pw != 0) std::memset(qx, q.zp, t_qx.size());
-    const float* xb = px + b * C * H * W;
-    if (C == 1) {
-      for (int64_t h = 0; h < H; ++h) {
-        kernels::cpu::quantize_u8(xb + h * W, W, q.scale, q.zp, q.qmin, q.qmax, qx + (h + ph) * Wp + pw);
-      }
-    } else {
-      t_plane.resize(size_t(C * H * W));
-      uint8_t* plane = t_plane.data();
-      kernels::cpu::quantize_u8(xb, C * H * W, q.scale, q.zp, q.qmin, q.qmax, plane);
-      for (int64_t h = 0; h < H; ++h) {
-        for (int64_t w = 0; w < W; ++w) {
-          uint8_t* dst = qx + ((h + ph) * Wp + w + pw) * C;
-          for (int64_t c = 0; c < C; ++c) dst[c] = plane[(c * H + h) * W + w];
-        }
-      }
-    }
-    // Rows (pixel, (i, j, c)), the packed weight's order.
-    t_cols.resize(size_t(P * K));
-    uint8_t* cols = t_cols.data();
-    const int64_t run = kw * C;
-    for (int64_t oh = 0; oh < Ho; ++oh) {
-      for (int64_t ow = 0; ow < Wo; ++ow) {
-        uint8_t* row = cols + (oh * Wo + ow) * K;
-        for (int64_t i = 0; i < kh; ++i) {
-          const uint8_t* src = qx + ((oh * sh + i * dh) * Wp + ow * sw) * C;
-          if (dw == 1) {
-            std::memcpy(row, src, size_t(run));
-          } else {
-            for (int64_t j = 0; j < kw; ++j) std::memcpy(row + j * C, src + j * dw * C, size_t(C));
-          }
-          row += run;
-        }
-      }
-    }
-    // (pixel, o) rows into a dense buffer, then transposed into the NCHW plane (contiguous
-    // writes; the epilogue's strided stores were slower).
-    t_out.resize(size_t(P * O));
-    float* tmp = t_out.data();
-    kernels::cpu::I8Epilogue e{.a_scale = q.scale, .col_scale = w_scale_.data(), .bias = pbias, .relu = relu};
-    e.out = {tmp, P, O, O, 1};
-    kernels::cpu::gemm_u8s8({cols, P, K, K, 1}, q.zp, packed_, e, nt > 1 ? 1 : 0);
-    float* dst = py + b * O * Hq * Wq;
-    if (pool) {  // max over each 2x2 window of (pixel, o) rows, written as planes
-      for (int64_t oh = 0; oh < Hq; ++oh) {
-        for (int64_t o = 0; o < O; ++o) {
-          const float* r0 = tmp + (2 * oh) * Wo * O + o;
-          const float* r1 = r0 + Wo * O;
-          float* out = dst + (o * Hq + oh) * Wq;
-          for (int64_t ow = 0; ow < Wq; ++ow) {
-            const int64_t c0 = 2 * ow * O, c1 = c0 + O;
-            out[ow] = std::max(std::max(r0[c0], r0[c1]), std::max(r1[c0], r1[c1]));
-          }
-        }
-      }
-      continue;
-    }
-    constexpr int64_t kBlock = 32;
-    for (int64_t p0 = 0; p0 < P; p0 += kBlock) {
-      const int64_t p1 = std::min(P, p0 + kBlock);
-      for (int64_t o = 0; o < O; ++o) {
-        for (int64_t p = p0; p < p1; ++p) dst[o * P + p] = tmp[p * O + o];
-      }
-    }
-  }
-  return y;
+  Int8Params p = input_params(*this, relu);
+  p.pool = pool;
+  p.stride = {options.stride[0], options.stride[1]};
+  p.padding = {options.padding[0], options.padding[1]};
+  p.dilation = {options.dilation[0], options.dilation[1]};
+  return int8_conv2d(x, buffer("weight"), w_scale_, packed_, col_sum_, maybe_buffer("bias"), p);
 }
 
 // ---- fusion

@@ -5,8 +5,10 @@
 // dynamic (quantize_dynamic: Linear), static post-training (fuse, prepare, calibrate, convert:
 // Linear, Conv2d, ReLU, conv+bn(+relu) folded) and quantization-aware training (prepare_qat,
 // train, convert); quantized models saved and loaded as safetensors. Note [Quantization] in
-// nn/quantize.cpp. The int8 GEMM is kernels/cpu/gemm_i8.h.
-// Not here: int8 kernels themselves, CUDA inference (kernels/cuda/gemm_i8.cu has the GEMM only).
+// nn/quantize.cpp. The quantized modules run the int8 ops int8_linear and int8_conv2d
+// (engine/ops/quantized.cpp) on a weight packed by int8_pack_weight.
+// Not here: int8 kernels themselves (kernels/cpu/quantized.cpp, kernels/cpu/gemm_i8.h), CUDA
+// inference (kernels/cuda/gemm_i8.cu has the GEMM only).
 #pragma once
 
 #include <cfloat>
@@ -17,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/gemm_i8.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -182,7 +183,7 @@ QConfig default_qat_qconfig();
 
 // ---- quantized modules (CPU, F32 in and out; int8 inside)
 
-// y = x @ W^T + b with W int8 per channel (symmetric) packed for kernels/cpu/gemm_i8.h, x
+// y = x @ W^T + b with W int8 per channel (symmetric) packed for the int8 GEMM, x
 // quantized per tensor to quint8 on the fly (fbgemm's qparams of its min and max, reduce_range
 // as PyTorch's default), int32 accumulation, F32 output. As torch.ao.nn.quantized.dynamic.Linear.
 // State: weight (I8 (out, in)), weight_scale (F32 (out)), weight_zero_point (I64 (out)), bias.
@@ -195,8 +196,8 @@ class DynamicQuantLinear : public Module {
   bool reduce_range;
 
  private:
-  kernels::cpu::PackedI8 packed_;
-  std::vector<float> w_scale_;
+  Tensor packed_, col_sum_;  // int8_pack_weight of the weight (remade by repack, not state)
+  Tensor w_scale_;           // F32 (out): the weight's scale per output channel
 };
 
 // Static: the input's qparams fixed at convert time (from calibration or QAT), optional fused
@@ -211,8 +212,8 @@ class QuantizedLinear : public Module {
   bool relu;
 
  private:
-  kernels::cpu::PackedI8 packed_;
-  std::vector<float> w_scale_;
+  Tensor packed_, col_sum_;  // int8_pack_weight of the weight (remade by repack, not state)
+  Tensor w_scale_;           // F32 (out): the weight's scale per output channel
 };
 
 // Conv2d (groups 1) as im2col of the quantized input (padding reads the zero point) times the
@@ -230,8 +231,8 @@ class QuantizedConv2d : public Module {
   bool relu, pool;
 
  private:
-  kernels::cpu::PackedI8 packed_;
-  std::vector<float> w_scale_;
+  Tensor packed_, col_sum_;  // int8_pack_weight of the weight (remade by repack, not state)
+  Tensor w_scale_;           // F32 (out): the weight's scale per output channel
 };
 
 // ---- flows

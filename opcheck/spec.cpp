@@ -15,6 +15,8 @@ void add_linalg_specs(std::vector<OpSpec>& specs);
 void add_linalg_decomp_specs(std::vector<OpSpec>& specs);
 void add_nn_specs(std::vector<OpSpec>& specs);
 void add_norm_specs(std::vector<OpSpec>& specs);
+void add_optim_specs(std::vector<OpSpec>& specs);
+void add_quantized_specs(std::vector<OpSpec>& specs);
 void add_random_specs(std::vector<OpSpec>& specs);
 void add_recurrent_specs(std::vector<OpSpec>& specs);
 void add_reduce_specs(std::vector<OpSpec>& specs);
@@ -25,9 +27,10 @@ void add_shape_specs(std::vector<OpSpec>& specs);
 const std::vector<OpSpec>& op_specs() {
   static const std::vector<OpSpec> specs = [] {
     std::vector<OpSpec> s;
-    for (auto add : {add_attention_specs, add_elementwise_specs, add_index_specs, add_linalg_specs,
-                     add_linalg_decomp_specs, add_nn_specs, add_norm_specs, add_random_specs, add_recurrent_specs,
-                     add_reduce_specs, add_resize_specs, add_scan_specs, add_shape_specs}) {
+    for (auto add :
+         {add_attention_specs, add_elementwise_specs, add_index_specs, add_linalg_specs, add_linalg_decomp_specs,
+          add_nn_specs, add_norm_specs, add_optim_specs, add_quantized_specs, add_random_specs, add_recurrent_specs,
+          add_reduce_specs, add_resize_specs, add_scan_specs, add_shape_specs}) {
       add(s);
     }
     return s;

@@ -8,7 +8,6 @@
 
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
-#include "kernels/amp.h"
 
 namespace brisk::optim {
 
@@ -79,11 +78,8 @@ void GradScaler::unscale_(Optimizer& opt) {
   }
   std::vector<std::string> bad;
   for (auto& [key, u] : groups) {
-    const DeviceType type = u.grads[0].device().type;
-    kernels::UnscaleFn fn = kernels::unscale_fn(type);
-    BRISK_CHECK(fn != nullptr, "GradScaler.unscale_: no fused unscale for device ", u.grads[0].device());
-    std::vector<uint8_t> found(u.grads.size(), 0);
-    fn(u.grads, inv_scale, found.data());
+    // One amp_unscale per (device, dtype); reading its flags is the step's one host sync.
+    const std::vector<uint8_t> found = amp_unscale_(u.grads, inv_scale).to_vector<uint8_t>();
     for (size_t i = 0; i < found.size(); ++i) {
       if (found[i]) bad.push_back(*u.names[i]);
     }

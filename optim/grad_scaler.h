@@ -5,7 +5,8 @@
 // found any; update halves the scale after a skipped step and doubles it after
 // `growth_interval` finite steps in a row. Beyond PyTorch, a skipped step says which
 // parameters had non-finite gradients (overflow provenance, Note [Overflow provenance]).
-// Not here: autocast (engine/autocast.h), the unscale kernels (kernels/amp.h).
+// Not here: autocast (engine/autocast.h), the unscale op amp_unscale (engine/ops/optim.cpp) and
+// its kernels (kernels/cpu/amp.cpp, kernels/cuda/amp.cu).
 #pragma once
 
 #include <cstdint>

@@ -1,13 +1,11 @@
-// optim/rmsprop.cpp: RMSprop's reference step (tensor ops), fused loop (raw F32/F64 CPU memory)
-// and the hand-over of CUDA parameters to the backend's fused step (kernels/optim_step.h).
-// See Note [Fused steps match the reference].
+// optim/rmsprop.cpp: RMSprop's reference step (tensor ops) and the hand-over of the parameters
+// that take the fused step to the fused_rmsprop op (engine/ops/optim.cpp).
+// See Note [Fused steps are ops] and Note [Fused steps match the reference].
 #include "optim/rmsprop.h"
-
-#include <algorithm>
-#include <cmath>
 
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/op_params.h"
 #include "optim/multi_tensor.h"
 
 namespace brisk::optim {
@@ -64,111 +62,46 @@ void rmsprop_reference(const RMSpropOptions& o, const Tensor& param, const Tenso
   }
 }
 
-// One tensor's elements [begin, end): the reference's arithmetic, element by element, in
-// blocks of three loops (averages, square roots, update). See Note [Square roots in fused
-// loops]. grad_avg is null unless centered, buf null without momentum.
-template <class T, bool kCentered, bool kMomentum>
-void rmsprop_kernel(const RMSpropOptions& o, T* p, const T* g, T* square_avg, T* grad_avg, T* buf, int64_t begin,
-                    int64_t end) {
-  const T wd = T(o.weight_decay);
-  const T alpha = T(o.alpha);
-  const T one_minus_alpha = T(1 - o.alpha);
-  const T eps = T(o.eps);
-  const T momentum = T(o.momentum);
-  const T neg_lr = T(-o.lr);
-  T root[detail::kBlock];
-  T grads[detail::kBlock];
-  for (int64_t b = begin; b < end; b += detail::kBlock) {
-    int64_t n = std::min(detail::kBlock, end - b);
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t i = b + j;
-      T grad = o.maximize ? -g[i] : g[i];
-      if (o.weight_decay != 0) grad = grad + p[i] * wd;
-      grads[j] = grad;
-      T sq = square_avg[i] * alpha + grad * grad * one_minus_alpha;
-      square_avg[i] = sq;
-      if constexpr (kCentered) {
-        T ga = grad_avg[i] * alpha + grad * one_minus_alpha;
-        grad_avg[i] = ga;
-        root[j] = sq - ga * ga;
-      } else {
-        root[j] = sq;
-      }
-    }
-    detail::sqrt_in_place(root, n);
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t i = b + j;
-      T avg = root[j] + eps;
-      if constexpr (kMomentum) {
-        T bb = buf[i] * momentum + grads[j] / avg;
-        buf[i] = bb;
-        p[i] = p[i] + bb * neg_lr;
-      } else {
-        p[i] = p[i] + grads[j] / avg * neg_lr;
-      }
-    }
-  }
-}
-
-template <class T>
-void rmsprop_fused(const RMSpropOptions& o, const std::vector<Optimizer::Slot*>& slots) {
-  std::vector<int64_t> numels;
-  for (Optimizer::Slot* s : slots) numels.push_back(s->param.numel());
-  detail::for_each_chunk(numels, [&](int64_t i, int64_t begin, int64_t end) {
-    Optimizer::Slot& s = *slots[i];
-    auto& buffers = s.state->buffers;
-    T* grad_avg = o.centered ? buffers.at("grad_avg").data<T>() : nullptr;
-    T* buf = o.momentum > 0 ? buffers.at("momentum_buffer").data<T>() : nullptr;
-    T* p = s.param.data<T>();
-    const T* g = s.grad.data<T>();
-    T* sq = buffers.at("square_avg").data<T>();
-    if (grad_avg && buf) {
-      rmsprop_kernel<T, true, true>(o, p, g, sq, grad_avg, buf, begin, end);
-    } else if (grad_avg) {
-      rmsprop_kernel<T, true, false>(o, p, g, sq, grad_avg, buf, begin, end);
-    } else if (buf) {
-      rmsprop_kernel<T, false, true>(o, p, g, sq, grad_avg, buf, begin, end);
-    } else {
-      rmsprop_kernel<T, false, false>(o, p, g, sq, grad_avg, buf, begin, end);
-    }
-  });
-}
-
 }  // namespace
 
 void RMSprop::step_group(size_t g, std::vector<Slot>& slots) {
   const RMSpropOptions& o = options(g);
-  const kernels::RmspropHyper h{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, o.centered, o.maximize};
-  std::vector<Slot*> f32;
-  std::vector<Slot*> f64;
-  detail::DeviceGroups on_device("RMSprop", kernels::num_buffers(h));
+  const RmspropParams h{.lr = o.lr,
+                        .alpha = o.alpha,
+                        .eps = o.eps,
+                        .weight_decay = o.weight_decay,
+                        .momentum = o.momentum,
+                        .centered = o.centered,
+                        .maximize = o.maximize};
+  detail::FusedCalls calls;
   for (Slot& s : slots) {
     s.state->step += 1;
     init_state(o, s.param, *s.state);
-    switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
+    switch (detail::step_path(o.fused, s, OpId::FusedRmsprop)) {
       case detail::StepPath::Reference: rmsprop_reference(o, s.param, s.grad, *s.state); break;
-      case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
-      case detail::StepPath::DeviceKernel: {
-        // Buffers in the order of kernels::RmspropHyper: square_avg, grad_avg, momentum_buffer.
+      case detail::StepPath::Fused: {
+        // Lists in RmspropParams' order: square_avg, grad_avg, momentum_buffer.
         auto& b = s.state->buffers;
-        kernels::FusedGroup& group = on_device.of(s.param);
         const bool momentum = o.momentum > 0;
         if (o.centered && momentum) {
-          group.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg"), b.at("momentum_buffer")});
+          calls.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg"), b.at("momentum_buffer")}, 0);
         } else if (o.centered) {
-          group.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg")});
+          calls.add(s.param, s.grad, {b.at("square_avg"), b.at("grad_avg")}, 0);
         } else if (momentum) {
-          group.add(s.param, s.grad, {b.at("square_avg"), b.at("momentum_buffer")});
+          calls.add(s.param, s.grad, {b.at("square_avg"), b.at("momentum_buffer")}, 0);
         } else {
-          group.add(s.param, s.grad, {b.at("square_avg")});
+          calls.add(s.param, s.grad, {b.at("square_avg")}, 0);
         }
         break;
       }
     }
   }
-  if (!f32.empty()) rmsprop_fused<float>(o, f32);
-  if (!f64.empty()) rmsprop_fused<double>(o, f64);
-  on_device.run(h);
+  for (const detail::FusedCalls::Call& c : calls.calls()) {
+    // The lists after square_avgs: grad_avgs when centered, then momentum_buffers.
+    const std::vector<Tensor>& grad_avgs = o.centered ? c.lists[3] : c.lists[4];
+    const std::vector<Tensor>& momentum_buffers = o.centered ? c.lists[4] : c.lists[3];
+    fused_rmsprop_(c.lists[0], c.lists[1], c.lists[2], grad_avgs, momentum_buffers, h);
+  }
 }
 
 }  // namespace brisk::optim

@@ -1,10 +1,11 @@
-// optim/sgd.cpp: SGD's reference step (tensor ops), its fused loop (raw F32/F64 CPU memory),
-// and the hand-over of CUDA parameters to the backend's fused step (kernels/optim_step.h).
-// See Note [Fused steps match the reference].
+// optim/sgd.cpp: SGD's reference step (tensor ops) and the hand-over of the parameters that
+// take the fused step to the fused_sgd op (engine/ops/optim.cpp).
+// See Note [Fused steps are ops] and Note [Fused steps match the reference].
 #include "optim/sgd.h"
 
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/op_params.h"
 #include "optim/multi_tensor.h"
 
 namespace brisk::optim {
@@ -42,82 +43,36 @@ void sgd_reference(const SGDOptions& o, const Tensor& param, const Tensor& grad,
   p.add_(d * -o.lr);
 }
 
-// One tensor's elements [begin, end): the reference's arithmetic, element by element. The
-// options are read into plain locals first and the momentum cases are separate loops: reading
-// SGDOptions' Option<> fields inside the loop kept it scalar, 3.4 ns per element (34 ms for 10M
-// floats, 5x the reference step's tensor ops; bench_optim).
-template <class T>
-void sgd_kernel(const kernels::SgdHyper& h, T* p, const T* g, T* buf, bool first, int64_t begin, int64_t end) {
-  const T wd = T(h.weight_decay), momentum = T(h.momentum), one_minus_dampening = T(1 - h.dampening);
-  const T neg_lr = T(-h.lr);
-  const bool maximize = h.maximize, decay = h.weight_decay != 0, nesterov = h.nesterov;
-  auto direction = [&](int64_t i) {
-    T d = maximize ? -g[i] : g[i];
-    if (decay) d = d + p[i] * wd;
-    return d;
-  };
-  if (h.momentum == 0) {
-    for (int64_t i = begin; i < end; ++i) p[i] = p[i] + direction(i) * neg_lr;
-  } else if (first) {
-    for (int64_t i = begin; i < end; ++i) {
-      const T d = direction(i);
-      buf[i] = d;
-      p[i] = p[i] + (nesterov ? d + d * momentum : d) * neg_lr;
-    }
-  } else {
-    for (int64_t i = begin; i < end; ++i) {
-      const T d = direction(i);
-      const T b = buf[i] * momentum + d * one_minus_dampening;
-      buf[i] = b;
-      p[i] = p[i] + (nesterov ? d + b * momentum : b) * neg_lr;
-    }
-  }
-}
-
-template <class T>
-void sgd_fused(const SGDOptions& o, const kernels::SgdHyper& h, const std::vector<Optimizer::Slot*>& slots) {
-  std::vector<int64_t> numels;
-  std::vector<bool> first;
-  for (Optimizer::Slot* s : slots) {
-    numels.push_back(s->param.numel());
-    bool fresh = o.momentum != 0 && !s->state->buffers.count("momentum_buffer");
-    if (fresh) s->state->buffers["momentum_buffer"] = empty_like(s->param);
-    first.push_back(fresh);
-  }
-  detail::for_each_chunk(numels, [&](int64_t i, int64_t begin, int64_t end) {
-    Optimizer::Slot& s = *slots[i];
-    T* buf = o.momentum != 0 ? s.state->buffers["momentum_buffer"].data<T>() : nullptr;
-    sgd_kernel<T>(h, s.param.data<T>(), s.grad.data<T>(), buf, first[i], begin, end);
-  });
-}
-
 }  // namespace
 
 void SGD::step_group(size_t g, std::vector<Slot>& slots) {
   const SGDOptions& o = options(g);
-  const kernels::SgdHyper h{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize};
-  std::vector<Slot*> f32;
-  std::vector<Slot*> f64;
-  detail::DeviceGroups on_device("SGD", kernels::num_buffers(h));
+  const SgdParams h{.lr = o.lr,
+                    .momentum = o.momentum,
+                    .dampening = o.dampening,
+                    .weight_decay = o.weight_decay,
+                    .nesterov = o.nesterov,
+                    .maximize = o.maximize};
+  detail::FusedCalls calls;  // per parameter: 1 where its momentum buffer is fresh
   for (Slot& s : slots) {
     s.state->step += 1;
-    switch (detail::step_path(o.fused, s, kernels::has_fused_step(s.param.device().type, h))) {
+    switch (detail::step_path(o.fused, s, OpId::FusedSgd)) {
       case detail::StepPath::Reference: sgd_reference(o, s.param, s.grad, *s.state); break;
-      case detail::StepPath::CpuLoop: (s.param.dtype() == DType::F32 ? f32 : f64).push_back(&s); break;
-      case detail::StepPath::DeviceKernel:
+      case detail::StepPath::Fused:
         if (o.momentum == 0) {
-          on_device.of(s.param).add(s.param, s.grad, {});
+          calls.add(s.param, s.grad, {}, 0);
         } else {
-          bool fresh = !s.state->buffers.count("momentum_buffer");
+          const bool fresh = !s.state->buffers.count("momentum_buffer");
           if (fresh) s.state->buffers["momentum_buffer"] = empty_like(s.param);
-          on_device.of(s.param).add(s.param, s.grad, {s.state->buffers["momentum_buffer"]}, fresh ? 1 : 0);
+          calls.add(s.param, s.grad, {s.state->buffers["momentum_buffer"]}, fresh ? 1 : 0);
         }
         break;
     }
   }
-  if (!f32.empty()) sgd_fused<float>(o, h, f32);
-  if (!f64.empty()) sgd_fused<double>(o, h, f64);
-  on_device.run(h);
+  for (const detail::FusedCalls::Call& c : calls.calls()) {
+    const std::vector<int64_t> none;
+    fused_sgd_(c.lists[0], c.lists[1], c.lists[2], o.momentum != 0 ? c.per_param : none, h);
+  }
 }
 
 }  // namespace brisk::optim

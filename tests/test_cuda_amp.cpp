@@ -1,4 +1,4 @@
-// tests/test_cuda_amp.cpp: mixed precision on CUDA: the fused unscale kernel against the CPU
+// tests/test_cuda_amp.cpp: mixed precision on CUDA: the fused unscale (amp_unscale) against the CPU
 // pass (F32, F16, BF16, F64; Inf and NaN in some tensors; many tensors and one over several
 // blocks), autocast F16 with a GradScaler and BF16 without, matmul and conv2d in 16 bits with
 // F32 accumulation against the CPU F32 result. Skipped (with a message) without a GPU; in a
@@ -12,7 +12,6 @@
 
 #include "engine/autocast.h"
 #include "engine/functions.h"
-#include "kernels/amp.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "optim/grad_scaler.h"
@@ -38,9 +37,8 @@ TEST_CASE("cuda amp: the fused unscale equals the CPU pass, flags included") {
       cpu.push_back(t);
       gpu.push_back(t.to(kGpu));
     }
-    std::vector<uint8_t> fc(cpu.size(), 0), fg(gpu.size(), 0);
-    kernels::unscale_fn(DeviceType::CPU)(cpu, 1.0f / 1024, fc.data());
-    kernels::unscale_fn(DeviceType::CUDA)(gpu, 1.0f / 1024, fg.data());
+    const std::vector<uint8_t> fc = amp_unscale_(cpu, 1.0f / 1024).to_vector<uint8_t>();
+    const std::vector<uint8_t> fg = amp_unscale_(gpu, 1.0f / 1024).to_vector<uint8_t>();
     CHECK(fc == std::vector<uint8_t>{0, 1, 0, 1, 0});
     CHECK(fg == fc);
     for (size_t i = 0; i < cpu.size(); ++i) {

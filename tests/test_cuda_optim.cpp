@@ -1,12 +1,12 @@
-// tests/test_cuda_optim.cpp: the fused multi-tensor optimizer steps behind kernels/optim_step.h.
-// Always run: the interface's checks (FusedGroup refuses mixed dtypes, devices, sizes, strides
-// and buffer counts with clear errors), the registry's wiring (CPU entries null, CUDA entries
-// set in a CUDA build and harmless without a GPU), and F16/BF16 parameters taking the reference
-// step when fused. With a GPU: every optimizer and option combination, CUDA fused step against
-// the CUDA reference step and the CPU reference over 20 steps in F32 and F64 (many small
-// tensors, one over a chunk, parameters that skip steps), groups over one launch's table, and
-// mixed dtypes, steps on a side stream. GPU tests return early (with a message) when cuda::device_count() is 0.
-// Speed: examples/bench/bench_optim.cpp.
+// tests/test_cuda_optim.cpp: the fused multi-tensor optimizer steps, the ops fused_sgd,
+// fused_adam, fused_adamw, fused_rmsprop and fused_adagrad (engine/ops/optim.cpp).
+// Always run: the ops' checks (mixed dtypes, sizes, strides and list lengths refused with clear
+// errors naming the list and the parameter), their kernels (CPU, and CUDA in a CUDA build,
+// harmless without a GPU), and F16/BF16 parameters taking the reference step when fused. With a GPU: every optimizer
+// and option combination, CUDA fused step against the CUDA reference step and the CPU reference over 20 steps in F32
+// and F64 (many small tensors, one over a chunk, parameters that skip steps), groups over one launch's table, and mixed
+// dtypes, steps on a side stream. GPU tests return early (with a message) when cuda::device_count() is 0. Speed:
+// examples/bench/bench_optim.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,7 +20,8 @@
 #include "engine/dispatch.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
-#include "kernels/optim_step.h"
+#include "engine/kernel_override.h"
+#include "engine/op_params.h"
 #include "optim/optim.h"
 #ifdef BRISK_WITH_CUDA
 #include "kernels/cuda/cuda.h"
@@ -146,81 +147,102 @@ double state_dev(const std::vector<Tensor>& pa, const optim::Optimizer& a, const
 
 // ---- the interface (every build, no GPU needed)
 
-TEST_CASE("fused optim interface: FusedGroup refuses tensors that do not match the group, naming them") {
+TEST_CASE("fused optim ops: the lists are checked, naming the op, the list and the parameter") {
+  const AdamParams h{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+  auto adam = [&](std::vector<Tensor> p, std::vector<Tensor> g, std::vector<Tensor> m, std::vector<Tensor> v) {
+    const std::vector<int64_t> steps(p.size(), 1);
+    fused_adam_(p, g, m, v, {}, steps, h);
+  };
   Tensor p = zeros({4, 3});
-  kernels::FusedGroup group("Adam", DType::F32, Device::cpu(), 2);
-  CHECK_NOTHROW(group.add(p, zeros({4, 3}), {zeros({4, 3}), zeros({4, 3})}, 0.1, 0.2));
-  CHECK(group.tensors().size() == 1);
-  CHECK(group.tensors()[0].numel == 12);
-  CHECK(group.tensors()[0].param == p.data_ptr());
-  CHECK(group.tensors()[0].scalars[1] == 0.2);
-
-  CHECK_THROWS_WITH_AS(group.add(p, zeros({4, 3}, DType::F64), {zeros({4, 3}), zeros({4, 3})}),
-                       doctest::Contains("the gradient of parameter 1 is Tensor(F64"), Error);
-  CHECK_THROWS_WITH_AS(group.add(p, zeros({3, 4}), {zeros({4, 3}), zeros({4, 3})}),
-                       doctest::Contains("of sizes (4, 3)"), Error);
-  CHECK_THROWS_WITH_AS(group.add(p, zeros({4, 3}), {zeros({4, 3}), zeros({3, 4}).t()}),
-                       doctest::Contains("state buffer of parameter 1"), Error);
-  CHECK_THROWS_WITH_AS(group.add(p, zeros({4, 3}), {zeros({4, 3}), zeros({3, 4}).t()}), doctest::Contains("not dense"),
+  CHECK_NOTHROW(adam({p}, {ones({4, 3})}, {zeros({4, 3})}, {zeros({4, 3})}));
+  CHECK(p.to_vector<float>()[0] < 0);  // stepped against the gradient
+  CHECK_THROWS_WITH_AS(adam({p}, {zeros({4, 3}, DType::F64)}, {zeros({4, 3})}, {zeros({4, 3})}),
+                       doctest::Contains("fused_adam: grads[0] is Tensor(F64"), Error);
+  CHECK_THROWS_WITH_AS(adam({p}, {zeros({3, 4})}, {zeros({4, 3})}, {zeros({4, 3})}),
+                       doctest::Contains("of the parameter's sizes (4, 3)"), Error);
+  CHECK_THROWS_WITH_AS(
+      adam({p, p}, {zeros({4, 3}), zeros({4, 3})}, {zeros({4, 3}), zeros({4, 3})}, {zeros({4, 3}), zeros({3, 4}).t()}),
+      doctest::Contains("exp_avg_sqs[1] is"), Error);
+  CHECK_THROWS_WITH_AS(adam({p}, {zeros({4, 3})}, {zeros({4, 3})}, {zeros({3, 4}).t()}), doctest::Contains("not dense"),
                        Error);
-  CHECK_THROWS_WITH_AS(group.add(p, zeros({4, 3}), {zeros({4, 3})}), doctest::Contains("comes with 1 state buffers"),
-                       Error);
-  CHECK_THROWS_WITH_AS(group.add(zeros({4, 3}, DType::F64), zeros({4, 3}, DType::F64), {zeros({4, 3}), zeros({4, 3})}),
-                       doctest::Contains("Adam: fused step: parameter 1 is Tensor(F64"), Error);
-  CHECK_THROWS_WITH_AS(group.add(p, Tensor(), {zeros({4, 3}), zeros({4, 3})}), doctest::Contains("undefined"), Error);
-  CHECK(group.tensors().size() == 1);  // refused tensors leave the group as it was
-
-  CHECK_THROWS_WITH_AS(kernels::FusedGroup("SGD", DType::BF16, Device::cpu(), 1),
+  CHECK_THROWS_WITH_AS(adam({p}, {zeros({4, 3})}, {zeros({4, 3})}, {}),
+                       doctest::Contains("fused_adam: exp_avg_sqs holds 0 tensors, these options need 1"), Error);
+  CHECK_THROWS_WITH_AS(adam({p}, {Tensor()}, {zeros({4, 3})}, {zeros({4, 3})}), doctest::Contains("undefined"), Error);
+  const Tensor h16 = zeros({4}, DType::BF16);
+  CHECK_THROWS_WITH_AS(fused_sgd_({&h16, 1}, {&h16, 1}, {}, {}, SgdParams{.lr = 0.1}),
                        doctest::Contains("F16/BF16 parameters take the reference step"), Error);
-  CHECK_THROWS_WITH_AS(kernels::FusedGroup("SGD", DType::I64, Device::cpu(), 1), doctest::Contains("dtype I64"), Error);
-  CHECK_THROWS_AS(kernels::FusedGroup("SGD", DType::F32, Device::cpu(), 4), Error);
+  const Tensor i64 = zeros({4}, DType::I64);
+  CHECK_THROWS_WITH_AS(fused_sgd_({&i64, 1}, {&i64, 1}, {}, {}, SgdParams{.lr = 0.1}),
+                       doctest::Contains("params[0] is Tensor(I64"), Error);
 }
 
-TEST_CASE(
-    "fused optim interface: a device type without a fused step, or buffers that do not fit the options, is an error") {
-  ensure_init();
-  kernels::FusedGroup group("Adam", DType::F32, Device::cpu(), 2);
-  group.add(zeros({5}), ones({5}), {zeros({5}), zeros({5})}, 0.1, 1.0);
-  // CPU fused loops are called by the optimizers directly: the CPU entries stay null.
-  CHECK_FALSE(kernels::has_fused_step(DeviceType::CPU, kernels::AdamHyper{}));
-  CHECK_THROWS_WITH_AS(kernels::fused_step(kernels::AdamHyper{.lr = 0.1}, group),
-                       doctest::Contains("Adam: no fused step for tensors on cpu"), Error);
-  kernels::AdamHyper amsgrad{.lr = 0.1, .amsgrad = true};
-  CHECK_THROWS_WITH_AS(kernels::fused_step(amsgrad, group), doctest::Contains("these options need 3"), Error);
-  CHECK(kernels::num_buffers(kernels::SgdHyper{}) == 0);
-  CHECK(kernels::num_buffers(kernels::SgdHyper{.momentum = 0.9}) == 1);
-  CHECK(kernels::num_buffers(kernels::RmspropHyper{.momentum = 0.9, .centered = true}) == 3);
-  CHECK(kernels::num_buffers(kernels::AdagradHyper{}) == 1);
+TEST_CASE("fused optim ops: lists that do not fit the options are an error, an empty call does nothing") {
+  const Tensor p = zeros({5}), g = ones({5}), m = zeros({5}), v = zeros({5});
+  const AdamParams amsgrad{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .amsgrad = true};
+  const int64_t step = 1, step0 = 0;
+  CHECK_THROWS_WITH_AS(fused_adam_({&p, 1}, {&g, 1}, {&m, 1}, {&v, 1}, {}, {&step, 1}, amsgrad),
+                       doctest::Contains("max_exp_avg_sqs holds 0 tensors, these options need 1"), Error);
+  const AdamParams adam{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+  CHECK_THROWS_WITH_AS(fused_adam_({&p, 1}, {&g, 1}, {&m, 1}, {&v, 1}, {}, {}, adam),
+                       doctest::Contains("fused_adam: attrs.per_param holds 0 step counts, the call has 1 parameters"),
+                       Error);
+  CHECK_THROWS_WITH_AS(fused_adam_({&p, 1}, {&g, 1}, {&m, 1}, {&v, 1}, {}, {&step0, 1}, adam),
+                       doctest::Contains("step counts[0] is 0 (step counts start at 1)"), Error);
+  // Through the op itself: 4 inputs do not split into the 5 lists amsgrad needs.
+  Attrs attrs;
+  amsgrad.store(attrs);
+  const Tensor in[] = {p, g, m, v};
+  CHECK_THROWS_WITH_AS(call(OpId::FusedAdam, in, attrs, {}), doctest::Contains("do not split into 5 lists"), Error);
+  CHECK_THROWS_WITH_AS(call(OpId::FusedAdamw, in, Attrs{}, {}), doctest::Contains("attrs.geometry must hold"), Error);
+  CHECK(SgdParams{}.num_buffers() == 0);
+  CHECK(SgdParams{.momentum = 0.9}.num_buffers() == 1);
+  CHECK(RmspropParams{.momentum = 0.9, .centered = true}.num_buffers() == 3);
+  CHECK(AdagradParams{}.num_buffers() == 1);
+  CHECK_NOTHROW(fused_adam_({}, {}, {}, {}, {}, {}, AdamParams{}));
+  CHECK_NOTHROW(fused_sgd_({}, {}, {}, {}, SgdParams{}));
 }
 
-TEST_CASE("fused optim interface: the CUDA build registers every fused step, usable without crashing without a GPU") {
+TEST_CASE("fused optim ops: every fused step has a CPU kernel and, in a CUDA build, a CUDA one") {
   ensure_init();
-  const kernels::FusedOptimSteps& cpu = kernels::fused_optim_steps(DeviceType::CPU);
-  CHECK((cpu.sgd == nullptr));
-  CHECK((cpu.adam == nullptr));
-  CHECK((cpu.rmsprop == nullptr));
-  CHECK((cpu.adagrad == nullptr));
+  for (OpId id : {OpId::FusedSgd, OpId::FusedAdam, OpId::FusedAdamw, OpId::FusedRmsprop, OpId::FusedAdagrad}) {
+    CHECK_MESSAGE((op_def(id).kernels[int(DeviceType::CPU)] != nullptr), op_name(id));
 #ifdef BRISK_WITH_CUDA
-  const kernels::FusedOptimSteps& gpu = kernels::fused_optim_steps(DeviceType::CUDA);
-  REQUIRE((gpu.sgd != nullptr));
-  REQUIRE((gpu.adam != nullptr));
-  REQUIRE((gpu.rmsprop != nullptr));
-  REQUIRE((gpu.adagrad != nullptr));
-  // An empty group on cuda:0: a no-op with a GPU, a clear "no such device" error without one.
-  kernels::FusedGroup empty("Adam", DType::F32, Device::cuda(0), 2);
-  if (cuda::device_count() > 0) {
-    CHECK_NOTHROW(gpu.adam(kernels::AdamHyper{}, empty));
-  } else {
-    CHECK_THROWS_WITH_AS(gpu.adam(kernels::AdamHyper{}, empty), doctest::Contains("no such device"), Error);
-    CHECK_THROWS_WITH_AS(gpu.sgd(kernels::SgdHyper{}, kernels::FusedGroup("SGD", DType::F64, Device::cuda(0), 0)),
-                         doctest::Contains("no such device"), Error);
-    // Through the interface an empty group never reaches the backend.
-    CHECK_NOTHROW(kernels::fused_step(kernels::AdamHyper{}, empty));
+    CHECK_MESSAGE((op_def(id).kernels[int(DeviceType::CUDA)] != nullptr), op_name(id));
+#endif
+  }
+#ifdef BRISK_WITH_CUDA
+  // An empty call on cuda:0 does nothing; tensors there are a clear "no such device" error
+  // without a GPU.
+  CHECK_NOTHROW(fused_adam_({}, {}, {}, {}, {}, {}, AdamParams{}));
+  if (cuda::device_count() == 0) {
+    CHECK_THROWS_WITH_AS(zeros({3}, DType::F32, Device::cuda(0)), doctest::Contains("no such device"), Error);
   }
 #else
-  CHECK((kernels::fused_optim_steps(DeviceType::CUDA).adam == nullptr));
+  CHECK((op_def(OpId::FusedAdam).kernels[int(DeviceType::CUDA)] == nullptr));
   MESSAGE("built without CUDA: no CUDA fused steps registered");
 #endif
+}
+
+TEST_CASE("fused optim ops: the optimizers' fused path runs through dispatch (a replaced kernel sees every call)") {
+  int calls = 0;
+  Kernel builtin = builtin_kernel(OpId::FusedAdam, DeviceType::CPU);
+  KernelOverride counting(OpId::FusedAdam, DeviceType::CPU,
+                          [&](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+                            ++calls;
+                            builtin(in, out, attrs);
+                          });
+  Tensor a = zeros({3}).requires_grad_(true), b = zeros({2, 2}).requires_grad_(true);
+  optim::Adam opt(std::vector<Tensor>{a, b}, optim::AdamOptions{.lr = 0.1, .fused = true});
+  a.set_grad(ones({3}));
+  b.set_grad(ones({2, 2}));
+  opt.step();
+  CHECK(calls == 1);  // one call for both parameters (one device, dtype and step count)
+  b.set_grad(Tensor());
+  opt.step();  // only a steps: its step count is 2
+  a.set_grad(ones({3}));
+  b.set_grad(ones({2, 2}));
+  opt.step();  // a at step 3, b at step 2: still one call (attrs.per_param holds each one's step)
+  CHECK(calls == 3);
 }
 
 TEST_CASE("fused optim: F16 and BF16 parameters take the reference step even when fused") {
@@ -257,32 +279,25 @@ namespace {
 
 using test::kGpu;
 
-// Counts the calls into the CUDA fused steps while alive (wrapping the registered entries),
-// so a test knows the fused path ran instead of silently falling to the reference.
+// Counts the calls into the CUDA fused steps while alive (wrapping the built-in kernels through
+// dispatch's kernel overrides), so a test knows the fused path ran instead of silently falling
+// to the reference.
 class CountFusedCalls {
  public:
-  CountFusedCalls() : saved_(kernels::fused_optim_steps(DeviceType::CUDA)) {
-    original() = saved_;
+  CountFusedCalls() {
     calls() = 0;
-    kernels::FusedOptimSteps& s = kernels::fused_optim_steps(DeviceType::CUDA);
-    s.sgd = [](const kernels::SgdHyper& h, const kernels::FusedGroup& g) {
-      ++calls();
-      original().sgd(h, g);
-    };
-    s.adam = [](const kernels::AdamHyper& h, const kernels::FusedGroup& g) {
-      ++calls();
-      original().adam(h, g);
-    };
-    s.rmsprop = [](const kernels::RmspropHyper& h, const kernels::FusedGroup& g) {
-      ++calls();
-      original().rmsprop(h, g);
-    };
-    s.adagrad = [](const kernels::AdagradHyper& h, const kernels::FusedGroup& g) {
-      ++calls();
-      original().adagrad(h, g);
-    };
+    for (OpId id : {OpId::FusedSgd, OpId::FusedAdam, OpId::FusedAdamw, OpId::FusedRmsprop, OpId::FusedAdagrad}) {
+      Kernel builtin = builtin_kernel(id, DeviceType::CUDA);
+      guards_.push_back(std::make_unique<KernelOverride>(
+          id, DeviceType::CUDA, [builtin](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+            ++calls();
+            builtin(in, out, attrs);
+          }));
+    }
   }
-  ~CountFusedCalls() { kernels::fused_optim_steps(DeviceType::CUDA) = saved_; }
+  ~CountFusedCalls() {
+    while (!guards_.empty()) guards_.pop_back();  // reverse order of creation
+  }
   CountFusedCalls(const CountFusedCalls&) = delete;
   CountFusedCalls& operator=(const CountFusedCalls&) = delete;
 
@@ -292,11 +307,7 @@ class CountFusedCalls {
   }
 
  private:
-  static kernels::FusedOptimSteps& original() {
-    static kernels::FusedOptimSteps o;
-    return o;
-  }
-  kernels::FusedOptimSteps saved_;
+  std::vector<std::unique_ptr<KernelOverride>> guards_;
 };
 
 // The parameter shapes of the comparison: `small` tiny tensors (more than one launch's table

@@ -111,6 +111,41 @@ double rel_err(const Tensor& got, const Tensor& want) {
 
 }  // namespace
 
+// The compression toolkit's int8 models (names ending "_int8": tests/onnx_ort_check.py allows
+// them one quantization step): an MLP through quantize_dynamic, a conv net through static PTQ
+// (fuse conv + batch norm + ReLU + 2x2 max pool, calibrate, convert).
+std::vector<ZooCase> int8_zoo() {
+  namespace q = nn::quantize;
+  return {
+      {"mlp_dynamic_int8",
+       [] {
+         auto mlp = std::make_shared<nn::models::MLP>(std::vector<int64_t>{20, 32, 16, 5});
+         mlp->eval();
+         return q::quantize_dynamic(mlp);
+       },
+       [](int64_t b) {
+         return randn({b, 20});
+       }},
+      {"cnn_static_int8",
+       [] {
+         auto net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+             std::make_shared<nn::Conv2d>(1, 8, 3, nn::ConvOptions{.padding = {1, 1}}),
+             std::make_shared<nn::BatchNorm2d>(8), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+             std::make_shared<nn::Conv2d>(8, 16, 3, nn::ConvOptions{.stride = {2, 2}, .padding = {1, 1}}),
+             std::make_shared<nn::ReLU>(), std::make_shared<nn::Flatten>(),
+             std::make_shared<nn::Linear>(16 * 7 * 7, 10)});
+         net->eval();
+         nn::ModulePtr m = q::prepare(net);
+         NoGradGuard no_grad;
+         for (int i = 0; i < 4; ++i) (*m)(randn({8, 1, 28, 28}));
+         return q::convert(m);
+       },
+       [](int64_t b) {
+         return randn({b, 1, 28, 28});
+       }},
+  };
+}
+
 TEST_CASE("onnx export: zoo models round-trip through the importer at another batch size") {
   const auto dir = std::filesystem::temp_directory_path() / "brisk_onnx_export";
   std::filesystem::create_directories(dir);
@@ -169,14 +204,32 @@ TEST_CASE("onnx export: what cannot be exported is named") {
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*bn, {randn({2, 3, 4, 4})}), doctest::Contains("batch_norm"),
                        Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {}), doctest::Contains("needs example inputs"), Error);
-  // int8 modules run their kernels outside dispatch: refused by name, never written as constants.
-  auto mlp = std::make_shared<nn::models::MLP>(std::vector<int64_t>{4, 8, 3});
-  mlp->eval();
-  nn::ModulePtr q = nn::quantize::quantize_dynamic(mlp);
-  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*q, {randn({2, 4})}),
-                       doctest::Contains("is a DynamicQuantLinear: int8 modules are not exportable yet"), Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {randn({2, 4})}, {.opset_version = 9}),
                        doctest::Contains("opset 9"), Error);
+}
+
+TEST_CASE("onnx export: int8 models become QDQ graphs with the int8 weights as initializers") {
+  for (const ZooCase& c : int8_zoo()) {
+    CAPTURE(c.name);
+    manual_seed(2);
+    auto model = c.make();
+    ::onnx::ModelProto m;
+    REQUIRE(m.ParseFromString(brisk::onnx::export_model_bytes(*model, {c.input(2)})));
+    int quantize = 0, dequantize = 0, int8_weights = 0;
+    for (const auto& n : m.graph().node()) {
+      quantize += n.op_type() == "QuantizeLinear";
+      dequantize += n.op_type() == "DequantizeLinear";
+    }
+    for (const auto& t : m.graph().initializer()) {
+      if (t.data_type() != ::onnx::TensorProto::INT8) continue;
+      ++int8_weights;
+      CHECK(t.name().ends_with("weight"));  // the quantized module's buffer, under its state_dict name
+    }
+    const int layers = 3;             // Linear x 3, or Conv2d x 2 and Linear
+    CHECK(quantize == layers);        // one per layer's input
+    CHECK(dequantize == 2 * layers);  // its input and its weight
+    CHECK(int8_weights == layers);
+  }
 }
 
 TEST_CASE("onnx export: the file is a valid model with opset 17 and the module's names") {
@@ -244,7 +297,9 @@ TEST_CASE("onnx export: external data for the weights, read back by the importer
 TEST_CASE("onnx export: sample models") {
   const char* out = std::getenv("BRISK_ONNX_SAMPLE_DIR");
   if (!out) return;
-  for (const ZooCase& c : zoo()) {
+  std::vector<ZooCase> cases = zoo();
+  for (ZooCase& c : int8_zoo()) cases.push_back(std::move(c));
+  for (const ZooCase& c : cases) {
     manual_seed(1);
     auto model = c.make();
     model->eval();

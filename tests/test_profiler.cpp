@@ -2,7 +2,8 @@
 // op of the step is recorded with its shapes, dtypes and device; backward nodes are linked to
 // the forward ops that made them; user ranges nest the ops they contain and self times add
 // up; the Chrome trace JSON has the structure Perfetto reads (complete events with
-// name/ph/ts/dur/pid/tid, flow pairs); no events are recorded outside a run; one run at a time.
+// name/ph/ts/dur/pid/tid, flow pairs); no events are recorded outside a run; one run at a time;
+// the fused optimizer step, the gradient unscale and the int8 ops are op events like any other.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -15,6 +16,10 @@
 #include "engine/profiler.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
+#include "nn/models/simple.h"
+#include "nn/quantize.h"
+#include "optim/adam.h"
+#include "optim/grad_scaler.h"
 #include "optim/sgd.h"
 
 using namespace brisk;
@@ -187,4 +192,25 @@ TEST_CASE("profiler: nothing is recorded outside a run; one run at a time") {
   step.run();  // after the run: nothing recorded, and a new run starts empty
   prof::Profiler again;
   CHECK(again.stop().events().empty());
+}
+
+TEST_CASE("profiler: fused optimizer steps, the gradient unscale and int8 inference are op events") {
+  Tensor w = randn({4, 8}).requires_grad_(true);
+  optim::Adam opt(std::vector<Tensor>{w}, optim::AdamOptions{.lr = 1e-3});  // fused by default
+  optim::GradScaler scaler;
+  auto mlp = std::make_shared<nn::models::MLP>(std::vector<int64_t>{8, 4});
+  mlp->eval();
+  nn::ModulePtr q = nn::quantize::quantize_dynamic(mlp);
+  prof::Profiler profiler;
+  scaler.scale((w * w).sum()).backward();
+  CHECK(scaler.step(opt));
+  scaler.update();
+  {
+    NoGradGuard no_grad;
+    (*q)(randn({2, 8}));
+  }
+  const std::multiset<std::string> ops = names_of(profiler.stop(), prof::EventKind::Op);
+  CHECK(ops.count("amp_unscale") == 1);
+  CHECK(ops.count("fused_adam") == 1);
+  CHECK(ops.count("int8_linear") == 1);
 }

@@ -21,6 +21,8 @@ void define_pool_ops();         // engine/ops/pool.cpp (max, average, adaptive p
 void define_norm_ops();         // engine/ops/norm.cpp (layer norm, batch norm)
 void define_recurrent_ops();    // engine/ops/recurrent.cpp (lstm_sequence, gru_sequence)
 void define_attention_ops();    // engine/ops/attention.cpp (fused scaled dot-product attention)
+void define_optim_ops();        // engine/ops/optim.cpp (fused optimizer steps, the gradient unscale)
+void define_quantized_ops();    // engine/ops/quantized.cpp (int8 inference: pack, linear, conv)
 
 inline void define_all_ops() {
   define_elementwise_ops();
@@ -35,6 +37,8 @@ inline void define_all_ops() {
   define_norm_ops();
   define_recurrent_ops();
   define_attention_ops();
+  define_optim_ops();
+  define_quantized_ops();
 }
 
 // Installs `def` for `id`, keeping the name and arity that ops.def gives and any kernels

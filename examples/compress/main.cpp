@@ -34,6 +34,7 @@
 #include "brisk.h"
 #include "examples/fashion_mnist/evaluate.h"
 #include "examples/fashion_mnist/progress.h"
+#include "kernels/cpu/gemm_i8.h"
 #include "nn/distill.h"
 #include "nn/prune.h"
 #include "nn/prune_channels.h"

@@ -29,6 +29,7 @@
 #include "engine/env.h"
 #include "examples/speedup_report/report.h"
 #include "examples/speedup_report/run.h"
+#include "kernels/cpu/gemm_i8.h"
 #include "nn/distill.h"
 #include "nn/prune_channels.h"
 #include "nn/quantize.h"

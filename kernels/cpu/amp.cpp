@@ -1,17 +1,27 @@
-// kernels/cpu/amp.cpp: the CPU fused unscale (kernels/amp.h, Note [Fused unscale]): one pass
-// per gradient, vectorized, OpenMP over chunks of a large tensor.
-// Not here: the scaler (optim/grad_scaler.cpp).
-#include "kernels/amp.h"
-
+// kernels/cpu/amp.cpp: the CPU kernel of amp_unscale, the gradient scaler's fused unscale
+// (Note [Fused unscale]): one pass per gradient, vectorized, OpenMP over chunks of a large tensor.
+// Not here: the op's checks (engine/ops/optim.cpp), the scaler (optim/grad_scaler.cpp), the
+// CUDA kernel (kernels/cuda/amp.cu).
 #include <cmath>
 
 #include "engine/half.h"
+#include "engine/op.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
 
 namespace brisk::kernels::cpu {
 
 namespace {
+
+// Note [Fused unscale]
+// PyTorch's _amp_foreach_non_finite_check_and_unscale_, element by element: a value v is
+// non-finite when !isfinite(v) before scaling; the stored result is v * inv_scale computed in
+// float (double for F64) and rounded once to the tensor's dtype, or v itself when inv_scale is
+// exactly 1. Every element is written whatever is found (the optimizer step is what gets
+// skipped). The inputs are dense gradients of one floating dtype on one device (the scaler
+// groups them); attrs.a is inv_scale, an F32 value; the output found[i] is true when tensor i
+// held a non-finite value. On CUDA the flags stay on the device: the scaler's one copy back is
+// the one host sync of a scaler step.
 
 // Compute type of a gradient dtype: float for 16-bit and F32, double for F64.
 template <class T>
@@ -46,23 +56,25 @@ bool unscale_tensor(const Tensor& g, float inv_scale) {
   return bad != 0;
 }
 
-void unscale(std::span<const Tensor> grads, float inv_scale, uint8_t* found) {
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
+void unscale(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const float inv_scale = float(attrs.a);
+  bool* found = out[0].data<bool>();
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& g = in[i];
     bool bad = false;
     switch (g.dtype()) {
       case DType::F32: bad = unscale_tensor<float>(g, inv_scale); break;
       case DType::F64: bad = unscale_tensor<double>(g, inv_scale); break;
       case DType::F16: bad = unscale_tensor<Half>(g, inv_scale); break;
       case DType::BF16: bad = unscale_tensor<BFloat16>(g, inv_scale); break;
-      default: BRISK_FAIL("unscale: gradient ", i, " is ", g.str(), " (floating dtypes only)");
+      default: BRISK_FAIL("amp_unscale: grads[", i, "] is ", g.str(), " (floating dtypes only)");
     }
-    if (bad) found[i] = 1;
+    found[i] = bad;
   }
 }
 
 }  // namespace
 
-void register_amp() { unscale_fn(DeviceType::CPU) = unscale; }
+void register_amp() { register_kernel(OpId::AmpUnscale, DeviceType::CPU, unscale); }
 
 }  // namespace brisk::kernels::cpu

@@ -274,24 +274,24 @@ void run(Problem& p, int threads) {
   }
 }
 
-void check_a(int64_t m, int64_t k, const PackedI8& b, const char* fn) {
+void check_a(int64_t m, int64_t k, const PackedI8Ref& b, const char* fn) {
   BRISK_CHECK(!b.empty() || b.k == 0 || b.n == 0, fn, ": b is not packed (call pack_i8)");
   BRISK_CHECK(k == b.k, fn, ": inner sizes differ, a (", m, ", ", k, ") @ b (", b.k, ", ", b.n, ")");
 }
 
 // The per-call constants (padded to np): zp * col_sum and, for F32 outputs, scales and bias.
-Problem problem(const uint8_t* a, int64_t m, int32_t zp, const PackedI8& b, const I8Epilogue* e) {
+Problem problem(const uint8_t* a, int64_t m, int32_t zp, const PackedI8Ref& b, const I8Epilogue* e) {
   const int64_t np = b.np;
   char* buf = static_cast<char*>(t_consts.get(size_t(std::max<int64_t>(np, 1)) * 12));
   auto* corr = reinterpret_cast<int32_t*>(buf);
   auto* scale = reinterpret_cast<float*>(buf + np * 4);
   auto* bias = reinterpret_cast<float*>(buf + np * 8);
   for (int64_t j = 0; j < np; ++j) {
-    corr[j] = int32_t(uint32_t(zp) * uint32_t(b.col_sum[size_t(j)]));  // wraps as the kernel does
+    corr[j] = int32_t(uint32_t(zp) * uint32_t(b.col_sum[j]));  // wraps as the kernel does
     scale[j] = (e && j < b.n) ? e->a_scale * e->col_scale[j] : 0.0f;
     bias[j] = (e && e->bias && j < b.n) ? e->bias[j] : 0.0f;
   }
-  Problem p{.m = m, .n = b.n, .kp = b.kp, .np = np, .a = a, .b = b.data.data(), .zp_col_sum = corr};
+  Problem p{.m = m, .n = b.n, .kp = b.kp, .np = np, .a = a, .b = b.data, .zp_col_sum = corr};
   p.scale = scale;
   p.bias = bias;
   return p;
@@ -299,30 +299,42 @@ Problem problem(const uint8_t* a, int64_t m, int32_t zp, const PackedI8& b, cons
 
 }  // namespace
 
-PackedI8 pack_i8(MatrixRef<const int8_t> b) {
+int64_t packed_i8_kp(int64_t k) { return round_up(std::max<int64_t>(k, 1), 4); }
+int64_t packed_i8_np(int64_t n) { return round_up(std::max<int64_t>(n, 1), 16); }
+
+void pack_i8_into(MatrixRef<const int8_t> b, int8_t* data, int32_t* col_sum) {
   BRISK_CHECK(b.rows >= 0 && b.cols >= 0, "pack_i8: bad sizes (", b.rows, ", ", b.cols, ")");
   BRISK_CHECK(b.rows < (int64_t(1) << 24), "pack_i8: K = ", b.rows, " too large for int32 accumulation");
-  PackedI8 p;
-  p.k = b.rows;
-  p.n = b.cols;
-  p.kp = round_up(std::max<int64_t>(b.rows, 1), 4);
-  p.np = round_up(std::max<int64_t>(b.cols, 1), 16);
-  p.data.assign(size_t(p.kp * p.np), 0);
-  p.col_sum.assign(size_t(p.np), 0);
-  for (int64_t j = 0; j < p.n; ++j) {
-    int8_t* panel = p.data.data() + (j / 16) * p.kp * 16 + (j % 16) * 4;
+  const int64_t kp = packed_i8_kp(b.rows), np = packed_i8_np(b.cols);
+  std::fill(data, data + kp * np, int8_t(0));
+  std::fill(col_sum, col_sum + np, 0);
+  for (int64_t j = 0; j < b.cols; ++j) {
+    int8_t* panel = data + (j / 16) * kp * 16 + (j % 16) * 4;
     int32_t sum = 0;
-    for (int64_t k = 0; k < p.k; ++k) {
+    for (int64_t k = 0; k < b.rows; ++k) {
       const int8_t v = b.data[k * b.row_stride + j * b.col_stride];
       panel[(k / 4) * 64 + k % 4] = v;
       sum += v;
     }
-    p.col_sum[size_t(j)] = sum;
+    col_sum[j] = sum;
   }
+}
+
+PackedI8 pack_i8(MatrixRef<const int8_t> b) {
+  BRISK_CHECK(b.rows >= 0 && b.cols >= 0, "pack_i8: bad sizes (", b.rows, ", ", b.cols, ")");
+  PackedI8 p;
+  p.k = b.rows;
+  p.n = b.cols;
+  p.kp = packed_i8_kp(b.rows);
+  p.np = packed_i8_np(b.cols);
+  p.data.resize(size_t(p.kp * p.np));
+  p.col_sum.resize(size_t(p.np));
+  pack_i8_into(b, p.data.data(), p.col_sum.data());
   return p;
 }
 
-void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8& b, MatrixRef<int32_t> c, int threads) {
+void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8Ref& b, MatrixRef<int32_t> c,
+               int threads) {
   check_a(a.rows, a.cols, b, "gemm_u8s8");
   BRISK_CHECK(c.rows == a.rows && c.cols == b.n && c.col_stride == 1, "gemm_u8s8: c must be (", a.rows, ", ", b.n,
               ") with unit column stride, got (", c.rows, ", ", c.cols, ") col stride ", c.col_stride);
@@ -333,7 +345,8 @@ void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8&
   run(p, threads);
 }
 
-void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8& b, const I8Epilogue& e, int threads) {
+void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8Ref& b, const I8Epilogue& e,
+               int threads) {
   check_a(a.rows, a.cols, b, "gemm_u8s8");
   BRISK_CHECK(e.out.rows == a.rows && e.out.cols == b.n, "gemm_u8s8: out must be (", a.rows, ", ", b.n, "), got (",
               e.out.rows, ", ", e.out.cols, ")");
@@ -347,7 +360,7 @@ void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8&
   run(p, threads);
 }
 
-void gemm_s8s8(MatrixRef<const int8_t> a, const PackedI8& b, MatrixRef<int32_t> c, int threads) {
+void gemm_s8s8(MatrixRef<const int8_t> a, const PackedI8Ref& b, MatrixRef<int32_t> c, int threads) {
   check_a(a.rows, a.cols, b, "gemm_s8s8");
   BRISK_CHECK(c.rows == a.rows && c.cols == b.n && c.col_stride == 1, "gemm_s8s8: c must be (", a.rows, ", ", b.n,
               ") with unit column stride, got (", c.rows, ", ", c.cols, ") col stride ", c.col_stride);

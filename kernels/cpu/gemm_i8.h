@@ -26,6 +26,25 @@ struct PackedI8 {
   bool empty() const { return data.empty(); }
 };
 PackedI8 pack_i8(MatrixRef<const int8_t> b);
+// The padded sizes of a packed (k, n): kp = k rounded up to 4, np = n rounded up to 16 (1 at least).
+int64_t packed_i8_kp(int64_t k);
+int64_t packed_i8_np(int64_t n);
+// pack_i8 into caller-owned memory: data (kp * np) and col_sum (np), written whole.
+void pack_i8_into(MatrixRef<const int8_t> b, int8_t* data, int32_t* col_sum);
+
+// A packed b by address: a PackedI8, or the tensors of the int8 ops (engine/ops/quantized.cpp)
+// that hold one.
+struct PackedI8Ref {
+  int64_t k = 0, n = 0, kp = 0, np = 0;
+  const int8_t* data = nullptr;
+  const int32_t* col_sum = nullptr;
+  PackedI8Ref() = default;
+  PackedI8Ref(int64_t k, int64_t n, const int8_t* data, const int32_t* col_sum)
+      : k(k), n(n), kp(packed_i8_kp(k)), np(packed_i8_np(n)), data(data), col_sum(col_sum) {}
+  PackedI8Ref(const PackedI8& p)  // NOLINT: implicit, so a PackedI8 passes where a reference is taken
+      : k(p.k), n(p.n), kp(p.kp), np(p.np), data(p.data.data()), col_sum(p.col_sum.data()) {}
+  bool empty() const { return data == nullptr; }
+};
 
 // The F32 epilogue: out[i, j] = fma(float(acc[i, j]), a_scale * col_scale[j], bias[j]), then
 // max(0, .) when relu; acc is the exact int32 (a - a_zero_point) @ b. col_scale has n entries;
@@ -41,13 +60,13 @@ struct I8Epilogue {
 // c = (a - a_zero_point) @ b exactly (int32, wrapping as vpdpbusd does). a: (M, K) u8 with any
 // strides; c: (M, N) with a unit column stride. threads: 0 picks (all OpenMP threads for a large
 // product outside a parallel region), 1 runs on the calling thread.
-void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8& b, MatrixRef<int32_t> c,
+void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8Ref& b, MatrixRef<int32_t> c,
                int threads = 0);
 // The same into F32 through the epilogue.
-void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8& b, const I8Epilogue& epilogue,
+void gemm_u8s8(MatrixRef<const uint8_t> a, int32_t a_zero_point, const PackedI8Ref& b, const I8Epilogue& epilogue,
                int threads = 0);
 // s8 activations: a + 128 is multiplied as u8 and 128 * col_sum subtracted (exact).
-void gemm_s8s8(MatrixRef<const int8_t> a, const PackedI8& b, MatrixRef<int32_t> c, int threads = 0);
+void gemm_s8s8(MatrixRef<const int8_t> a, const PackedI8Ref& b, MatrixRef<int32_t> c, int threads = 0);
 
 // Plain loops over the unpacked b, each c[i, j] summed in int64 and narrowed (for tests).
 void gemm_u8s8_reference(MatrixRef<const uint8_t> a, int32_t a_zero_point, MatrixRef<const int8_t> b,

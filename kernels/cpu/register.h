@@ -19,7 +19,9 @@ void register_conv();       // kernels/cpu/conv.cpp (conv2d and its backward ops
 void register_pool();       // kernels/cpu/pool.cpp (max, average, adaptive pooling)
 void register_norm();       // kernels/cpu/norm.cpp
 void register_recurrent();  // kernels/cpu/recurrent.cpp (lstm_sequence, gru_sequence, their backward ops)
-void register_amp();        // kernels/cpu/amp.cpp (the gradient scaler's fused unscale)
+void register_amp();        // kernels/cpu/amp.cpp (amp_unscale, the gradient scaler's fused unscale)
+void register_optim();      // kernels/cpu/optim.cpp (the fused optimizer steps)
+void register_quantized();  // kernels/cpu/quantized.cpp (int8 inference: pack, linear, conv)
 void register_attention();  // kernels/cpu/attention.cpp (fused attention and its backward)
 void register_vmath();      // kernels/cpu/vmath.cpp (dense-F32 gelu kernels; after the elementwise ones)
 
@@ -44,6 +46,8 @@ inline void register_all() {
   register_norm();
   register_recurrent();
   register_amp();
+  register_optim();
+  register_quantized();
   register_attention();
   register_vmath();
 }

@@ -1,15 +1,16 @@
-// kernels/cuda/amp.cu: the CUDA fused unscale (kernels/amp.h, Note [Fused unscale]): one launch
-// per dtype over all of its gradients. A table of (address, element count) per tensor travels
-// in device memory; block row y takes tensor y (grid-stride over its elements along x), and a
-// per-tensor flag is raised by any thread that meets a non-finite value. The flags come back
-// with one device-to-host copy, which synchronizes the stream.
-// Not here: the scaler (optim/grad_scaler.cpp), the CPU pass (kernels/cpu/amp.cpp).
+// kernels/cuda/amp.cu: the CUDA kernel of amp_unscale, the gradient scaler's fused unscale
+// (Note [Fused unscale] in kernels/cpu/amp.cpp): one launch over all of the call's gradients
+// (one dtype). A table of (address, element count) per tensor travels in device memory; block
+// row y takes tensor y (grid-stride over its elements along x), and the op's per-tensor flag
+// (Bool, on the device) is raised by any thread that meets a non-finite value.
+// Not here: the op's checks (engine/ops/optim.cpp), the scaler (optim/grad_scaler.cpp), the CPU
+// pass (kernels/cpu/amp.cpp).
 #include <cstdint>
 #include <vector>
 
 #include "engine/functions.h"
 #include "engine/half.h"
-#include "kernels/amp.h"
+#include "engine/op.h"
 #include "kernels/cuda/register.h"
 #include "kernels/cuda/runtime.h"
 
@@ -30,10 +31,10 @@ struct MathOf<double> {
   using type = double;
 };
 
-// table: 2 int64 per tensor (address, numel); found: one int32 flag per tensor.
+// table: 2 int64 per tensor (address, numel); found: one flag per tensor.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    unscale_kernel(const int64_t* table, int32_t* found, float inv_scale, bool scale) {
+    unscale_kernel(const int64_t* table, bool* found, float inv_scale, bool scale) {
   using M = typename MathOf<T>::type;
   const int t = blockIdx.y;
   T* p = reinterpret_cast<T*>(table[2 * t]);
@@ -45,11 +46,11 @@ __global__ void __launch_bounds__(kThreads)
     bad |= !::isfinite(v);  // the device function, not brisk::isfinite(Tensor)
     if (scale) p[i] = T(v * inv);
   }
-  if (bad) found[t] = 1;  // every writer stores the same value
+  if (bad) found[t] = true;  // every writer stores the same value
 }
 
 template <class T>
-void launch(std::span<const Tensor> grads, float inv_scale, uint8_t* found) {
+void launch(std::span<const Tensor> grads, float inv_scale, bool* found) {
   const Device device = grads[0].device();
   DeviceGuard guard(device.index);
   cudaStream_t stream = stream_handle(device.index);
@@ -63,33 +64,36 @@ void launch(std::span<const Tensor> grads, float inv_scale, uint8_t* found) {
       largest = std::max(largest, host[2 * i + 1]);
     }
     if (largest == 0) continue;
+    // The table is freed to the stream-ordered cache after the launch: work queued later on
+    // this stream, which alone may reuse it, runs after the kernel.
     const Tensor table = from_data(host.data(), {int64_t(2 * count)}, device);
-    const Tensor flags = zeros({int64_t(count)}, DType::I32, device);
     const int64_t blocks = std::min<int64_t>((largest + kThreads - 1) / kThreads, kMaxBlocksPerTensor);
     const dim3 grid{unsigned(blocks), unsigned(count)};
     unscale_kernel<T>
-        <<<grid, kThreads, 0, stream>>>(table.data<int64_t>(), flags.data<int32_t>(), inv_scale, inv_scale != 1.0f);
+        <<<grid, kThreads, 0, stream>>>(table.data<int64_t>(), found + first, inv_scale, inv_scale != 1.0f);
     BRISK_CUDA_CHECK_LAUNCH();
-    const std::vector<int32_t> back = flags.to_vector<int32_t>();  // waits for the stream
-    for (size_t i = 0; i < count; ++i) {
-      if (back[i]) found[first + i] = 1;
-    }
   }
 }
 
-void unscale(std::span<const Tensor> grads, float inv_scale, uint8_t* found) {
+void unscale(std::span<const Tensor> grads, std::span<Tensor> out, const Attrs& attrs) {
   if (grads.empty()) return;
+  const float inv_scale = float(attrs.a);
+  bool* found = out[0].data<bool>();
+  {
+    DeviceGuard guard(grads[0].device().index);
+    BRISK_CUDA_CHECK(cudaMemsetAsync(found, 0, grads.size(), stream_handle(grads[0].device().index)));
+  }
   switch (grads[0].dtype()) {
     case DType::F32: return launch<float>(grads, inv_scale, found);
     case DType::F64: return launch<double>(grads, inv_scale, found);
     case DType::F16: return launch<Half>(grads, inv_scale, found);
     case DType::BF16: return launch<BFloat16>(grads, inv_scale, found);
-    default: BRISK_FAIL("unscale: no CUDA kernel for gradients of dtype ", grads[0].dtype());
+    default: BRISK_FAIL("amp_unscale: no CUDA kernel for gradients of dtype ", grads[0].dtype());
   }
 }
 
 }  // namespace
 
-void register_amp() { unscale_fn(DeviceType::CUDA) = unscale; }
+void register_amp() { register_kernel(OpId::AmpUnscale, DeviceType::CUDA, unscale); }
 
 }  // namespace brisk::kernels::cuda

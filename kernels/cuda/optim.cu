@@ -1,19 +1,75 @@
-// kernels/cuda/optim.cu: the fused multi-tensor optimizer steps on CUDA (SGD, Adam/AdamW,
-// RMSprop, Adagrad) behind the interface of kernels/optim_step.h: one group's parameters of
-// one dtype (F32 or F64) updated by one kernel launch (a few for very large groups), as
-// apex's and PyTorch's multi_tensor_apply do: the tensors' addresses and a table of chunks
-// travel in the kernel's arguments, and each block updates one chunk of one tensor.
-// Not here: the references these kernels must equal (optim/*.cpp), the choice of which
-// parameters take the fused path (optim/), F16/BF16 (they take the reference step).
+// kernels/cuda/optim.cu: the CUDA kernels of the fused optimizer steps (fused_sgd, fused_adam,
+// fused_adamw, fused_rmsprop, fused_adagrad; Note [Fused steps are ops] in engine/ops/optim.cpp):
+// one call's parameters of one dtype (F32 or F64) updated by one kernel launch (a few for very
+// large calls), as apex's and PyTorch's multi_tensor_apply do: the tensors' addresses and a
+// table of chunks travel in the kernel's arguments, and each block updates one chunk of one
+// tensor.
+// Not here: the checks of the lists (engine/ops/optim.cpp), the references these kernels must
+// equal (optim/*.cpp), the choice of which parameters take the fused path (optim/), F16/BF16
+// (they take the reference step).
 #include <cstdint>
+#include <vector>
 
+#include "engine/op.h"
+#include "engine/op_params.h"
 #include "kernels/cuda/register.h"
 #include "kernels/cuda/runtime.h"
-#include "kernels/optim_step.h"
 
 namespace brisk::kernels::cuda {
 
 namespace {
+
+// Most state buffers any optimizer keeps per parameter (Adam with amsgrad, RMSprop centered
+// with momentum: 3).
+constexpr int kMaxFusedBuffers = 3;
+
+// One parameter of a fused step: raw addresses on the call's device, all of `numel` dense
+// elements of the call's dtype, and the two scalars the update rule takes.
+struct FusedTensor {
+  int64_t numel = 0;
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* buffers[kMaxFusedBuffers] = {};
+  double scalars[2] = {};
+};
+
+// One op call's parameters (the lists were checked by the op's inference: dense, one dtype and
+// device, the parameters' sizes); role r's tensor of parameter i is in[r * n + i]. scalars(i,
+// s) fills parameter i's two scalars.
+class FusedGroup {
+ public:
+  template <class Scalars>
+  FusedGroup(const char* op, std::span<const Tensor> in, int num_buffers, Scalars&& scalars)
+      : op_(op), num_buffers_(num_buffers) {
+    const size_t roles = size_t(2 + num_buffers);
+    const size_t n = in.size() / roles;
+    if (n == 0) return;
+    dtype_ = in[0].dtype();
+    device_ = in[0].device();
+    tensors_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      FusedTensor& t = tensors_[i];
+      t.numel = in[i].numel();
+      t.param = in[i].data_ptr();
+      t.grad = in[n + i].data_ptr();
+      for (int k = 0; k < num_buffers; ++k) t.buffers[k] = in[(2 + size_t(k)) * n + i].data_ptr();
+      scalars(i, t.scalars);
+    }
+  }
+  const char* op() const { return op_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  int num_buffers() const { return num_buffers_; }
+  const std::vector<FusedTensor>& tensors() const { return tensors_; }
+  bool empty() const { return tensors_.empty(); }
+
+ private:
+  const char* op_;
+  int num_buffers_;
+  DType dtype_ = DType::F32;
+  Device device_{};
+  std::vector<FusedTensor> tensors_;
+};
 
 // Note [Fused CUDA steps round like the reference]
 // The CUDA reference step is a chain of elementwise kernels, each rounding its result once;
@@ -134,7 +190,7 @@ void multi_tensor_apply(const FusedGroup& group, const Op& op) {
 }
 
 // Instantiates the kernel only for the buffer counts the update rule can have
-// (Op::kMinBuffers..Op::kMaxBuffers; kernels::fused_step checked the count against the options).
+// (Op::kMinBuffers..Op::kMaxBuffers; the op's inference checked the lists against the options).
 template <class T, class Op>
 void apply_by_depth(const FusedGroup& group, const Op& op) {
   const int buffers = group.num_buffers();
@@ -165,7 +221,7 @@ void dispatch_fused(const FusedGroup& group, F&& f) {
 }
 
 // ---- the update rules: optim/*.cpp's references, element by element, in the same order.
-// ptr: param, grad, buffers (see kernels/optim_step.h for each optimizer's order).
+// ptr: param, grad, buffers (engine/op_params.h gives each optimizer's order).
 
 // d = grad (+ wd p);  buf = fresh ? d : momentum buf + (1 - dampening) d;
 // d = nesterov ? d + momentum buf : buf;  p += -lr d
@@ -176,7 +232,7 @@ struct SgdOp {
   T wd, momentum, one_minus_dampening, neg_lr;
   bool has_wd, has_momentum, nesterov, maximize;
 
-  static SgdOp make(const SgdHyper& h) {
+  static SgdOp make(const SgdParams& h) {
     return {T(h.weight_decay),   T(h.momentum),   T(1 - h.dampening), T(-h.lr),
             h.weight_decay != 0, h.momentum != 0, h.nesterov,         h.maximize};
   }
@@ -207,7 +263,7 @@ struct AdamOp {
   T wd, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
   bool l2, decoupled, amsgrad, maximize;
 
-  static AdamOp make(const AdamHyper& h) {
+  static AdamOp make(const AdamParams& h) {
     return {T(h.weight_decay),
             T(1 - h.lr * h.weight_decay),
             T(h.beta1),
@@ -258,7 +314,7 @@ struct RmspropOp {
   T wd, alpha, one_minus_alpha, eps, momentum, neg_lr;
   bool has_wd, centered, has_momentum, maximize;
 
-  static RmspropOp make(const RmspropHyper& h) {
+  static RmspropOp make(const RmspropParams& h) {
     return {T(h.weight_decay), T(h.alpha),          T(1 - h.alpha), T(h.eps),       T(h.momentum),
             T(-h.lr),          h.weight_decay != 0, h.centered,     h.momentum > 0, h.maximize};
   }
@@ -301,7 +357,7 @@ struct AdagradOp {
   T wd, eps;
   bool has_wd, maximize;
 
-  static AdagradOp make(const AdagradHyper& h) {
+  static AdagradOp make(const AdagradParams& h) {
     return {T(h.weight_decay), T(h.eps), h.weight_decay != 0, h.maximize};
   }
 
@@ -321,44 +377,58 @@ struct AdagradOp {
   }
 };
 
-// ---- the registry's entries (kernels/optim_step.h checks the buffers against the options)
-void sgd_step(const SgdHyper& h, const FusedGroup& group) {
+// ---- the ops' kernels: per-parameter scalars are the call's (one step count per call)
+template <template <class> class Op, class Params>
+void run_step(const FusedGroup& group, const Params& h) {
+  if (group.empty()) return;
   dispatch_fused(group, [&](auto tag) {
     using T = decltype(tag);
-    apply_by_depth<T>(group, SgdOp<T>::make(h));
+    apply_by_depth<T>(group, Op<T>::make(h));
   });
 }
 
-void adam_step(const AdamHyper& h, const FusedGroup& group) {
-  dispatch_fused(group, [&](auto tag) {
-    using T = decltype(tag);
-    apply_by_depth<T>(group, AdamOp<T>::make(h));
-  });
+// SGD's scalars[0]: 1 where the momentum buffer is fresh.
+void sgd_step(std::span<const Tensor> in, std::span<Tensor>, const Attrs& attrs) {
+  const SgdParams h = SgdParams::from(attrs);
+  run_step<SgdOp>(FusedGroup("fused_sgd", in, h.num_buffers(),
+                             [&](size_t i, double* s) { s[0] = h.num_buffers() && attrs.per_param[i] ? 1 : 0; }),
+                  h);
 }
 
-void rmsprop_step(const RmspropHyper& h, const FusedGroup& group) {
-  dispatch_fused(group, [&](auto tag) {
-    using T = decltype(tag);
-    apply_by_depth<T>(group, RmspropOp<T>::make(h));
-  });
+// Adam's: step_size = lr / (1 - beta1^t) and sqrt(1 - beta2^t) of the parameter's step count.
+void adam_step(std::span<const Tensor> in, std::span<Tensor>, const Attrs& attrs) {
+  const AdamParams h = AdamParams::from(attrs);
+  run_step<AdamOp>(FusedGroup(h.decoupled ? "fused_adamw" : "fused_adam", in, h.num_buffers(),
+                              [&](size_t i, double* s) {
+                                s[0] = h.step_size(attrs.per_param[i]);
+                                s[1] = h.bias_correction2_sqrt(attrs.per_param[i]);
+                              }),
+                   h);
 }
 
-void adagrad_step(const AdagradHyper& h, const FusedGroup& group) {
-  dispatch_fused(group, [&](auto tag) {
-    using T = decltype(tag);
-    apply_by_depth<T>(group, AdagradOp<T>::make(h));
-  });
+void rmsprop_step(std::span<const Tensor> in, std::span<Tensor>, const Attrs& attrs) {
+  const RmspropParams h = RmspropParams::from(attrs);
+  run_step<RmspropOp>(FusedGroup("fused_rmsprop", in, h.num_buffers(), [](size_t, double*) {}), h);
+}
+
+// Adagrad's scalars[0]: the decayed lr of the parameter's step count.
+void adagrad_step(std::span<const Tensor> in, std::span<Tensor>, const Attrs& attrs) {
+  const AdagradParams h = AdagradParams::from(attrs);
+  run_step<AdagradOp>(FusedGroup("fused_adagrad", in, h.num_buffers(),
+                                 [&](size_t i, double* s) { s[0] = h.decayed_lr(attrs.per_param[i]); }),
+                      h);
 }
 
 }  // namespace
 
-// Registered with or without a GPU: the optimizers reach these entries only with CUDA tensors.
+// Registered with or without a GPU: these kernels run only for CUDA tensors.
 void register_optim() {
-  FusedOptimSteps& steps = fused_optim_steps(DeviceType::CUDA);
-  steps.sgd = sgd_step;
-  steps.adam = adam_step;
-  steps.rmsprop = rmsprop_step;
-  steps.adagrad = adagrad_step;
+  const DeviceType cuda = DeviceType::CUDA;
+  register_kernel(OpId::FusedSgd, cuda, sgd_step);
+  register_kernel(OpId::FusedAdam, cuda, adam_step);
+  register_kernel(OpId::FusedAdamw, cuda, adam_step);
+  register_kernel(OpId::FusedRmsprop, cuda, rmsprop_step);
+  register_kernel(OpId::FusedAdagrad, cuda, adagrad_step);
 }
 
 }  // namespace brisk::kernels::cuda
