@@ -3,8 +3,10 @@
 # NCCL found (cmake/cuda.cmake: BRISK_NCCL_*), dist/nccl_group.cpp is the library
 # brisk_dist_nccl (brisk::dist_nccl, the package's `nccl` component) above brisk_dist and
 # brisk_cuda, linked to NCCL; it registers itself as dist's NCCL backend (Note [Backend
-# libraries] in init.cpp), so a CPU-only program with brisk::dist needs no CUDA.
-# Not here: the tests' mpirun launch (tests/CMakeLists.txt, tests/dist/run.sh).
+# libraries] in init.cpp), so a CPU-only program with brisk::dist needs no CUDA. Gloo
+# (Debian's libgloo-dev), when found, is dist's backend for jobs started without mpirun
+# (dist::init_from_env, the launcher brisk-run of dist/run/); without it those are clear errors.
+# Not here: the tests' launches (tests/CMakeLists.txt, tests/dist/*.sh).
 
 include(GNUInstallDirs)
 file(GLOB BRISK_DIST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/../dist/*.cpp)
@@ -18,6 +20,21 @@ target_compile_options(brisk_dist PRIVATE -Wall -Wextra -Wno-unused-parameter)
 if(BRISK_NATIVE)
   target_compile_options(brisk_dist PRIVATE -march=native)
 endif()
+find_package(Gloo CONFIG QUIET)
+set(BRISK_DIST_GLOO OFF)
+if(Gloo_FOUND AND TARGET gloo)
+  set(BRISK_DIST_GLOO ON)
+  target_link_libraries(brisk_dist PRIVATE gloo)
+  target_compile_definitions(brisk_dist PRIVATE BRISK_WITH_GLOO)
+  message(STATUS "brisk: dist with Gloo (init_from_env, brisk-run)")
+else()
+  message(STATUS "brisk: dist without Gloo (install libgloo-dev for jobs started without mpirun)")
+endif()
+
+# brisk-run: the launcher (torchrun's pattern). A plain POSIX program: it needs neither brisk nor MPI.
+add_executable(brisk-run ${CMAKE_CURRENT_LIST_DIR}/../dist/run/brisk_run.cpp)
+target_compile_options(brisk-run PRIVATE -Wall -Wextra -Wno-unused-parameter)
+install(TARGETS brisk-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS brisk_dist EXPORT briskTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 

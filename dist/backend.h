@@ -5,11 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/process_group.h"
 #include "engine/env.h"
+
+namespace brisk::dist {
+class TcpStore;
+}
 
 namespace brisk::dist::detail {
 
@@ -51,6 +56,13 @@ void mpi_world(int& rank, int& size);
 ProcessGroupPtr make_mpi_group(GroupOptions options);
 // The "mpi" section of the environment report (engine/env.h); process_group.cpp adds it.
 EnvSection mpi_env_section(const EnvOptions& options);
+
+// ---- Gloo (dist/gloo_group.cpp; without libgloo-dev, stubs that fail naming the cause): a
+// group of `size` ranks that rendezvous under `prefix` in `store`; its TCP device is bound to
+// this host's address towards `master_addr` (or BRISK_GLOO_IFNAME / GLOO_SOCKET_IFNAME).
+bool gloo_available();
+ProcessGroupPtr make_gloo_group(GroupOptions options, const std::shared_ptr<TcpStore>& store, const std::string& prefix,
+                                int rank, int size, const std::string& master_addr);
 
 // ---- NCCL: dist/nccl_group.cpp, the library brisk_dist_nccl (brisk::dist_nccl) of CUDA builds
 // with NCCL, sets the factory from a static initializer (Note [Backend libraries] in init.cpp);

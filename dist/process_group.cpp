@@ -1,7 +1,7 @@
 // dist/process_group.cpp: what every backend shares (dist/backend.h: call fingerprints, the
 // tensor checks, the debug comparison) and the process-wide state: init_process_group, world,
-// launch_info, destroy_process_group, and the "mpi" section of the environment report. Not here: the MPI and NCCL
-// backends themselves.
+// launch_info, destroy_process_group, init_from_env (the environment rendezvous without MPI), and the "mpi"
+// section of the environment report. Not here: the MPI, Gloo and NCCL backends themselves.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dist/backend.h"
+#include "dist/store.h"
 #include "engine/backend.h"
 
 namespace brisk::dist {
@@ -153,6 +154,11 @@ struct World {
   Launch launch;
   bool started = false;
   bool destroyed = false;
+  // How this process joined its job: mpirun (MPI started) or the environment (init_from_env).
+  enum class Mode { None, Mpi, Env } mode = Mode::None;
+  std::shared_ptr<TcpStore> store;  // Env: the rendezvous store (served by rank 0)
+  std::string master_addr;
+  int groups_made = 0;  // Env: groups made so far, the same count on every rank (key prefixes)
 };
 
 World& state() {
@@ -171,6 +177,95 @@ int env_int(const char* name, int fallback) {
 }
 
 void at_exit() { destroy_process_group(); }
+
+std::string env_text(const char* name) {
+  const char* v = std::getenv(name);
+  BRISK_CHECK(v && *v, "init_from_env: environment variable ", name,
+              " is not set (start the program with brisk-run, or set MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE as "
+              "torchrun does)");
+  return v;
+}
+
+int env_required_int(const char* name, int lo, int hi) {
+  const std::string v = env_text(name);
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  BRISK_CHECK(end && *end == '\0' && x >= lo && x <= hi, "init_from_env: environment variable ", name, "='", v,
+              "' is not a number in [", lo, ", ", hi, "]");
+  return int(x);
+}
+
+Device cuda_device_for(const Launch& launch, Device device) {
+  if (device.is_cuda() && device.index >= 0) return device;
+  brisk::Backend* cuda = find_backend(DeviceType::CUDA);
+  BRISK_CHECK(cuda && cuda->device_count() > 0, "init_process_group: NCCL needs a CUDA device, none found");
+  return Device::cuda(launch.local_rank % cuda->device_count());
+}
+
+ProcessGroupPtr make_nccl(const Launch& launch, Device device, const GroupOptions& options,
+                          const ProcessGroupPtr& bootstrap) {
+  const Device d = cuda_device_for(launch, device);
+  BRISK_CHECK(detail::g_nccl_factory, "init_process_group: the NCCL backend (", d,
+              ") needs brisk::dist_nccl linked: a CUDA build of brisk with NCCL, and the program linked to "
+              "brisk::dist_nccl (find_package(brisk COMPONENTS nccl))");
+  return detail::g_nccl_factory(options, d, bootstrap);
+}
+
+// init_from_env with the world's lock held. Note [Environment rendezvous] in docs/DECISIONS.md.
+ProcessGroupPtr init_env_locked(World& w, Backend backend, Device device, GroupOptions options) {
+  BRISK_CHECK(w.mode != World::Mode::Mpi, "init_from_env: this process already started MPI (init_process_group); ",
+              "a job joins through mpirun or through the environment, not both");
+  if (backend == Backend::Auto) backend = device.is_cuda() ? Backend::Nccl : Backend::Gloo;
+  BRISK_CHECK(backend != Backend::Mpi,
+              "init_from_env: the MPI backend joins its job through mpirun (use init_process_group)");
+  BRISK_CHECK(backend != Backend::Gloo || device.is_cpu(), "init_from_env: the Gloo backend takes CPU tensors, not ",
+              device);
+  BRISK_CHECK(detail::gloo_available(), "init_from_env: this build of brisk has no Gloo backend (install libgloo-dev ",
+              "and reconfigure); without it, start the job with mpirun and init_process_group");
+  if (w.mode == World::Mode::None) {
+    const std::string addr = env_text("MASTER_ADDR");
+    const int port = env_required_int("MASTER_PORT", 1, 65535);
+    const int size = env_required_int("WORLD_SIZE", 1, 1 << 24);
+    const int rank = env_required_int("RANK", 0, size - 1);
+    const int local = env_int("LOCAL_RANK", rank);
+    w.store = std::make_shared<TcpStore>(addr, port, rank == 0, options.timeout);
+    w.master_addr = addr;
+    w.launch = {rank, size, local};
+    w.started = true;
+    w.mode = World::Mode::Env;
+    std::atexit(at_exit);
+  }
+  std::string prefix = "g";  // (not "g" + to_string: GCC 12's -Wrestrict false positive)
+  prefix += std::to_string(w.groups_made++);
+  prefix += '/';
+  ProcessGroupPtr g;
+  if (backend == Backend::Gloo) {
+    g = detail::make_gloo_group(options, w.store, prefix, w.launch.rank, w.launch.size, w.master_addr);
+  } else {
+    const Device d = cuda_device_for(w.launch, device);  // its errors before the bootstrap group
+    GroupOptions boot = options;
+    boot.name = options.name + ".bootstrap";
+    g = make_nccl(w.launch, d, options,
+                  detail::make_gloo_group(boot, w.store, prefix, w.launch.rank, w.launch.size, w.master_addr));
+  }
+  w.all.push_back(g);
+  if (!w.group) w.group = g;
+  return g;
+}
+
+// Env mode, at the end: every rank checks in through the store before rank 0 (its server) may
+// leave, so that no rank still needs it. A short wait: a rank that died must not hold the
+// others' exit for the group's timeout.
+void exit_rendezvous(World& w) {
+  if (!w.store || detail::g_any_broken.load()) return;
+  try {
+    const int64_t n = w.store->add("exit/count", 1);
+    if (n == w.launch.size) w.store->set("exit/done", {1});
+    w.store->wait({"exit/done"}, std::min<Duration>(w.store->timeout(), std::chrono::seconds(30)));
+  } catch (const Error&) {
+    // A peer is gone; nothing is left to hand over.
+  }
+}
 
 }  // namespace
 
@@ -197,6 +292,11 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
   World& w = state();
   std::lock_guard<std::mutex> lock(w.mu);
   BRISK_CHECK(!w.destroyed, "init_process_group: called after destroy_process_group (MPI cannot start twice)");
+  if (backend == Backend::Gloo || (w.mode == World::Mode::Env && backend != Backend::Mpi)) {
+    return init_env_locked(w, backend, device, std::move(options));  // Auto and NCCL: as init_from_env
+  }
+  BRISK_CHECK(w.mode != World::Mode::Env, "init_process_group: this process joined its job through init_from_env ",
+              "(rank ", w.launch.rank, " of ", w.launch.size, ", no MPI): the MPI backend cannot join it");
   if (!w.started) {
     detail::start_mpi();
     int rank = 0, size = 1;
@@ -207,6 +307,7 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
     const int local = env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", rank));
     w.launch = {rank, size, local};
     w.started = true;
+    w.mode = World::Mode::Mpi;
     std::atexit(at_exit);
   }
   if (backend == Backend::Auto) backend = device.is_cuda() ? Backend::Nccl : Backend::Mpi;
@@ -223,17 +324,22 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
     }
     GroupOptions boot = options;
     boot.name = options.name + ".bootstrap";
-    BRISK_CHECK(detail::g_nccl_factory, "init_process_group: the NCCL backend (", d,
-                ") needs brisk::dist_nccl linked: a CUDA build of brisk with NCCL, and the program linked to "
-                "brisk::dist_nccl (find_package(brisk COMPONENTS nccl))");
-    g = detail::g_nccl_factory(options, d, detail::make_mpi_group(boot));
+    g = make_nccl(w.launch, d, options, detail::make_mpi_group(boot));
   }
   w.all.push_back(g);
   if (!w.group) w.group = g;
   return g;
 }
 
+ProcessGroupPtr init_from_env(Backend backend, Device device, GroupOptions options) {
+  World& w = state();
+  std::lock_guard<std::mutex> lock(w.mu);
+  BRISK_CHECK(!w.destroyed, "init_from_env: called after destroy_process_group");
+  return init_env_locked(w, backend, device, std::move(options));
+}
+
 bool is_nccl_available() { return detail::g_nccl_factory != nullptr; }
+bool is_gloo_available() { return detail::gloo_available(); }
 
 void destroy_process_group() {
   World& w = state();
@@ -244,7 +350,12 @@ void destroy_process_group() {
     if (ProcessGroupPtr g = weak.lock()) g->shutdown();  // no thread may call MPI after finalize
   }
   w.all.clear();
-  detail::finish_mpi(detail::g_any_broken.load());
+  if (w.mode == World::Mode::Env) {
+    exit_rendezvous(w);
+    w.store.reset();
+  } else {
+    detail::finish_mpi(detail::g_any_broken.load());
+  }
   w.destroyed = true;
 }
 

@@ -1,7 +1,9 @@
 // dist/process_group.h: collective communication between processes. A ProcessGroup is the
-// ranks of one job (started by `mpirun -np N`, on one machine or several with --hostfile);
-// every call is asynchronous and returns a Work to wait on. Backends: MPI for CPU tensors
-// (dist/mpi_group.cpp), NCCL for CUDA tensors (dist/nccl_group.cpp, CUDA builds). Every
+// ranks of one job (started by `mpirun -np N`, or by `brisk-run` / any launcher that sets
+// torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; on one machine or several); every call
+// is asynchronous and returns a Work to wait on. Backends: MPI for CPU tensors
+// (dist/mpi_group.cpp), Gloo for CPU tensors without MPI (dist/gloo_group.cpp, builds with
+// libgloo-dev), NCCL for CUDA tensors (dist/nccl_group.cpp, CUDA builds). Every
 // collective has a timeout, so a dead peer ends in a brisk::Error, not a hang (Note [Faults]
 // in dist/mpi_group.cpp). Not here: DistributedDataParallel (dist/ddp.h), ZeRO-1
 // (dist/zero.h), the sampler that shards a dataset (data/sampler.h, DistributedSampler).
@@ -63,7 +65,7 @@ class ProcessGroup {
   virtual ~ProcessGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "mpi", "nccl"
+  virtual const char* backend() const = 0;  // "mpi", "gloo", "nccl"
   const GroupOptions& options() const { return options_; }
   void set_timeout(Duration timeout) { options_.timeout = timeout; }
 
@@ -89,7 +91,7 @@ class ProcessGroup {
 };
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
 
-enum class Backend { Auto, Mpi, Nccl };
+enum class Backend { Auto, Mpi, Nccl, Gloo };
 
 // Rank, size and local rank of this process: from mpirun's environment (and MPI), checked
 // against RANK / WORLD_SIZE / LOCAL_RANK where those are set. A process not started by mpirun
@@ -101,10 +103,22 @@ struct Launch {
 };
 
 // Starts MPI (once per process) and returns the world group of `backend` (Auto: NCCL when
-// `device` is CUDA, else MPI); CUDA groups use device local_rank % device_count unless
-// `device` names one. The first call's group is also world().
+// `device` is CUDA, else MPI; Gloo: init_from_env); CUDA groups use device
+// local_rank % device_count unless `device` names one. The first call's group is also world().
 ProcessGroupPtr init_process_group(Backend backend = Backend::Auto, Device device = Device::cpu(),
                                    GroupOptions options = {});
+
+// Joins the job described by the environment, torchrun's names (brisk-run sets them):
+// MASTER_ADDR and MASTER_PORT (where rank 0 serves the rendezvous store, dist/store.h), RANK,
+// WORLD_SIZE, LOCAL_RANK (default: RANK). No MPI is started. Returns the world group of
+// `backend`: Auto is Gloo for CPU and NCCL for CUDA (its unique id travels over a Gloo group);
+// Mpi is an error (that is init_process_group's). Missing or bad variables, a rendezvous that
+// does not complete within options.timeout, and mixing with init_process_group's MPI are
+// errors naming the variable, the address or the call. The first group is also world().
+ProcessGroupPtr init_from_env(Backend backend = Backend::Auto, Device device = Device::cpu(),
+                              GroupOptions options = {});
+// Whether this build has the Gloo backend (brisk built with libgloo-dev found).
+bool is_gloo_available();
 ProcessGroupPtr world();  // the group init_process_group made (an error before it)
 bool is_initialized();
 // Whether this program has the NCCL backend: brisk::dist_nccl linked (a CUDA build with NCCL).

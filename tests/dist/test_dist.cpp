@@ -1,12 +1,14 @@
-// tests/dist/test_dist.cpp: dist/ on 2 ranks (tests/dist/run.sh starts it with mpirun -np 2;
-// every rank runs every case, and a failure on any rank fails the run). Every collective and
-// dtype against the arithmetic, the errors users meet, DDP against one process on the full
-// batch (F64 and F32), overlap from recorded timestamps, no_sync against accumulation, unused
-// parameters, ZeRO-1 against plain Adam. The fault and mismatch cases are processes of their
-// own (tests/dist/fault_child.cpp).
+// tests/dist/test_dist.cpp: dist/ on 2 ranks (tests/dist/run.sh starts it with mpirun -np 2,
+// tests/dist/gloo.sh with brisk-run over Gloo; every rank runs every case, and a failure on any rank fails the run).
+// Every collective and dtype against the arithmetic, the errors users meet, DDP against one process on the full batch
+// (F64 and F32), overlap from recorded timestamps, no_sync against accumulation, unused parameters, ZeRO-1 against
+// plain Adam. The fault and mismatch cases are processes of their own (tests/dist/fault_child.cpp).
 #include <doctest/doctest.h>
+#include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "dist/ddp.h"
@@ -28,13 +30,20 @@ using brisk::test::reduced_value;
 namespace {
 
 dist::ProcessGroupPtr pg() { return dist::world(); }
+bool on_gloo() { return std::string(pg()->backend()) == "gloo"; }
 
 }  // namespace
 
 TEST_CASE("dist: the world has 2 ranks") {
   CHECK(pg()->size() == 2);
   CHECK(pg()->rank() == dist::launch_info().rank);
-  CHECK(std::string(pg()->backend()) == "mpi");
+  const char* want = std::getenv("BRISK_TEST_BACKEND");
+  CHECK(std::string(pg()->backend()) == (want && *want ? want : "mpi"));
+  if (on_gloo()) {  // started by brisk-run: MPI never ran in this process
+    int mpi_started = 1;
+    MPI_Initialized(&mpi_started);
+    CHECK(mpi_started == 0);
+  }
 }
 
 TEST_CASE("dist: allreduce of every op and dtype equals the arithmetic") {
@@ -91,7 +100,10 @@ TEST_CASE("dist: bad tensors and arguments are clear errors") {
   Tensor strided = slice(zeros({8}), 0, 0, 8, 2);
   CHECK(error_text([&] { pg()->allreduce(strided); }).find("is not contiguous") != std::string::npos);
   Tensor u8 = zeros({4}, DType::U8);
-  CHECK(error_text([&] { pg()->allreduce(u8); }).find("the MPI backend has no dtype U8") != std::string::npos);
+  CHECK(error_text([&] {
+          pg()->allreduce(u8);
+        }).find(on_gloo() ? "the Gloo backend has no dtype U8" : "the MPI backend has no dtype U8") !=
+        std::string::npos);
   Tensor i32 = zeros({4}, DType::I32);
   CHECK(error_text([&] { pg()->allreduce(i32, dist::ReduceOp::Avg); }).find("avg needs a floating dtype") !=
         std::string::npos);
@@ -102,8 +114,18 @@ TEST_CASE("dist: bad tensors and arguments are clear errors") {
   CHECK(error_text([&] { pg()->allgather(one, f); }).find("1 output tensors for a group of 2") != std::string::npos);
   Tensor wrong = zeros({3});
   CHECK(error_text([&] { pg()->reduce_scatter(wrong, f); }).find("needs 2 x 3 elements") != std::string::npos);
-  CHECK(error_text([] { dist::init_process_group(dist::Backend::Mpi, Device::cuda()); }).find("takes CPU tensors") !=
-        std::string::npos);
+  CHECK(error_text([] {
+          dist::init_process_group(dist::Backend::Mpi, Device::cuda());
+        }).find(on_gloo() ? "joined its job through init_from_env" : "takes CPU tensors") != std::string::npos);
+  if (on_gloo()) {
+    CHECK(error_text([] {
+            dist::init_from_env(dist::Backend::Gloo, Device::cuda());
+          }).find("the Gloo backend takes CPU tensors") != std::string::npos);
+    CHECK(error_text([] { dist::init_from_env(dist::Backend::Mpi); }).find("joins its job through mpirun") !=
+          std::string::npos);
+  } else {
+    CHECK(error_text([] { dist::init_from_env(); }).find("already started MPI") != std::string::npos);
+  }
 }
 
 // ---- DDP
