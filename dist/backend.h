@@ -54,6 +54,9 @@ void finish_mpi(bool any_broken);
 void abort_mpi(int status);
 void mpi_world(int& rank, int& size);
 ProcessGroupPtr make_mpi_group(GroupOptions options);
+// MPI_Comm_split of MPI_COMM_WORLD, collective over the world: the ranks with index >= 0 make a
+// group in which they have that rank; the others (index -1) get nullptr.
+ProcessGroupPtr make_mpi_subgroup(GroupOptions options, int index);
 // The "mpi" section of the environment report (engine/env.h); process_group.cpp adds it.
 EnvSection mpi_env_section(const EnvOptions& options);
 

@@ -534,6 +534,14 @@ ProcessGroupPtr make_mpi_group(GroupOptions options) {
   return std::make_shared<MpiGroup>(std::move(options), comm);
 }
 
+ProcessGroupPtr make_mpi_subgroup(GroupOptions options, int index) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split(MPI_COMM_WORLD, index >= 0 ? 0 : MPI_UNDEFINED, index, &comm);
+  BRISK_CHECK(rc == MPI_SUCCESS, "new_group: MPI_Comm_split for group '", options.name, "' failed: ", mpi_error(rc));
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return std::make_shared<MpiGroup>(std::move(options), comm);
+}
+
 void start_mpi() {
   int ready = 0;
   MPI_Initialized(&ready);

@@ -338,6 +338,112 @@ ProcessGroupPtr init_from_env(Backend backend, Device device, GroupOptions optio
   return init_env_locked(w, backend, device, std::move(options));
 }
 
+namespace {
+
+std::string rank_list(const std::vector<int>& ranks) {  // "0,2"
+  std::ostringstream s;
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? "," : "") << ranks[i];
+  return s.str();
+}
+
+// What a rank outside a sub-group holds: every call is an error naming it and the group.
+class NonMemberGroup : public ProcessGroup {
+ public:
+  NonMemberGroup(GroupOptions options, std::vector<int> ranks, int me, std::string backend)
+      : ProcessGroup(std::move(options)), ranks_(std::move(ranks)), me_(me), backend_(std::move(backend)) {}
+  int rank() const override { return -1; }
+  int size() const override { return int(ranks_.size()); }
+  const char* backend() const override { return backend_.c_str(); }
+  WorkPtr allreduce(Tensor&, ReduceOp) override { fail("allreduce"); }
+  WorkPtr broadcast(Tensor&, int) override { fail("broadcast"); }
+  WorkPtr allgather(std::vector<Tensor>&, const Tensor&) override { fail("allgather"); }
+  WorkPtr allgather_into_tensor(Tensor&, const Tensor&) override { fail("allgather_into_tensor"); }
+  WorkPtr reduce_scatter(Tensor&, const Tensor&, ReduceOp) override { fail("reduce_scatter"); }
+  WorkPtr barrier() override { fail("barrier"); }
+  WorkPtr send(const Tensor&, int, int) override { fail("send"); }
+  WorkPtr recv(Tensor&, int, int) override { fail("recv"); }
+  void shutdown() override {}
+
+ private:
+  [[noreturn]] void fail(const char* call) const {
+    BRISK_FAIL(call, ": rank ", me_, " is not a member of group '", options_.name, "' (world ranks ", rank_list(ranks_),
+               "); only its members may call it");
+  }
+  std::vector<int> ranks_;
+  int me_;
+  std::string backend_;
+};
+
+}  // namespace
+
+ProcessGroupPtr new_group(const std::vector<int>& ranks, GroupOptions options) {
+  ProcessGroupPtr world_group = world();
+  World& w = state();
+  const int n = w.launch.size, me = w.launch.rank;
+  if (options.name == GroupOptions{}.name) options.name = "group(" + rank_list(ranks) + ")";
+  BRISK_CHECK(!ranks.empty(), "new_group: no ranks for group '", options.name, "'");
+  std::vector<bool> seen(size_t(n), false);
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    BRISK_CHECK(r >= 0 && r < n, "new_group: rank ", r, " of group '", options.name, "' is outside the world of ", n,
+                " ranks");
+    BRISK_CHECK(!seen[size_t(r)], "new_group: rank ", r, " appears twice in group '", options.name, "'");
+    seen[size_t(r)] = true;
+    if (r == me) index = int(i);
+  }
+  world_group->barrier()->wait();  // nothing in flight on the world while the group is made
+  std::lock_guard<std::mutex> lock(w.mu);
+  const std::string backend = world_group->backend();
+  ProcessGroupPtr g;
+  auto cpu_subgroup = [&](GroupOptions o) -> ProcessGroupPtr {
+    if (w.mode == World::Mode::Mpi) return detail::make_mpi_subgroup(std::move(o), index);
+    std::string prefix = "g";  // every rank counts every group, member or not
+    prefix += std::to_string(w.groups_made++);
+    prefix += '/';
+    if (index < 0) return nullptr;
+    return detail::make_gloo_group(std::move(o), w.store, prefix, index, int(ranks.size()), w.master_addr);
+  };
+  if (backend == "nccl") {
+    GroupOptions boot = options;
+    boot.name = options.name + ".bootstrap";
+    ProcessGroupPtr b = cpu_subgroup(boot);
+    if (b) g = make_nccl(w.launch, cuda_device_for(w.launch, Device::cpu()), options, b);  // local_rank % count
+  } else {
+    g = cpu_subgroup(options);
+  }
+  if (!g) return std::make_shared<NonMemberGroup>(std::move(options), ranks, me, backend);
+  w.all.push_back(g);
+  return g;
+}
+
+DeviceMesh init_device_mesh(int rows, int cols, GroupOptions options) {
+  const int n = world()->size(), me = world()->rank();
+  BRISK_CHECK(rows >= 1 && cols >= 1 && int64_t(rows) * cols == n, "init_device_mesh: a ", rows, " x ", cols,
+              " mesh needs ", int64_t(rows) * cols, " ranks, the world has ", n);
+  const std::string base = options.name == GroupOptions{}.name ? "mesh" : options.name;
+  DeviceMesh m;
+  m.rows = rows;
+  m.cols = cols;
+  m.row = me / cols;
+  m.col = me % cols;
+  for (int i = 0; i < rows; ++i) {
+    std::vector<int> ranks;
+    for (int j = 0; j < cols; ++j) ranks.push_back(i * cols + j);
+    options.name = base + ".row" + std::to_string(i);
+    ProcessGroupPtr g = new_group(ranks, options);
+    if (i == m.row) m.row_group = g;
+  }
+  for (int j = 0; j < cols; ++j) {
+    std::vector<int> ranks;
+    for (int i = 0; i < rows; ++i) ranks.push_back(i * cols + j);
+    options.name = base + ".col" + std::to_string(j);
+    ProcessGroupPtr g = new_group(ranks, options);
+    if (j == m.col) m.col_group = g;
+  }
+  return m;
+}
+
 bool is_nccl_available() { return detail::g_nccl_factory != nullptr; }
 bool is_gloo_available() { return detail::gloo_available(); }
 

@@ -124,6 +124,31 @@ bool is_initialized();
 // Whether this program has the NCCL backend: brisk::dist_nccl linked (a CUDA build with NCCL).
 bool is_nccl_available();
 Launch launch_info();
+
+// A group of some of the world's ranks (sub-groups: data x pipeline parallelism, and the like),
+// of world()'s backend: MPI (MPI_Comm_split), Gloo (a full mesh of its own through the
+// rendezvous store) or NCCL (a communicator of its own, its unique id shared over a CPU
+// sub-group). Collective over the world: every rank calls it, in the same order, with the same
+// `ranks` (distinct world ranks; the group's rank i is ranks[i]); it first waits for a barrier on
+// world(), so no call may be pending there. A sub-group has its own communicator and thread: its
+// calls never wait for ranks outside it. On a rank outside `ranks` the result's rank() is -1 and
+// each of its calls is an error naming this rank, the group and its ranks. options.name defaults
+// to "group(0,2)" for ranks {0, 2}.
+ProcessGroupPtr new_group(const std::vector<int>& ranks, GroupOptions options = {});
+
+// A 2-D mesh of the world's ranks, row-major: rank r sits at (r / cols, r % cols). For data x
+// pipeline parallelism with rows = replicas and cols = stages, row_group is a replica's pipeline
+// (its stages in order) and col_group the replicas of one stage (where gradients are averaged).
+struct DeviceMesh {
+  int rows = 1, cols = 1;
+  int row = 0, col = 0;       // this rank's coordinates
+  ProcessGroupPtr row_group;  // the cols ranks of this rank's row, in column order
+  ProcessGroupPtr col_group;  // the rows ranks of this rank's column, in row order
+};
+// Collective over the world (new_group for every row and every column); rows * cols must be
+// the world's size. Groups are named "<name>.row<i>" and "<name>.col<j>" (name: "mesh" unless
+// options.name is set).
+DeviceMesh init_device_mesh(int rows, int cols, GroupOptions options = {});
 // Stops the groups' threads and finalizes MPI (also done at exit). Later calls fail clearly.
 void destroy_process_group();
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/dist/gloo.sh TESTS FAULT_CHILD BRISK_RUN: dist/ without mpirun, as ctest runs it
 # (dist_gloo): the 2-rank suite (tests/dist/test_*.cpp) over Gloo started by brisk-run, once as
-# one node of 2 ranks and once as 2 "nodes" of 1 rank (two launchers, --nnodes 2); the fault
+# one node of 2 ranks and once as 2 "nodes" of 1 rank (two launchers, --nnodes 2), and its
+# `groups:*` cases on 4 ranks (sub-groups, data x pipeline parallelism); the fault
 # cases over Gloo (a rank killed by SIGKILL, a collective mismatch, a pipeline stage killed),
 # where brisk-run must exit non-zero and name the dead rank; init_from_env's errors; and the
 # launcher itself with small shell programs: the environment it sets, a failing rank stopping
@@ -24,6 +25,12 @@ else
   fail "gloo suite (brisk-run --nproc-per-node 2)" "$(cat "$work/suite")"
 fi
 export BRISK_TEST_BACKEND=gloo
+if timeout 300 "$run" --nproc-per-node 4 --master-port $((port + 4)) "$tests" -tc='groups:*' >"$work/groups" 2>&1 &&
+   grep -q "dist tests on 4 ranks (gloo): passed" "$work/groups"; then
+  echo "PASS gloo on 4 ranks: sub-groups, the mesh, data x pipeline parallelism equal to one process"
+else
+  fail "gloo groups on 4 ranks" "$(cat "$work/groups")"
+fi
 timeout 300 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-port $((port + 1)) "$tests" \
   -tc='dist:*,ddp:*' >"$work/node1" 2>&1 &
 node1=$!
