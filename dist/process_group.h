@@ -141,9 +141,9 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, GroupOptions options = 
 // (its stages in order) and col_group the replicas of one stage (where gradients are averaged).
 struct DeviceMesh {
   int rows = 1, cols = 1;
-  int row = 0, col = 0;       // this rank's coordinates
-  ProcessGroupPtr row_group;  // the cols ranks of this rank's row, in column order
-  ProcessGroupPtr col_group;  // the rows ranks of this rank's column, in row order
+  int row = 0, col = 0;         // this rank's coordinates
+  ProcessGroupPtr row_group{};  // the cols ranks of this rank's row, in column order
+  ProcessGroupPtr col_group{};  // the rows ranks of this rank's column, in row order
 };
 // Collective over the world (new_group for every row and every column); rows * cols must be
 // the world's size. Groups are named "<name>.row<i>" and "<name>.col<j>" (name: "mesh" unless
