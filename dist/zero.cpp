@@ -1,14 +1,47 @@
 // dist/zero.cpp: ZeroRedundancyOptimizer (dist/zero.h): the flat layout, the shard's pull
-// (values and gradients), the local step and the allgather back into the parameters.
+// (values and gradients), the local step and the allgather back into the parameters; for stage
+// 2 the gradient hooks and the reduce-scatter at the end of backward.
 #include "dist/zero.h"
 
+#include "engine/autograd.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 
 namespace brisk::dist {
 
-ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(optim::NamedTensors params, ProcessGroupPtr group, Factory make)
-    : group_(std::move(group)), params_(std::move(params)) {
+// Stage 2: the first gradient hook of a backward queues reduce() for its end; reduce() packs
+// every parameter's gradient into the flat buffer (zeros where none), reduce-scatters the
+// average into this rank's shard (adding to what earlier backwards left there), and frees the
+// parameters' gradients. Only the shard survives until step().
+struct ZeroRedundancyOptimizer::Stage2 {
+  ProcessGroupPtr group;
+  optim::NamedTensors params;
+  std::vector<int64_t> offsets;
+  Tensor flat;        // the padded flat gradient (staging for the reduce-scatter)
+  Tensor grad_shard;  // this rank's averaged gradient, accumulated over backwards
+  bool queued = false;
+
+  void reduce() {
+    queued = false;
+    NoGradGuard no_grad;
+    flat.zero_();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor& p = params[i].second;
+      const Tensor g = p.grad();
+      if (g.defined()) narrow(flat, 0, offsets[i], p.numel()).copy_(reshape(g, {p.numel()}));
+      p.zero_grad(true);  // freed: the shard is all that stays
+    }
+    Tensor mine = zeros_like(grad_shard);
+    group->reduce_scatter(mine, flat, ReduceOp::Avg)->wait();
+    grad_shard.add_(mine);
+  }
+};
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(optim::NamedTensors params, ProcessGroupPtr group, Factory make,
+                                                 ZeroOptions options)
+    : group_(std::move(group)), params_(std::move(params)), options_(options) {
+  BRISK_CHECK(options_.stage == 1 || options_.stage == 2, "ZeroRedundancyOptimizer: stage must be 1 or 2, got ",
+              options_.stage, " (stage 3, sharded parameters, is not built)");
   BRISK_CHECK(group_ && make, "ZeroRedundancyOptimizer: needs a process group and an optimizer factory");
   BRISK_CHECK(!params_.empty(), "ZeroRedundancyOptimizer: no parameters");
   const Tensor& p0 = params_[0].second;
@@ -26,7 +59,29 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(optim::NamedTensors params, Pro
   shard_.requires_grad_(true);
   local_ = make({{"shard", shard_}});
   BRISK_CHECK(local_ != nullptr, "ZeroRedundancyOptimizer: the factory returned no optimizer");
+  if (options_.stage == 2) {
+    stage2_ = std::make_shared<Stage2>();
+    stage2_->group = group_;
+    stage2_->params = params_;
+    stage2_->offsets = offsets_;
+    stage2_->flat = flat_;  // shared staging: step() no longer needs it by then
+    stage2_->grad_shard = zeros({shard_size_}, p0.dtype(), p0.device());
+    std::weak_ptr<Stage2> weak = stage2_;
+    for (auto& [name, p] : params_) {
+      if (!p.requires_grad()) continue;
+      p.register_post_accumulate_grad_hook([weak](Tensor&) {
+        std::shared_ptr<Stage2> s = weak.lock();
+        if (!s || s->queued) return;
+        s->queued = true;
+        queue_callback([weak] {
+          if (std::shared_ptr<Stage2> s2 = weak.lock()) s2->reduce();
+        });
+      });
+    }
+  }
 }
+
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
 
 void ZeroRedundancyOptimizer::step() {
   NoGradGuard no_grad;
@@ -36,6 +91,16 @@ void ZeroRedundancyOptimizer::step() {
   }
   const int64_t first = shard_size_ * group_->rank();
   shard_.copy_(narrow(flat_, 0, first, shard_size_));
+  if (stage2_) {
+    shard_.set_grad(stage2_->grad_shard.clone());  // averaged at the end of backward (zeros if none ran)
+  } else {
+    pull_gradients(first);
+  }
+  local_->step();
+  gather_back();
+}
+
+void ZeroRedundancyOptimizer::pull_gradients(int64_t first) {
   flat_.zero_();
   for (size_t i = 0; i < params_.size(); ++i) {  // then gradients, in the same buffer
     const Tensor& p = params_[i].second;
@@ -43,7 +108,9 @@ void ZeroRedundancyOptimizer::step() {
     if (g.defined()) narrow(flat_, 0, offsets_[i], p.numel()).copy_(reshape(g, {p.numel()}));
   }
   shard_.set_grad(narrow(flat_, 0, first, shard_size_).clone());
-  local_->step();
+}
+
+void ZeroRedundancyOptimizer::gather_back() {
   group_->allgather_into_tensor(flat_, shard_)->wait();
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
@@ -53,6 +120,19 @@ void ZeroRedundancyOptimizer::step() {
 
 void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
   for (auto& [name, p] : params_) p.zero_grad(set_to_none);
+  if (stage2_) {
+    NoGradGuard no_grad;
+    stage2_->grad_shard.zero_();
+  }
+}
+
+int64_t ZeroRedundancyOptimizer::local_grad_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, p] : params_) {
+    if (p.grad().defined()) bytes += p.grad().numel() * int64_t(p.grad().element_size());
+  }
+  if (stage2_) bytes += stage2_->grad_shard.numel() * int64_t(stage2_->grad_shard.element_size());
+  return bytes;
 }
 
 int ZeroRedundancyOptimizer::owner(const std::string& param_name) const {

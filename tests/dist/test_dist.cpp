@@ -266,3 +266,53 @@ TEST_CASE("zero: ZeRO-1 over Adam ends with plain Adam's weights, each rank hold
   CHECK(zero.local_state_bytes() * n == full);
   CHECK(zero.owner("0.weight") != zero.owner("2.weight"));  // the two big matrices split
 }
+
+TEST_CASE("zero: ZeRO-2 over Adam equals DDP + Adam over 20 steps (F64 1e-12), holding 1/N of gradients and state") {
+  const int me = pg()->rank(), n = pg()->size();
+  auto ddp_model = make_mlp(DType::F64);
+  auto z_model = make_mlp(DType::F64);
+  dist::DistributedDataParallel ddp(ddp_model, pg());
+  optim::Adam adam(ddp.named_parameters(), {.lr = 1e-2});
+  dist::ZeroRedundancyOptimizer zero(
+      z_model->named_parameters(), pg(),
+      [](optim::NamedTensors p) { return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-2}); },
+      {.stage = 2});
+  CHECK(zero.stage() == 2);
+  const int64_t rows = 16 / n;
+  manual_seed(13);
+  for (int step = 0; step < 20; ++step) {
+    Tensor x = cast(randn({16, 8}), DType::F64), y = cast(randn({16, 4}), DType::F64);
+    Tensor xs = narrow(x, 0, me * rows, rows), ys = narrow(y, 0, me * rows, rows);
+    adam.zero_grad();
+    mse_loss(ddp(xs), ys).backward();
+    adam.step();
+    zero.zero_grad();
+    // Two half micro-batches, loss / 2 each: the shard accumulates over both backwards.
+    for (int k = 0; k < 2; ++k) {
+      (mse_loss((*z_model)(narrow(xs, 0, k * rows / 2, rows / 2)), narrow(ys, 0, k * rows / 2, rows / 2)) * 0.5)
+          .backward();
+      // After each backward only the shard is left: the parameters' gradients were freed.
+      for (const auto& [name, p] : z_model->named_parameters()) REQUIRE(!p.grad().defined());
+    }
+    zero.step();
+  }
+  CHECK(max_diff(*z_model, *ddp_model) < 1e-12);
+  // Memory per rank: parameters + gradients + optimizer state, against DDP's (unsharded).
+  int64_t params = 0, ddp_grads = 0, ddp_state = 0;
+  for (const auto& [k, p] : ddp_model->named_parameters()) {
+    params += p.numel() * 8;
+    ddp_grads += p.grad().numel() * 8;
+  }
+  for (const auto& [k, t] : adam.state_dict().tensors) ddp_state += t.numel() * int64_t(t.element_size());
+  const int64_t z_total = params + zero.local_grad_bytes() + zero.local_state_bytes();
+  const int64_t d_total = params + ddp_grads + ddp_state;
+  MESSAGE("rank " << me << " of " << n << ": params " << params << " B, gradients " << zero.local_grad_bytes()
+                  << " B (DDP " << ddp_grads << "), optimizer state " << zero.local_state_bytes() << " B (DDP "
+                  << ddp_state << "): " << z_total << " B against " << d_total << " B");
+  const int64_t shard_elems = (params / 8 + n - 1) / n;
+  CHECK(zero.local_grad_bytes() == shard_elems * 8);                  // the shard only
+  CHECK(zero.local_state_bytes() * n <= ddp_state + 2 * 8 * n + 64);  // 1/N of Adam's state (padding aside)
+  CHECK(error_text([] {
+          dist::ZeroRedundancyOptimizer(make_mlp(DType::F64)->named_parameters(), pg(), nullptr, {.stage = 3});
+        }).find("stage must be 1 or 2, got 3") != std::string::npos);
+}
