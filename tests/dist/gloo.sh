@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# tests/dist/gloo.sh TESTS FAULT_CHILD BRISK_RUN: dist/ without mpirun, as ctest runs it
+# tests/dist/gloo.sh TESTS FAULT_CHILD BRISK_RUN ELASTIC_CHILD: dist/ without mpirun, as ctest runs it
 # (dist_gloo): the 2-rank suite (tests/dist/test_*.cpp) over Gloo started by brisk-run, once as
 # one node of 2 ranks and once as 2 "nodes" of 1 rank (two launchers, --nnodes 2), and its
 # `groups:*` cases on 4 ranks (sub-groups, data x pipeline parallelism); the fault
 # cases over Gloo (a rank killed by SIGKILL, a collective mismatch, a pipeline stage killed),
 # where brisk-run must exit non-zero and name the dead rank; init_from_env's errors; and the
 # launcher itself with small shell programs: the environment it sets, a failing rank stopping
-# the others, a signal passed on to every rank, --max-restarts, bad arguments.
+# the others, a signal passed on to every rank, --max-restarts, bad arguments; and an elastic
+# restart (tests/dist/elastic_child.cpp): a rank killed while writing a checkpoint, the job
+# restarted by `brisk-run --max-restarts 1` from the last complete checkpoint, ending with a
+# model byte-identical to an uninterrupted run's (the timeline is printed).
 set -uo pipefail
-tests=$1 child=$2 run=$3
+tests=$1 child=$2 run=$3 elastic=$4
 export OMP_NUM_THREADS=1
 unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK
 port=$((20000 + $$ % 20000))  # ports of this run: port .. port + 20
@@ -124,4 +127,22 @@ out=$(timeout 30 "$run" --nproc-per-node 2 /nonexistent/program 2>&1)
 rc=$?
 [ $rc -eq 127 ] && grep -q "cannot start '/nonexistent/program'" <<<"$out" &&
   echo "PASS brisk-run: a program that cannot start is status 127, named" || fail "missing program: $rc" "$out"
+
+# ---- elastic restart: rank 1 killed while writing the checkpoint of step 8 (of 20)
+timeout 120 "$run" --nproc-per-node 2 --master-port $((port + 5)) "$elastic" "$work/straight" 20 >"$work/e1" 2>&1
+rc1=$?
+timeout 120 "$run" --nproc-per-node 2 --master-port $((port + 6)) --max-restarts 1 "$elastic" "$work/killed" 20 8 \
+  >"$work/e2" 2>&1
+rc2=$?
+e2=$(cat "$work/e2")
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "rank 1 (pid [0-9]*) was killed by signal 9" <<<"$e2" &&
+   grep -q "restarting all 2 ranks (restart 1 of 1)" <<<"$e2" &&
+   [ "$(grep -c "attempt 1: resumed from the checkpoint of step 6" <<<"$e2")" -eq 2 ] &&
+   cmp -s "$work/straight/final.safetensors" "$work/killed/final.safetensors"; then
+  t() { grep -m1 "$1" <<<"$e2" | sed 's/^t=\([0-9]*\) .*/\1/'; }
+  k=$(t "killed (SIGKILL)") err=$(t "rank 0 attempt 0: error") back=$(t "attempt 1: resumed")
+  echo "PASS elastic restart: killed at step 8's checkpoint, rank 0's error +$((err - k)) ms, restarted +$((back - k)) ms, resumed from step 6, final model byte-identical to an uninterrupted run"
+else
+  fail "elastic restart: statuses $rc1 / $rc2" "$(cat "$work/e1")" "$e2"
+fi
 exit $status
