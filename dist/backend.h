@@ -39,6 +39,10 @@ std::string compare_fingerprints(const std::vector<Fingerprint>& all, int my_ran
 // Dense, defined, on device type `device`; errors name the call, the tensor and the group.
 void check_tensor(const Tensor& t, const char* call, const ProcessGroup& g, DeviceType device);
 
+// A fresh id for a Work, never reused in the process (a group's broken-by record keeps the
+// id, not the address: a later call's Work may be allocated where the failed one was).
+uint64_t next_work_id();
+
 // A group timed out or met an MPI / NCCL error (`error`, the first one): MPI is not finalized
 // at exit, and the process exits with kBrokenGroupExitStatus (Note [Faults]).
 void mark_broken(const std::string& error);

@@ -23,6 +23,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -195,19 +196,22 @@ struct Health {
   std::mutex mu;
   std::atomic<bool> broken{false};
   std::string first_error;
-  const Work* culprit = nullptr;
-  std::string fail(const std::string& error, const Work* work) {
+  uint64_t culprit = 0;  // the id of the call whose failure broke the group (ids are never reused)
+  // Marks the group broken by call `id` (described as `what`); returns the error that call reports.
+  std::string fail(const std::string& error, uint64_t id, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
     if (!broken.exchange(true)) {
       first_error = error;
-      culprit = work;
+      culprit = id;
     }
     detail::mark_broken(first_error);
-    return work == culprit ? first_error : detail::broken_group_error(work->describe(), first_error);
+    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
   }
-  std::string error_for(const Work& work) {
+  // What call `id` reports when the group broke before or while it ran: its own error if it
+  // broke the group, else that it did not run and why.
+  std::string error_for(uint64_t id, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
-    return &work == culprit ? first_error : detail::broken_group_error(work.describe(), first_error);
+    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
   }
 };
 
@@ -220,7 +224,8 @@ class GlooWork : public Work {
         what_(std::move(what)),
         timeout_(timeout),
         deadline_(Clock::now() + timeout + std::chrono::seconds(2)),
-        health_(std::move(health)) {}
+        health_(std::move(health)),
+        id_(detail::next_work_id()) {}
   bool wait(Duration timeout) override {
     const auto until = std::min(Clock::now() + timeout, deadline_);
     std::unique_lock<std::mutex> lock(mu_);
@@ -229,13 +234,14 @@ class GlooWork : public Work {
     if (done_) return true;
     if (Clock::now() < deadline_) return false;
     lock.unlock();
-    BRISK_FAIL(health_->fail(timeout_message(), this));
+    BRISK_FAIL(health_->fail(timeout_message(), id_, what_));
   }
   bool is_completed() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return done_;
   }
   std::string describe() const override { return what_; }
+  uint64_t id() const { return id_; }
   std::string timeout_message() const {
     std::ostringstream s;
     s << what_ << ": timed out after " << std::chrono::duration<double>(timeout_).count()
@@ -265,6 +271,7 @@ class GlooWork : public Work {
   Duration timeout_;
   Clock::time_point deadline_;
   std::shared_ptr<Health> health_;
+  uint64_t id_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -438,7 +445,7 @@ class GlooGroup : public ProcessGroup {
   WorkPtr enqueue(Task task, const char* call) {
     WorkPtr w = task.work;
     if (health_->broken) {
-      task.work->finish(health_->error_for(*task.work));
+      task.work->finish(health_->error_for(task.work->id(), task.work->describe()));
       return w;
     }
     {
@@ -468,7 +475,7 @@ class GlooGroup : public ProcessGroup {
         queue_.pop_front();
       }
       if (health_->broken) {
-        t.work->finish(health_->error_for(*t.work));
+        t.work->finish(health_->error_for(t.work->id(), t.work->describe()));
         continue;
       }
       std::string err;
@@ -487,7 +494,7 @@ class GlooGroup : public ProcessGroup {
       if (err.empty()) {
         t.work->finish();
       } else {
-        t.work->finish(health_->fail(err, t.work.get()));
+        t.work->finish(health_->fail(err, t.work->id(), t.work->describe()));
       }
     }
   }
@@ -529,7 +536,7 @@ class GlooGroup : public ProcessGroup {
     if (err.empty()) {
       t->work->finish();
     } else {
-      t->work->finish(health_->fail(err, t->work.get()));
+      t->work->finish(health_->fail(err, t->work->id(), t->work->describe()));
     }
   }
 
@@ -624,6 +631,10 @@ bool gloo_available() { return true; }
 
 ProcessGroupPtr make_gloo_group(GroupOptions options, const std::shared_ptr<TcpStore>& store, const std::string& prefix,
                                 int rank, int size, const std::string& master_addr) {
+  // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died must end the call with
+  // an error, not kill this process with SIGPIPE. A handler the program set is left alone.
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   auto dev = device_for(master_addr);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   ctx->setTimeout(options.timeout);

@@ -81,6 +81,11 @@ std::string broken_group_error(const std::string& call, const std::string& first
 
 void set_nccl_factory(NcclFactory factory) { g_nccl_factory = factory; }
 
+uint64_t next_work_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
 Fingerprint fingerprint(const char* call, ReduceOp op, int peer, const Tensor& t) {
   Fingerprint f;
   std::memset(static_cast<void*>(&f), 0, sizeof f);  // padding too: ranks compare the raw bytes

@@ -9,6 +9,8 @@
 // same cases run over Gloo (started through the environment, tests/dist/gloo.sh), where a dead
 // peer's closed connection may end the call before the timeout. `env_errors` (one process, no
 // launcher): init_from_env's errors for a missing or bad variable and a rank that never comes.
+// `link_cut` (tests/dist/netns.sh): the link between two "hosts" goes down under a running job;
+// each rank's allreduce must fail with the group's timeout.
 // Prints "PASS <what>" or "FAIL <what>" on rank 0 and exits 0 on pass.
 #include <signal.h>
 #include <unistd.h>
@@ -113,6 +115,32 @@ int pipeline_kill_case(dist::ProcessGroupPtr g) {
   }
 }
 
+// A link cut under a live job (tests/dist/netns.sh takes a "host's" veth down after READY):
+// nothing closes the connections, so each rank's next allreduce must end with the group's
+// timeout, naming the call.
+int link_cut_case(dist::ProcessGroupPtr g) {
+  Tensor t = ones({1024});
+  g->allreduce(t)->wait();
+  std::printf("READY link_cut rank %d\n", g->rank());
+  std::fflush(stdout);
+  for (int i = 0; i < 600; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      g->allreduce(t)->wait();
+    } catch (const Error& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string m = e.what();
+      const bool ok = m.find("allreduce(sum) of F32 (1024) on group 'world'") != std::string::npos &&
+                      m.find("timed out after 3 s") != std::string::npos && s < 3 + 5;
+      std::printf("%s link_cut (rank %d): error after %.1f s: %s\n", ok ? "PASS" : "FAIL", g->rank(), s, m.c_str());
+      return ok ? 0 : 1;
+    }
+    usleep(50 * 1000);
+  }
+  std::printf("FAIL link_cut: 30 s of allreduces without an error (was the link cut?)\n");
+  return 1;
+}
+
 // init_from_env's errors, in one process: each names what is wrong.
 int env_errors_case() {
   auto error_of = [](dist::GroupOptions o) -> std::string {
@@ -174,11 +202,12 @@ int main(int argc, char** argv) {
   const int rc = what == "kill"            ? kill_case(g)
                  : what == "mismatch"      ? mismatch_case(g)
                  : what == "pipeline_kill" ? pipeline_kill_case(g)
+                 : what == "link_cut"      ? link_cut_case(g)
                                            : 2;
   std::fflush(stdout);
-  // `kill`: return from main as a program would; the broken group makes the process exit with
+  // `kill` and `link_cut`: return from main as a program would; the broken group makes the process exit with
   // dist::kBrokenGroupExitStatus all the same (tests/dist/run.sh checks mpirun's status). The
   // other cases leave at once: a broken group is not finalized (Note [Faults]).
-  if (what == "kill") return rc;
+  if (what == "kill" || what == "link_cut") return rc;
   _exit(rc);
 }

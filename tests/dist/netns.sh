@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/dist/netns.sh TESTS BRISK_RUN [HOSTS]: dist/ across several "hosts" on one machine, as
+# tests/dist/netns.sh TESTS BRISK_RUN [HOSTS [FAULT_CHILD]]: dist/ across several "hosts" on one machine, as
 # ctest runs it (dist_netns): HOSTS (2, up to 4) network namespaces joined by a bridge, each
 # with its own address on a private /24 and no route anywhere else (nothing leaves them), one
 # rank in each; the collectives and DDP cases of the suite (DDP equal to one process, F64 to
@@ -9,12 +9,14 @@
 # memory, and the run is checked to have used it). The host side of each veth gets `tc netem`
 # latency and a bandwidth limit; where the kernel has no netem (this VM's: "qdisc kind is
 # unknown") the bandwidth limit is a tbf and no latency is added, which the script says. Every
-# run checks that its bytes went through the veths. A trap removes the namespaces, the bridge
+# run checks that its bytes went through the veths. Given FAULT_CHILD (2 hosts), a link is cut
+# under a running brisk-run job (host 1's veth taken down): both ranks must fail with the
+# group's timeout (3 s) and both launchers exit non-zero. A trap removes the namespaces, the bridge
 # and any process left in them, also when a case fails or the script is interrupted. Where
 # namespaces cannot be made (not root, no `ip`, a container without the capability) it prints
 # SKIP and why, and exits 77 (ctest reports the test as skipped).
 set -uo pipefail
-tests=$1 run=$2 hosts=${3:-2}
+tests=$1 run=$2 hosts=${3:-2} child=${4:-}
 latency=${NETNS_LATENCY:-0.5ms} rate=${NETNS_RATE:-1gbit}
 [ "$hosts" -ge 2 ] && [ "$hosts" -le 4 ] || { echo "netns.sh: HOSTS must be 2-4, got $hosts" >&2; exit 2; }
 skip() { echo "SKIP dist_netns: $*"; exit 77; }  # ctest: SKIP_RETURN_CODE 77
@@ -98,6 +100,33 @@ if [ "$rcs" == "$(printf ' 0%.0s' $(seq $hosts))" ] && grep -q "tests on $hosts 
   echo "PASS netns brisk-run (gloo) across $hosts hosts: $(grep -m1 -o '[0-9]* passed' "$work/gloo0") cases; $((moved / 1024)) KiB through the veths"
 else
   echo "FAIL netns brisk-run (gloo): statuses$rcs, $moved bytes through the veths"; tail -n 20 "$work"/gloo*; status=1
+fi
+
+# ---- a link cut under a running job: no connection is closed, so the group's timeout must
+# end each rank's allreduce (tests/dist/fault_child.cpp, link_cut)
+if [ -n "$child" ] && [ "$hosts" -eq 2 ]; then
+  pids=()
+  for ((i = 0; i < 2; i++)); do
+    ip netns exec "${ns[$i]}" env BRISK_TEST_BACKEND=gloo timeout 60 "$run" --nnodes 2 --node-rank $i \
+      --nproc-per-node 1 --master-addr "$subnet.1" --master-port $((port + 1)) "$child" link_cut >"$work/cut$i" 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 100); do
+    grep -qs READY "$work/cut0" && grep -qs READY "$work/cut1" && break
+    sleep 0.1
+  done
+  sleep 0.3
+  ip link set "${veth[1]}" down
+  rc0=0 rc1=0
+  wait "${pids[0]}" || rc0=$?
+  wait "${pids[1]}" || rc1=$?
+  ip link set "${veth[1]}" up
+  if [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] &&
+     grep -q "^PASS link_cut (rank 0)" "$work/cut0" && grep -q "^PASS link_cut (rank 1)" "$work/cut1"; then
+    echo "PASS netns link cut: $(grep -h -o '^PASS link_cut (rank 0): error after [0-9.]* s' "$work/cut0"), launchers exit $rc0 / $rc1"
+  else
+    echo "FAIL netns link cut: launchers exit $rc0 / $rc1"; tail -n 8 "$work"/cut*; status=1
+  fi
 fi
 
 # ---- mpirun: started in host 0; the other hosts' daemons through an rsh agent that enters their
