@@ -2,6 +2,10 @@
 // tensor checks, the debug comparison) and the process-wide state: init_process_group, world,
 // launch_info, destroy_process_group, init_from_env (the environment rendezvous without MPI), and the "mpi"
 // section of the environment report. Not here: the MPI, Gloo and NCCL backends themselves.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +16,7 @@
 #include "dist/backend.h"
 #include "dist/store.h"
 #include "engine/backend.h"
+#include "engine/functions.h"
 
 namespace brisk::dist {
 
@@ -258,6 +263,64 @@ ProcessGroupPtr init_env_locked(World& w, Backend backend, Device device, GroupO
   return g;
 }
 
+// This host's first IPv4 address that is not loopback (127.0.0.1 when it has none): where
+// rank 0's store is announced under mpirun, where no MASTER_ADDR names it.
+std::string first_ipv4() {
+  ifaddrs* all = nullptr;
+  std::string out = "127.0.0.1";
+  if (getifaddrs(&all) != 0) return out;
+  for (ifaddrs* a = all; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+    char text[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) {
+      out = text;
+      break;
+    }
+  }
+  freeifaddrs(all);
+  return out;
+}
+
+// Under mpirun, init_process_group(Backend::Gloo): a Gloo group beside MPI's (to compare them,
+// or for Gloo's algorithms). Rank 0 serves the store on a free port and announces its address
+// and port over MPI; the store then works as init_from_env's.
+ProcessGroupPtr gloo_beside_mpi(World& w, GroupOptions options) {
+  BRISK_CHECK(detail::gloo_available(), "init_process_group: this build of brisk has no Gloo backend (install ",
+              "libgloo-dev and reconfigure)");
+  if (!w.store) {
+    GroupOptions boot = options;
+    boot.name = options.name + ".rendezvous";
+    ProcessGroupPtr mpi = detail::make_mpi_group(boot);
+    constexpr int64_t kAddr = 64;
+    Tensor info = zeros({1 + kAddr}, DType::I64);  // the port, then the address's characters
+    if (w.launch.rank == 0) {
+      w.store = std::make_shared<TcpStore>("127.0.0.1", 0, true, options.timeout);
+      const std::string addr = first_ipv4();
+      int64_t* p = static_cast<int64_t*>(info.data_ptr());
+      p[0] = w.store->port();
+      for (size_t i = 0; i < addr.size() && i < size_t(kAddr); ++i) p[1 + i] = addr[i];
+      w.master_addr = addr;
+    }
+    mpi->broadcast(info, 0)->wait();
+    mpi->shutdown();
+    if (w.launch.rank != 0) {
+      const int64_t* p = static_cast<const int64_t*>(info.data_ptr());
+      std::string addr;
+      for (int64_t i = 0; i < kAddr && p[1 + i]; ++i) addr += char(p[1 + i]);
+      w.store = std::make_shared<TcpStore>(addr, int(p[0]), false, options.timeout);
+      w.master_addr = addr;
+    }
+  }
+  std::string prefix = "g";
+  prefix += std::to_string(w.groups_made++);
+  prefix += '/';
+  ProcessGroupPtr g = detail::make_gloo_group(options, w.store, prefix, w.launch.rank, w.launch.size, w.master_addr);
+  w.all.push_back(g);
+  return g;
+}
+
 // Env mode, at the end: every rank checks in through the store before rank 0 (its server) may
 // leave, so that no rank still needs it. A short wait: a rank that died must not hold the
 // others' exit for the group's timeout.
@@ -297,6 +360,7 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
   World& w = state();
   std::lock_guard<std::mutex> lock(w.mu);
   BRISK_CHECK(!w.destroyed, "init_process_group: called after destroy_process_group (MPI cannot start twice)");
+  if (backend == Backend::Gloo && w.mode == World::Mode::Mpi) return gloo_beside_mpi(w, std::move(options));
   if (backend == Backend::Gloo || (w.mode == World::Mode::Env && backend != Backend::Mpi)) {
     return init_env_locked(w, backend, device, std::move(options));  // Auto and NCCL: as init_from_env
   }
@@ -461,12 +525,11 @@ void destroy_process_group() {
     if (ProcessGroupPtr g = weak.lock()) g->shutdown();  // no thread may call MPI after finalize
   }
   w.all.clear();
-  if (w.mode == World::Mode::Env) {
+  if (w.store) {  // init_from_env's, or a Gloo group's beside MPI
     exit_rendezvous(w);
     w.store.reset();
-  } else {
-    detail::finish_mpi(detail::g_any_broken.load());
   }
+  if (w.mode == World::Mode::Mpi) detail::finish_mpi(detail::g_any_broken.load());
   w.destroyed = true;
 }
 

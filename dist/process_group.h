@@ -103,7 +103,8 @@ struct Launch {
 };
 
 // Starts MPI (once per process) and returns the world group of `backend` (Auto: NCCL when
-// `device` is CUDA, else MPI; Gloo: init_from_env); CUDA groups use device
+// `device` is CUDA, else MPI; Gloo: init_from_env's, or under mpirun a Gloo group beside MPI's,
+// its rendezvous announced over MPI); CUDA groups use device
 // local_rank % device_count unless `device` names one. The first call's group is also world().
 ProcessGroupPtr init_process_group(Backend backend = Backend::Auto, Device device = Device::cpu(),
                                    GroupOptions options = {});

@@ -1,7 +1,9 @@
 // examples/bench/bench_dist.cpp: dist/ measured in one 2-rank run (start it with
-// `mpirun -np 2 --oversubscribe --bind-to none build/examples/bench/bench_dist`):
-//   1. allreduce (sum, F32) of 4 KB to 64 MB through ProcessGroup against raw MPI_Allreduce
-//      on a duplicate of the same communicator, median of several calls;
+// `mpirun -np 2 --oversubscribe --bind-to none build/examples/bench/bench_dist`; options
+// --allreduce-only, --max-bytes B, --batch B):
+//   1. allreduce (sum, F32) of 4 KB to 64 MB through ProcessGroup (MPI) and a Gloo group of the
+//      same ranks against raw MPI_Allreduce on a duplicate of the same communicator, median of
+//      several calls, with bus bandwidth;
 //   2. scaling: SmallCNN training steps of the total batch B on rank 0 alone (rank 1 idle) vs
 //      2-rank DDP with B / 2 per rank, one thread per rank; efficiency = T1 / (2 T2) (1.0: twice
 //      the throughput on two cores; the goal is at least 0.85);
@@ -41,24 +43,37 @@ double timed(dist::ProcessGroup& pg, int reps, F&& fn) {
   return t[t.size() / 2];
 }
 
-void allreduce_section(dist::ProcessGroup& pg) {
-  // Raw MPI on its own communicator; the group's thread is idle between its timed calls.
+void allreduce_section(dist::ProcessGroup& pg, int64_t max_bytes) {
+  // Raw MPI on its own communicator; the group's thread is idle between its timed calls. A
+  // Gloo group of the same ranks beside it (its rendezvous over MPI) where the build has Gloo.
   MPI_Comm raw;
   pg.barrier()->wait();
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  dist::ProcessGroupPtr gloo;
+  if (dist::is_gloo_available()) gloo = dist::init_process_group(dist::Backend::Gloo);
+  const int n_ranks = pg.size();
   if (pg.rank() == 0) {
-    std::printf("== allreduce (sum, F32), 2 ranks: ProcessGroup vs raw MPI_Allreduce, median ms\n");
-    std::printf("%10s %12s %12s %8s\n", "bytes", "group", "raw MPI", "ratio");
+    std::printf("== allreduce (sum, F32), %d ranks: ProcessGroup (MPI) and Gloo vs raw MPI_Allreduce, median ms;\n",
+                n_ranks);
+    std::printf("   bus bandwidth GB/s = bytes * 2 (n - 1) / n / time\n");
+    std::printf("%10s %10s %10s %10s %8s %8s %9s %9s\n", "bytes", "group", "raw MPI", "gloo", "grp/raw", "gloo/raw",
+                "busbw MPI", "busbw gloo");
   }
-  for (int64_t bytes = 4096; bytes <= (int64_t(64) << 20); bytes *= 4) {
+  for (int64_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const int64_t n = bytes / 4;
-    Tensor t = ones({n});
+    Tensor t = ones({n}), u = ones({n});
     std::vector<float> buf(size_t(n), 1.0f);
     const int reps = bytes >= (int64_t(16) << 20) ? 5 : 21;
     const double g = timed(pg, reps, [&] { pg.allreduce(t)->wait(); });
     const double m = timed(pg, reps, [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, raw); });
-    if (pg.rank() == 0) std::printf("%10lld %12.3f %12.3f %8.2f\n", (long long)bytes, 1e3 * g, 1e3 * m, g / m);
+    const double gl = gloo ? timed(pg, reps, [&] { gloo->allreduce(u)->wait(); }) : 0;
+    const double bus = double(bytes) * 2 * (n_ranks - 1) / n_ranks / 1e9;
+    if (pg.rank() == 0) {
+      std::printf("%10lld %10.3f %10.3f %10.3f %8.2f %8.2f %9.3f %9.3f\n", (long long)bytes, 1e3 * g, 1e3 * m, 1e3 * gl,
+                  g / m, gl / m, bus / m, gl > 0 ? bus / gl : 0.0);
+    }
   }
+  if (gloo) gloo->shutdown();
   MPI_Comm_free(&raw);
 }
 
@@ -153,14 +168,20 @@ void zero_section(const dist::ProcessGroupPtr& pg) {
 int main(int argc, char** argv) {
   dist::ProcessGroupPtr pg = dist::init_process_group();
   omp_set_num_threads(1);
-  int64_t batch = 128;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--batch") batch = std::stoll(argv[i + 1]);
+  int64_t batch = 128, max_bytes = int64_t(64) << 20;
+  bool only_allreduce = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--batch" && i + 1 < argc) batch = std::stoll(argv[++i]);
+    if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::stoll(argv[++i]);
+    if (a == "--allreduce-only") only_allreduce = true;
   }
   if (pg->size() != 2 && pg->rank() == 0) std::printf("note: written for 2 ranks, running on %d\n", pg->size());
-  allreduce_section(*pg);
-  scaling_section(pg, batch);
-  zero_section(pg);
+  allreduce_section(*pg, max_bytes);
+  if (!only_allreduce) {
+    scaling_section(pg, batch);
+    zero_section(pg);
+  }
   pg.reset();
   dist::destroy_process_group();
   return 0;

@@ -8,7 +8,9 @@
 # MPI sees separate nodes; `--mca btl tcp,self` selects the TCP transport and excludes shared
 # memory, and the run is checked to have used it). The host side of each veth gets `tc netem`
 # latency and a bandwidth limit; where the kernel has no netem (this VM's: "qdisc kind is
-# unknown") the bandwidth limit is a tbf and no latency is added, which the script says. Every
+# unknown") the bandwidth limit is a tbf and no latency is added, which the script says
+# (NETNS_LATENCY, NETNS_RATE set them; NETNS_BENCH=bench_dist also prints its allreduce table
+# across the hosts). Every
 # run checks that its bytes went through the veths. Given FAULT_CHILD (2 hosts), a link is cut
 # under a running brisk-run job (host 1's veth taken down): both ranks must fail with the
 # group's timeout (3 s) and both launchers exit non-zero. A trap removes the namespaces, the bridge
@@ -156,6 +158,14 @@ AGENT
     echo "PASS netns mpirun (btl tcp, no shared memory) across $hosts hosts: $(grep -m1 -o '[0-9]* passed' "$work/mpi") cases; $((moved / 1024)) KiB through the veths"
   else
     echo "FAIL netns mpirun: status $rc, $moved bytes through the veths"; grep -v "^\s*$" "$work/mpi" | tail -30; status=1
+  fi
+  # NETNS_BENCH=build/examples/bench/bench_dist: its allreduce table (MPI, Gloo, raw MPI) across
+  # the hosts under the shaping above (a measurement, not a test; never set by ctest).
+  if [ -n "${NETNS_BENCH:-}" ]; then
+    ip netns exec "${ns[0]}" unshare --uts sh -c "hostname bkhost0; exec timeout 300 mpirun -np $hosts \
+      --host ${hostlist%,} --mca plm_rsh_agent $agent --mca btl tcp,self --mca btl_tcp_if_include $subnet.0/24 \
+      --mca oob_tcp_if_include $subnet.0/24 --bind-to none -x OMP_NUM_THREADS \
+      $NETNS_BENCH --allreduce-only --max-bytes ${NETNS_BENCH_BYTES:-16777216}" 2>&1 | grep -v "^\[bkhost"
   fi
 else
   echo "SKIP netns mpirun: no mpirun"

@@ -128,6 +128,20 @@ TEST_CASE("dist: bad tensors and arguments are clear errors") {
   }
 }
 
+TEST_CASE("dist: init_process_group(Gloo) gives a Gloo group of the world (beside MPI's under mpirun)") {
+  if (!dist::is_gloo_available()) return;
+  const int me = pg()->rank(), n = pg()->size();
+  dist::ProcessGroupPtr g = dist::init_process_group(dist::Backend::Gloo);
+  CHECK(std::string(g->backend()) == "gloo");
+  CHECK(g->rank() == me);
+  CHECK(g->size() == n);
+  Tensor t = rank_tensor(DType::F64, 100, me);
+  g->allreduce(t)->wait();
+  for (int64_t i = 0; i < 100; ++i)
+    REQUIRE(t.to_vector<double>()[size_t(i)] == reduced_value(dist::ReduceOp::Sum, i, n));
+  g->shutdown();
+}
+
 // ---- DDP
 
 namespace {
