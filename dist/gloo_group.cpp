@@ -283,7 +283,7 @@ struct Task {
   detail::Fingerprint fingerprint;
   std::function<void()> run;  // the Gloo call (throws gloo::Exception)
   // Point-to-point: the group's thread posts `buffer` over `tensor` (kept alive until the
-  // transfer completes); the completion thread waits for it.
+  // transfer completes); a waiter thread of its own waits for it.
   Tensor tensor;
   int peer = -1, tag = 0;
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
@@ -499,7 +499,7 @@ class GlooGroup : public ProcessGroup {
     }
   }
 
-  // Posts a send or receive (Gloo does not block on it) and hands it to the completion thread.
+  // Posts a send or receive (Gloo does not block on it) and starts its waiter thread.
   void post(Task& t) {
     t.buffer = ctx_->createUnboundBuffer(t.tensor.data_ptr(), size_t(t.tensor.numel()) * t.tensor.element_size());
     if (t.is_send) {
@@ -562,7 +562,7 @@ class GlooGroup : public ProcessGroup {
   };
 
   std::shared_ptr<gloo::Context> ctx_;
-  std::shared_ptr<TcpStore> store_;
+  std::shared_ptr<TcpStore> store_;  // kept alive with the group (rank 0's serves the job)
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

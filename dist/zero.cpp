@@ -3,9 +3,14 @@
 // 2 the gradient hooks and the reduce-scatter at the end of backward.
 #include "dist/zero.h"
 
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
 #include "engine/autograd.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/serialize.h"
 
 namespace brisk::dist {
 
@@ -134,6 +139,86 @@ int64_t ZeroRedundancyOptimizer::local_grad_bytes() const {
   if (stage2_) bytes += stage2_->grad_shard.numel() * int64_t(stage2_->grad_shard.element_size());
   return bytes;
 }
+
+namespace {
+
+std::string shard_file(const std::string& dir, int rank) {
+  return (std::filesystem::path(dir) / ("zero.rank" + std::to_string(rank) + ".safetensors")).string();
+}
+
+std::string exact(double v) {  // a double that reads back bit for bit
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+int64_t meta_int(const SafetensorsFile& f, const std::string& key, const std::string& path) {
+  auto it = f.metadata.find(key);
+  BRISK_CHECK(it != f.metadata.end(), "ZeroRedundancyOptimizer::load_sharded: ", path, " has no '", key,
+              "' (not a file save_sharded wrote)");
+  return std::stoll(it->second);
+}
+
+}  // namespace
+
+// Note [Resharding ZeRO state]: the state of the flat vector's elements is cut into equal
+// shards of `shard` elements at save time and of shard_size_ now; element e of the padded flat
+// vector lives in old file e / shard at offset e % shard. Per-element buffers (exp_avg, ...)
+// have the shard's length; anything else (a step count tensor) is the same on every rank and
+// taken from rank 0's file.
+void ZeroRedundancyOptimizer::save_sharded(const std::string& dir) const {
+  std::filesystem::create_directories(dir);
+  const optim::OptimizerState st = local_->state_dict();
+  std::map<std::string, std::string> meta{{"zero.world", std::to_string(group_->size())},
+                                          {"zero.rank", std::to_string(group_->rank())},
+                                          {"zero.shard", std::to_string(shard_size_)},
+                                          {"zero.total", std::to_string(total_elements())}};
+  for (const auto& [k, v] : st.scalars) meta["scalar." + k] = exact(v);
+  save_safetensors(shard_file(dir, group_->rank()), st.tensors, meta);
+  group_->barrier()->wait();
+}
+
+void ZeroRedundancyOptimizer::load_sharded(const std::string& dir) {
+  const std::string first_path = shard_file(dir, 0);
+  const SafetensorsFile head = load_safetensors(first_path);
+  const int64_t old_world = meta_int(head, "zero.world", first_path);
+  const int64_t old_shard = meta_int(head, "zero.shard", first_path);
+  const int64_t total = meta_int(head, "zero.total", first_path);
+  BRISK_CHECK(total == total_elements(), "ZeroRedundancyOptimizer::load_sharded: ", first_path, " holds the state of ",
+              total, " parameter elements, these parameters have ", total_elements());
+  optim::OptimizerState st;
+  for (const auto& [k, v] : head.metadata) {
+    if (k.rfind("scalar.", 0) == 0) st.scalars[k.substr(7)] = std::stod(v);
+  }
+  // This rank's new range [lo, hi) of the padded flat vector, gathered from the old files.
+  const int64_t lo = shard_size_ * group_->rank(), hi = lo + shard_size_;
+  std::map<int64_t, SafetensorsFile> files;
+  files[0] = head;
+  for (const auto& [name, t0] : head.tensors) {
+    if (t0.numel() != old_shard) {  // not per element: the same on every rank
+      st.tensors.push_back({name, t0});
+      continue;
+    }
+    Tensor mine = zeros({shard_size_}, t0.dtype());
+    for (int64_t k = lo / old_shard; k < old_world && k * old_shard < hi; ++k) {
+      if (!files.count(k)) files[k] = load_safetensors(shard_file(dir, int(k)));
+      const SafetensorsFile& f = files[k];
+      const Tensor* src = nullptr;
+      for (const auto& [n2, t] : f.tensors) {
+        if (n2 == name) src = &t;
+      }
+      BRISK_CHECK(src && src->numel() == old_shard, "ZeroRedundancyOptimizer::load_sharded: ", shard_file(dir, int(k)),
+                  " has no tensor '", name, "' of ", old_shard, " elements");
+      const int64_t a = std::max(lo, k * old_shard), b = std::min(hi, (k + 1) * old_shard);
+      narrow(mine, 0, a - lo, b - a).copy_(narrow(*src, 0, a - k * old_shard, b - a));
+    }
+    st.tensors.push_back({name, mine});
+  }
+  local_->load_state_dict(st);
+  group_->barrier()->wait();
+}
+
+int64_t ZeroRedundancyOptimizer::total_elements() const { return offsets_.back() + params_.back().second.numel(); }
 
 int ZeroRedundancyOptimizer::owner(const std::string& param_name) const {
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -53,6 +53,15 @@ class ZeroRedundancyOptimizer {
   optim::OptimizerState state_dict() const { return local_->state_dict(); }
   void load_state_dict(const optim::OptimizerState& state) { local_->load_state_dict(state); }
 
+  // Sharded checkpoint of the optimizer state: every rank writes dir/zero.rank<r>.safetensors
+  // (its shard's state, atomically, with the layout in the metadata), then a barrier. Collective.
+  void save_sharded(const std::string& dir) const;
+  // Loads such a checkpoint written at any world size: each rank reads the old shards that
+  // overlap its new one (dir must be visible to every rank) and takes the non-sharded state
+  // (step counts) from rank 0's file. The parameters' layout must be the one saved (same
+  // total element count); a missing or mismatched file is an error naming it. Collective.
+  void load_sharded(const std::string& dir);
+
  private:
   ProcessGroupPtr group_;
   optim::NamedTensors params_;
@@ -64,6 +73,7 @@ class ZeroRedundancyOptimizer {
   ZeroOptions options_;
   void pull_gradients(int64_t first);  // stage 1: this rank's slice of the (DDP-averaged) .grad
   void gather_back();                  // every rank's updated shard into the parameters
+  int64_t total_elements() const;      // the parameters' elements (the flat vector unpadded)
   struct Stage2;                       // the gradient hooks' shared state (dist/zero.cpp)
   std::shared_ptr<Stage2> stage2_;
 };

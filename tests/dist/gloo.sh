@@ -14,30 +14,32 @@ set -uo pipefail
 tests=$1 child=$2 run=$3 elastic=$4
 export OMP_NUM_THREADS=1
 unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK
-port=$((20000 + $$ % 20000))  # ports of this run: port .. port + 20
+# A port nobody listens on now (the machine is shared with other test runs).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
 status=0
 fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | tail -20; status=1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # ---- the suite over Gloo: one node of 2, then 2 nodes of 1 (two launchers, one rendezvous)
-if BRISK_TEST_BACKEND=gloo timeout 300 "$run" --nproc-per-node 2 --master-port $port "$tests" >"$work/suite" 2>&1 &&
+if BRISK_TEST_BACKEND=gloo timeout 300 "$run" --nproc-per-node 2 --master-port $(free_port) "$tests" >"$work/suite" 2>&1 &&
    grep -q "dist tests on 2 ranks (gloo): passed" "$work/suite"; then
   echo "PASS gloo suite: $(grep -m1 'test cases:' "$work/suite" | tr -s ' ')"
 else
   fail "gloo suite (brisk-run --nproc-per-node 2)" "$(cat "$work/suite")"
 fi
 export BRISK_TEST_BACKEND=gloo
-if timeout 300 "$run" --nproc-per-node 4 --master-port $((port + 4)) "$tests" -tc='groups:*,zero: ZeRO-2*' >"$work/groups" 2>&1 &&
+if timeout 300 "$run" --nproc-per-node 4 --master-port $(free_port) "$tests" -tc='groups:*,zero: ZeRO-2*,zero: a sharded*' >"$work/groups" 2>&1 &&
    grep -q "dist tests on 4 ranks (gloo): passed" "$work/groups"; then
   echo "PASS gloo on 4 ranks: sub-groups, the mesh, data x pipeline parallelism equal to one process, ZeRO-2"
 else
   fail "gloo groups on 4 ranks" "$(cat "$work/groups")"
 fi
-timeout 300 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-port $((port + 1)) "$tests" \
+shared_port=$(free_port)  # the two launchers' one rendezvous
+timeout 300 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-port $shared_port "$tests" \
   -tc='dist:*,ddp:*' >"$work/node1" 2>&1 &
 node1=$!
-timeout 300 "$run" --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-port $((port + 1)) "$tests" \
+timeout 300 "$run" --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-port $shared_port "$tests" \
   -tc='dist:*,ddp:*' >"$work/node0" 2>&1
 rc0=$?
 wait $node1
@@ -50,7 +52,7 @@ fi
 
 # ---- fault cases over Gloo: brisk-run exits non-zero when a rank is killed
 for what in kill mismatch pipeline_kill; do
-  out=$(timeout 60 "$run" --nproc-per-node 2 --master-port $((port + 2)) "$child" "$what" 2>&1)
+  out=$(timeout 60 "$run" --nproc-per-node 2 --master-port $(free_port) "$child" "$what" 2>&1)
   rc=$?
   if [[ "$what" != mismatch ]] &&
      { [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "brisk-run: rank 1 (pid [0-9]*) was killed by signal 9" <<<"$out"; }; then
@@ -69,9 +71,10 @@ else
 fi
 
 # ---- the launcher with shell programs
-out=$(timeout 30 "$run" --nproc-per-node 3 --master-addr 127.0.0.1 --master-port $((port + 3)) -- \
+env_port=$(free_port)
+out=$(timeout 30 "$run" --nproc-per-node 3 --master-addr 127.0.0.1 --master-port $env_port -- \
   sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $BRISK_RESTART_COUNT"' | sort)
-want=$(for r in 0 1 2; do echo "$r $r 3 3 127.0.0.1 $((port + 3)) 0"; done)
+want=$(for r in 0 1 2; do echo "$r $r 3 3 127.0.0.1 $env_port 0"; done)
 [ "$out" == "$want" ] && echo "PASS brisk-run sets torchrun's environment" || fail "brisk-run environment" "$out"
 out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 2 sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK"' | sort)
 [ "$out" == $'2 0 4 1\n3 1 4 1' ] && echo "PASS brisk-run --node-rank 1 numbers its ranks 2 and 3" ||
@@ -129,9 +132,9 @@ rc=$?
   echo "PASS brisk-run: a program that cannot start is status 127, named" || fail "missing program: $rc" "$out"
 
 # ---- elastic restart: rank 1 killed while writing the checkpoint of step 8 (of 20)
-timeout 120 "$run" --nproc-per-node 2 --master-port $((port + 5)) "$elastic" "$work/straight" 20 >"$work/e1" 2>&1
+timeout 120 "$run" --nproc-per-node 2 --master-port $(free_port) "$elastic" "$work/straight" 20 >"$work/e1" 2>&1
 rc1=$?
-timeout 120 "$run" --nproc-per-node 2 --master-port $((port + 6)) --max-restarts 1 "$elastic" "$work/killed" 20 8 \
+timeout 120 "$run" --nproc-per-node 2 --master-port $(free_port) --max-restarts 1 "$elastic" "$work/killed" 20 8 \
   >"$work/e2" 2>&1
 rc2=$?
 e2=$(cat "$work/e2")

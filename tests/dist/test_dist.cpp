@@ -1,13 +1,17 @@
 // tests/dist/test_dist.cpp: dist/ on 2 ranks (tests/dist/run.sh starts it with mpirun -np 2,
-// tests/dist/gloo.sh with brisk-run over Gloo; every rank runs every case, and a failure on any rank fails the run).
-// Every collective and dtype against the arithmetic, the errors users meet, DDP against one process on the full batch
-// (F64 and F32), overlap from recorded timestamps, no_sync against accumulation, unused parameters, ZeRO-1 against
-// plain Adam. The fault and mismatch cases are processes of their own (tests/dist/fault_child.cpp).
+// tests/dist/gloo.sh with brisk-run over Gloo; every rank runs every case, and a failure on any
+// rank fails the run). Every collective and dtype against the arithmetic, the errors users meet,
+// DDP against one process on the full batch (F64 and F32), overlap from recorded timestamps,
+// no_sync against accumulation, unused parameters, ZeRO-1 against plain Adam, ZeRO-2 against
+// DDP, and ZeRO's sharded checkpoints across world sizes. The fault and mismatch cases are
+// processes of their own (tests/dist/fault_child.cpp).
 #include <doctest/doctest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -329,4 +333,76 @@ TEST_CASE("zero: ZeRO-2 over Adam equals DDP + Adam over 20 steps (F64 1e-12), h
   CHECK(error_text([] {
           dist::ZeroRedundancyOptimizer(make_mlp(DType::F64)->named_parameters(), pg(), nullptr, {.stage = 3});
         }).find("stage must be 1 or 2, got 3") != std::string::npos);
+}
+
+TEST_CASE("zero: a sharded checkpoint saved on N ranks loads on 1 rank, and one saved on 1 loads on N (F64 1e-12)") {
+  const int me = pg()->rank(), n = pg()->size();
+  // One folder for every rank: rank 0's process id names it.
+  Tensor id = from_vector({double(getpid())}, {1}, DType::I64);
+  pg()->broadcast(id, 0)->wait();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("brisk_zero_ckpt_" + std::to_string(id.item<int64_t>()));
+  auto make_zero = [](nn::Module& m, dist::ProcessGroupPtr g) {
+    return std::make_unique<dist::ZeroRedundancyOptimizer>(
+        m.named_parameters(), g,
+        [](optim::NamedTensors p) {
+          return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-2});
+        },
+        dist::ZeroOptions{.stage = 2});
+  };
+  // Step s of a run on `ranks` ranks, this rank being `r` of them: its rows of batch s.
+  auto train = [](nn::Module& m, dist::ZeroRedundancyOptimizer& z, int from, int to, int r, int ranks) {
+    for (int s = from; s < to; ++s) {
+      manual_seed(uint64_t(500 + s));
+      Tensor x = cast(randn({16, 8}), DType::F64), y = cast(randn({16, 4}), DType::F64);
+      const int64_t rows = 16 / ranks;
+      z.zero_grad();
+      mse_loss(m(narrow(x, 0, r * rows, rows)), narrow(y, 0, r * rows, rows)).backward();
+      z.step();
+    }
+  };
+  auto copy_params = [](nn::Module& to, const std::vector<Tensor>& from) {
+    NoGradGuard no_grad;
+    auto p = to.parameters();
+    for (size_t i = 0; i < p.size(); ++i) p[i].copy_(from[i]);
+  };
+  auto snapshot = [](nn::Module& m) {
+    std::vector<Tensor> out;
+    for (const Tensor& p : m.parameters()) out.push_back(p.clone());
+    return out;
+  };
+  // A: n ranks, 20 steps, a sharded checkpoint after 10.
+  auto a = make_mlp(DType::F64);
+  auto za = make_zero(*a, pg());
+  train(*a, *za, 0, 10, me, n);
+  za->save_sharded((dir / "a").string());
+  const std::vector<Tensor> w10 = snapshot(*a);
+  train(*a, *za, 10, 20, me, n);
+  // B: rank 0 alone (a group of one) resumes A's checkpoint of step 10, saves its own at 15.
+  dist::ProcessGroupPtr solo = dist::new_group({0});
+  std::vector<Tensor> w15;
+  auto b = make_mlp(DType::F64);
+  if (me == 0) {
+    copy_params(*b, w10);
+    auto zb = make_zero(*b, solo);
+    zb->load_sharded((dir / "a").string());
+    train(*b, *zb, 10, 15, 0, 1);
+    zb->save_sharded((dir / "b").string());
+    w15 = snapshot(*b);
+    train(*b, *zb, 15, 20, 0, 1);
+    CHECK(max_diff(*b, *a) < 1e-12);
+  }
+  pg()->barrier()->wait();
+  // C: n ranks resume B's one-rank checkpoint of step 15 (its weights from rank 0).
+  auto c = make_mlp(DType::F64);
+  if (me == 0) copy_params(*c, w15);
+  for (Tensor& p : c->parameters()) pg()->broadcast(p, 0)->wait();
+  auto zc = make_zero(*c, pg());
+  zc->load_sharded((dir / "b").string());
+  train(*c, *zc, 15, 20, me, n);
+  CHECK(max_diff(*c, *a) < 1e-12);
+  CHECK(error_text([&] { zc->load_sharded((dir / "nothing").string()); }).find("zero.rank0.safetensors") !=
+        std::string::npos);
+  pg()->barrier()->wait();
+  if (me == 0) std::filesystem::remove_all(dir);
 }
