@@ -1,7 +1,7 @@
 // dist/run/brisk_run.cpp: brisk-run, the launcher of jobs without mpirun (torchrun's pattern):
 //
 //   brisk-run --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A --master-port P]
-//             [--max-restarts K] [--grace-s S] [--] program args...
+//             [--max-restarts K [--min-ranks M]] [--grace-s S] [--] program args...
 //
 // starts N processes of `program` on this host with torchrun's environment (RANK, LOCAL_RANK,
 // WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT; BRISK_RESTART_COUNT), each
@@ -12,8 +12,11 @@
 // with its error and dist::kBrokenGroupExitStatus), then sends SIGTERM, and SIGKILL one grace
 // time later. With --max-restarts K (one
 // node), it then starts every rank again, up to K times: the program resumes from its last
-// checkpoint. The ranks find each other through dist::init_from_env; this program knows
-// nothing of brisk or MPI. Not here: the rendezvous store (dist/store.h, served by rank 0).
+// checkpoint. With --min-ranks M (below N), a restart leaves out the ranks that were lost (those
+// that failed on their own, not the survivors that exited with dist::kBrokenGroupExitStatus),
+// down to M ranks: the job continues at a smaller WORLD_SIZE (it must re-split its data). The ranks find each other
+// through dist::init_from_env; this program knows nothing of brisk or MPI. Not here: the rendezvous store
+// (dist/store.h, served by rank 0).
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -38,6 +41,7 @@ struct Options {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   int max_restarts = 0;
+  int min_ranks = 0;  // 0: nproc (restarts keep the size)
   double grace_s = 5;
   std::vector<std::string> command;
 };
@@ -46,7 +50,7 @@ struct Options {
   std::fprintf(stderr,
                "brisk-run: %s\n"
                "usage: brisk-run --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A --master-port P]\n"
-               "                 [--max-restarts K] [--grace-s S] [--] program args...\n",
+               "                 [--max-restarts K [--min-ranks M]] [--grace-s S] [--] program args...\n",
                why.c_str());
   std::exit(2);
 }
@@ -100,6 +104,8 @@ Options parse(int argc, char** argv) {
       o.master_port = parse_int(a, value(), 1, 65535);
     } else if (a == "--max-restarts") {
       o.max_restarts = parse_int(a, value(), 0, 1000);
+    } else if (a == "--min-ranks") {
+      o.min_ranks = parse_int(a, value(), 1, 4096);
     } else if (a == "--grace-s") {
       o.grace_s = parse_int(a, value(), 0, 3600);
     } else {
@@ -110,6 +116,10 @@ Options parse(int argc, char** argv) {
   if (o.command.empty()) usage_error("no program to run");
   if (o.node_rank >= o.nnodes) {
     usage_error("--node-rank " + std::to_string(o.node_rank) + " is not below --nnodes " + std::to_string(o.nnodes));
+  }
+  if (o.min_ranks == 0) o.min_ranks = o.nproc;
+  if (o.min_ranks > o.nproc) {
+    usage_error("--min-ranks " + std::to_string(o.min_ranks) + " is above --nproc-per-node " + std::to_string(o.nproc));
   }
   if (o.max_restarts > 0 && o.nnodes > 1) {
     usage_error("--max-restarts needs --nnodes 1 (restarting across hosts needs an agent on each; not built)");
@@ -174,10 +184,11 @@ void signal_all(std::vector<Rank>& ranks, int sig) {
 // One attempt: starts every local rank and waits for all of them. Returns the wait status of
 // the first rank that failed (0 when all exited 0); `forwarded` is the signal the launcher got.
 int run_once(const Options& o, int restart, const sigset_t& mask, const sigset_t& old_mask, int& forwarded,
-             int& failed_rank) {
+             int& failed_rank, int& lost) {
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
   int first_failure = 0;
   failed_rank = -1;
+  lost = 0;
   bool stopping = false, terminated = false;  // terminated: the launcher sent SIGTERM or SIGKILL
   Clock::time_point kill_at = Clock::time_point::max();
   for (int l = 0; l < o.nproc; ++l) {
@@ -228,6 +239,7 @@ int run_once(const Options& o, int restart, const sigset_t& mask, const sigset_t
         if (status == 0 || terminated) continue;
         std::fprintf(stderr, "brisk-run: rank %d (pid %d) %s%s\n", r.rank, int(pid), describe(status).c_str(),
                      stopping ? "" : "; stopping the other ranks");
+        if (!is_broken_group(status)) ++lost;
         // The cause, not its echo: a rank that left with dist::kBrokenGroupExitStatus saw a peer
         // fail, so a peer's own failure in the same window names the job's status.
         if (first_failure == 0 || (is_broken_group(first_failure) && !is_broken_group(status))) {
@@ -258,16 +270,26 @@ int main(int argc, char** argv) {
   sigemptyset(&mask);
   for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, s);
   sigprocmask(SIG_BLOCK, &mask, &old_mask);
+  Options now = o;  // this attempt's: its nproc shrinks with --min-ranks
   for (int restart = 0;; ++restart) {
-    int forwarded = 0, failed_rank = -1;
-    const int status = run_once(o, restart, mask, old_mask, forwarded, failed_rank);
+    int forwarded = 0, failed_rank = -1, lost = 0;
+    const int status = run_once(now, restart, mask, old_mask, forwarded, failed_rank, lost);
     if (forwarded) return 128 + forwarded;
     if (status == 0) return 0;
     if (restart >= o.max_restarts) {
       if (o.max_restarts > 0) std::fprintf(stderr, "brisk-run: no restarts left (%d used)\n", o.max_restarts);
       return exit_code(status);
     }
-    std::fprintf(stderr, "brisk-run: restarting all %d ranks (restart %d of %d) after rank %d failed\n", o.nproc,
+    if (o.min_ranks < o.nproc) {
+      const int left = now.nproc - lost;
+      if (left < o.min_ranks) {
+        std::fprintf(stderr, "brisk-run: %d of %d ranks lost, %d left: fewer than --min-ranks %d\n", lost, now.nproc,
+                     left, o.min_ranks);
+        return exit_code(status);
+      }
+      now.nproc = left;
+    }
+    std::fprintf(stderr, "brisk-run: restarting all %d ranks (restart %d of %d) after rank %d failed\n", now.nproc,
                  restart + 1, o.max_restarts, failed_rank);
   }
 }

@@ -9,7 +9,8 @@
 # the others, a signal passed on to every rank, --max-restarts, bad arguments; and an elastic
 # restart (tests/dist/elastic_child.cpp): a rank killed while writing a checkpoint, the job
 # restarted by `brisk-run --max-restarts 1` from the last complete checkpoint, ending with a
-# model byte-identical to an uninterrupted run's (the timeline is printed).
+# model byte-identical to an uninterrupted run's (the timeline is printed); and with
+# --min-ranks 1 the job continuing on the one rank left, within 1e-12 of the 2-rank run.
 set -uo pipefail
 tests=$1 child=$2 run=$3 elastic=$4
 export OMP_NUM_THREADS=1
@@ -119,6 +120,7 @@ out=$(timeout 30 "$run" --nproc-per-node 2 --grace-s 1 sh -c "$prog" 2>&1)
 for bad in "--nproc-per-node 0 true|--nproc-per-node '0' is not a number in [1, 4096]" \
            "--nproc-per-node 2|no program to run" \
            "--nnodes 2 --node-rank 2 true|--node-rank 2 is not below --nnodes 2" \
+           "--nproc-per-node 2 --min-ranks 3 true|--min-ranks 3 is above --nproc-per-node 2" \
            "--frobnicate true|unknown option --frobnicate"; do
   args=${bad%%|*} want=${bad#*|}
   # shellcheck disable=SC2086
@@ -147,5 +149,19 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "rank 1 (pid [0-9]*) was killed b
   echo "PASS elastic restart: killed at step 8's checkpoint, rank 0's error +$((err - k)) ms, restarted +$((back - k)) ms, resumed from step 6, final model byte-identical to an uninterrupted run"
 else
   fail "elastic restart: statuses $rc1 / $rc2" "$(cat "$work/e1")" "$e2"
+fi
+# ---- the same kill with --min-ranks 1: the job continues on the one rank left, its batches
+# re-split, and ends within 1e-12 of the uninterrupted 2-rank run (not bit for bit: the sums
+# are no longer the same sums)
+out=$(timeout 120 "$run" --nproc-per-node 2 --master-port $(free_port) --max-restarts 1 --min-ranks 1 "$elastic" \
+  "$work/shrunk" 20 8 "$work/straight/final.safetensors" 2>&1)
+rc=$?
+diff=$(sed -n 's/.*max difference to the reference: \([0-9.e+-]*\).*/\1/p' <<<"$out")
+if [ $rc -eq 0 ] && grep -q "restarting all 1 ranks (restart 1 of 1) after rank 1 failed" <<<"$out" &&
+   grep -q "rank 0 attempt 1: resumed from the checkpoint of step 6 (1 ranks)" <<<"$out" &&
+   [ -n "$diff" ] && python3 -c "import sys; sys.exit(0 if float('$diff') < 1e-12 else 1)"; then
+  echo "PASS elastic restart at fewer ranks (--min-ranks 1): resumed on 1 rank from step 6, final weights within $diff of the 2-rank run"
+else
+  fail "elastic restart at fewer ranks: status $rc" "$out"
 fi
 exit $status
