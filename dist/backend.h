@@ -49,20 +49,25 @@ void mark_broken(const std::string& error);
 // What a call on a broken group throws: the call, then the error that broke the group.
 std::string broken_group_error(const std::string& call, const std::string& first_error);
 
-// ---- the MPI side (dist/mpi_group.cpp)
-void start_mpi();
-void finish_mpi(bool any_broken);
-// MPI_Abort(MPI_COMM_WORLD, status) when MPI is initialized and not finalized, so that mpirun
-// ends the job with that status and stops peers that hang; returns otherwise. An alarm ends
-// the process should the abort itself hang.
-void abort_mpi(int status);
-void mpi_world(int& rank, int& size);
-ProcessGroupPtr make_mpi_group(GroupOptions options);
-// MPI_Comm_split of MPI_COMM_WORLD, collective over the world: the ranks with index >= 0 make a
-// group in which they have that rank; the others (index -1) get nullptr.
-ProcessGroupPtr make_mpi_subgroup(GroupOptions options, int index);
-// The "mpi" section of the environment report (engine/env.h); process_group.cpp adds it.
-EnvSection mpi_env_section(const EnvOptions& options);
+// ---- MPI: dist/mpi_group.cpp is the library brisk_dist (brisk::dist) above brisk_dist_core;
+// it registers its backend from a static initializer (its link interface keeps the object with
+// `-u brisk_dist_mpi_linked`), as NCCL's does. A program linked to brisk::dist_core alone (jobs
+// started by brisk-run over Gloo) has no MPI in it at all; asking it for MPI is an error.
+struct MpiBackend {
+  void (*start)();                  // MPI_Init_thread, once per process
+  void (*finish)(bool any_broken);  // MPI_Finalize unless a group broke (Note [Faults])
+  // MPI_Abort(MPI_COMM_WORLD, status) when MPI is initialized and not finalized, so that mpirun
+  // ends the job with that status and stops peers that hang; returns otherwise. An alarm ends
+  // the process should the abort itself hang.
+  void (*abort)(int status);
+  void (*world)(int& rank, int& size);
+  ProcessGroupPtr (*make_group)(GroupOptions options);  // over a duplicate of MPI_COMM_WORLD
+  // MPI_Comm_split of MPI_COMM_WORLD, collective over the world: the ranks with index >= 0
+  // make a group in which they have that rank; the others (index -1) get nullptr.
+  ProcessGroupPtr (*make_subgroup)(GroupOptions options, int index);
+};
+void set_mpi_backend(const MpiBackend* backend);
+const MpiBackend* mpi_backend();  // null where brisk::dist (MPI) is not linked
 
 // ---- Gloo (dist/gloo_group.cpp; without libgloo-dev, stubs that fail naming the cause): a
 // group of `size` ranks that rendezvous under `prefix` in `store`; its TCP device is bound to

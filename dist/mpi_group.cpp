@@ -1,9 +1,9 @@
 // dist/mpi_group.cpp: the MPI backend of dist::ProcessGroup (CPU tensors) and MPI's start-up
-// and shutdown. One communication thread per group owns every MPI call after start-up
-// (MPI_THREAD_SERIALIZED): it runs the calls in the order they were made (collectives as
-// blocking MPI calls, point-to-point as polled requests) and finishes them (Avg's division,
-// allgather's copies) while the caller computes. Not here: NCCL (dist/nccl_group.cpp), DDP,
-// init_process_group itself (dist/process_group.cpp).
+// and shutdown, the library brisk_dist (brisk::dist) above brisk_dist_core, registered from a
+// static initializer (dist/backend.h, MpiBackend). One communication thread per group owns every MPI call after
+// start-up (MPI_THREAD_SERIALIZED): it runs the calls in the order they were made (collectives as blocking MPI calls,
+// point-to-point as polled requests) and finishes them (Avg's division, allgather's copies) while the caller computes.
+// Not here: NCCL (dist/nccl_group.cpp), DDP, init_process_group itself (dist/process_group.cpp).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -594,6 +594,17 @@ EnvSection mpi_env_section(const EnvOptions&) {
   return s;
 }
 
+namespace {
+const MpiBackend kMpiBackend{&start_mpi, &finish_mpi, &abort_mpi, &mpi_world, &make_mpi_group, &make_mpi_subgroup};
+// This object is in every program that links brisk::dist: MPI joins dist and the environment report.
+[[maybe_unused]] const bool g_added = (set_mpi_backend(&kMpiBackend), add_env_section(&mpi_env_section), true);
+}  // namespace
+
 }  // namespace detail
 
 }  // namespace brisk::dist
+
+// The symbol brisk::dist's link interface forces with `-u`, keeping this object in the link.
+extern "C" {
+int brisk_dist_mpi_linked = 1;
+}

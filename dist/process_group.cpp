@@ -42,10 +42,9 @@ namespace detail {
 namespace {
 std::atomic<bool> g_any_broken{false};
 NcclFactory g_nccl_factory = nullptr;  // constant-initialized: set by another library's static initializer
+const MpiBackend* g_mpi = nullptr;     // the same, by brisk::dist's
 
 bool is_reduction(const char* call) { return !std::strcmp(call, "allreduce") || !std::strcmp(call, "reduce_scatter"); }
-// This object is in every program that uses dist, so its sections join the environment report.
-[[maybe_unused]] const bool g_env_added = (add_env_section(&mpi_env_section), true);
 }  // namespace
 
 namespace {
@@ -65,7 +64,7 @@ void exit_after_broken_group() {
   std::fprintf(stderr, "brisk::dist: exiting with status %d because a process group broke: %s\n",
                kBrokenGroupExitStatus, error.c_str());
   std::fflush(stderr);
-  abort_mpi(kBrokenGroupExitStatus);  // where MPI runs: mpirun ends the job with this status
+  if (g_mpi) g_mpi->abort(kBrokenGroupExitStatus);  // where MPI runs: mpirun ends the job with this status
   std::_Exit(kBrokenGroupExitStatus);
 }
 }  // namespace
@@ -85,6 +84,8 @@ std::string broken_group_error(const std::string& call, const std::string& first
 }
 
 void set_nccl_factory(NcclFactory factory) { g_nccl_factory = factory; }
+void set_mpi_backend(const MpiBackend* backend) { g_mpi = backend; }
+const MpiBackend* mpi_backend() { return g_mpi; }
 
 uint64_t next_work_id() {
   static std::atomic<uint64_t> next{1};
@@ -187,6 +188,14 @@ int env_int(const char* name, int fallback) {
 }
 
 void at_exit() { destroy_process_group(); }
+
+// The MPI backend, or an error naming `call` where this program has none.
+const detail::MpiBackend& mpi(const char* call) {
+  const detail::MpiBackend* m = detail::mpi_backend();
+  BRISK_CHECK(m, call, ": the MPI backend needs brisk::dist linked; this program links brisk::dist_core only ",
+              "(start it with brisk-run and use init_from_env, or link brisk::dist)");
+  return *m;
+}
 
 std::string env_text(const char* name) {
   const char* v = std::getenv(name);
@@ -292,7 +301,7 @@ ProcessGroupPtr gloo_beside_mpi(World& w, GroupOptions options) {
   if (!w.store) {
     GroupOptions boot = options;
     boot.name = options.name + ".rendezvous";
-    ProcessGroupPtr mpi = detail::make_mpi_group(boot);
+    ProcessGroupPtr mpi_group = mpi("init_process_group").make_group(boot);
     constexpr int64_t kAddr = 64;
     Tensor info = zeros({1 + kAddr}, DType::I64);  // the port, then the address's characters
     if (w.launch.rank == 0) {
@@ -303,8 +312,8 @@ ProcessGroupPtr gloo_beside_mpi(World& w, GroupOptions options) {
       for (size_t i = 0; i < addr.size() && i < size_t(kAddr); ++i) p[1 + i] = addr[i];
       w.master_addr = addr;
     }
-    mpi->broadcast(info, 0)->wait();
-    mpi->shutdown();
+    mpi_group->broadcast(info, 0)->wait();
+    mpi_group->shutdown();
     if (w.launch.rank != 0) {
       const int64_t* p = static_cast<const int64_t*>(info.data_ptr());
       std::string addr;
@@ -367,9 +376,10 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
   BRISK_CHECK(w.mode != World::Mode::Env, "init_process_group: this process joined its job through init_from_env ",
               "(rank ", w.launch.rank, " of ", w.launch.size, ", no MPI): the MPI backend cannot join it");
   if (!w.started) {
-    detail::start_mpi();
+    const detail::MpiBackend& m = mpi("init_process_group");
+    m.start();
     int rank = 0, size = 1;
-    detail::mpi_world(rank, size);
+    m.world(rank, size);
     const int env_rank = env_int("RANK", rank), env_size = env_int("WORLD_SIZE", size);
     BRISK_CHECK(env_rank == rank && env_size == size, "init_process_group: RANK=", env_rank, " WORLD_SIZE=", env_size,
                 " disagree with MPI's rank ", rank, " of ", size, " (start the job with mpirun)");
@@ -383,7 +393,7 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
   ProcessGroupPtr g;
   if (backend == Backend::Mpi) {
     BRISK_CHECK(device.is_cpu(), "init_process_group: the MPI backend takes CPU tensors, not ", device);
-    g = detail::make_mpi_group(options);
+    g = mpi("init_process_group").make_group(options);
   } else {
     Device d = device;
     if (d.is_cpu() || d.index < 0) {
@@ -393,7 +403,7 @@ ProcessGroupPtr init_process_group(Backend backend, Device device, GroupOptions 
     }
     GroupOptions boot = options;
     boot.name = options.name + ".bootstrap";
-    g = make_nccl(w.launch, d, options, detail::make_mpi_group(boot));
+    g = make_nccl(w.launch, d, options, mpi("init_process_group").make_group(boot));
   }
   w.all.push_back(g);
   if (!w.group) w.group = g;
@@ -466,7 +476,7 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, GroupOptions options) {
   const std::string backend = world_group->backend();
   ProcessGroupPtr g;
   auto cpu_subgroup = [&](GroupOptions o) -> ProcessGroupPtr {
-    if (w.mode == World::Mode::Mpi) return detail::make_mpi_subgroup(std::move(o), index);
+    if (w.mode == World::Mode::Mpi) return mpi("new_group").make_subgroup(std::move(o), index);
     std::string prefix = "g";  // every rank counts every group, member or not
     prefix += std::to_string(w.groups_made++);
     prefix += '/';
@@ -529,7 +539,7 @@ void destroy_process_group() {
     exit_rendezvous(w);
     w.store.reset();
   }
-  if (w.mode == World::Mode::Mpi) detail::finish_mpi(detail::g_any_broken.load());
+  if (w.mode == World::Mode::Mpi) mpi("destroy_process_group").finish(detail::g_any_broken.load());
   w.destroyed = true;
 }
 

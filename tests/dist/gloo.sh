@@ -133,6 +133,13 @@ rc=$?
 [ $rc -eq 127 ] && grep -q "cannot start '/nonexistent/program'" <<<"$out" &&
   echo "PASS brisk-run: a program that cannot start is status 127, named" || fail "missing program: $rc" "$out"
 
+# ---- elastic restart: rank 1 killed while writing the checkpoint of step 8 (of 20). The
+# program links brisk::dist_core alone: no MPI library in it (it runs without MPI installed).
+if ldd "$elastic" | grep -qi "libmpi"; then
+  fail "elastic_child (brisk::dist_core) depends on MPI" "$(ldd "$elastic")"
+else
+  echo "PASS a program on brisk::dist_core has no MPI among its libraries (ldd)"
+fi
 # ---- elastic restart: rank 1 killed while writing the checkpoint of step 8 (of 20)
 timeout 120 "$run" --nproc-per-node 2 --master-port $(free_port) "$elastic" "$work/straight" 20 >"$work/e1" 2>&1
 rc1=$?
