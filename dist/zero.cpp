@@ -65,6 +65,13 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(optim::NamedTensors params, Pro
   local_ = make({{"shard", shard_}});
   BRISK_CHECK(local_ != nullptr, "ZeroRedundancyOptimizer: the factory returned no optimizer");
   if (options_.stage == 2) {
+    // No DDP wraps the model here: rank 0's parameters go to every rank, as DDP's would.
+    NoGradGuard no_grad;
+    for (auto& [name, p] : params_) {
+      Tensor dense = p.is_contiguous() ? p : p.contiguous();
+      group_->broadcast(dense, 0)->wait();
+      if (dense.impl() != p.impl()) p.copy_(dense);
+    }
     stage2_ = std::make_shared<Stage2>();
     stage2_->group = group_;
     stage2_->params = params_;

@@ -25,7 +25,8 @@ namespace brisk::dist {
 struct ZeroOptions {
   // 1: optimizer state sharded (gradients averaged by DDP). 2: gradients too: the parameters'
   // gradients are reduce-scattered into this rank's shard at the end of every backward (several
-  // backwards before a step accumulate there) and freed; do not wrap the model in DDP then.
+  // backwards before a step accumulate there) and freed; do not wrap the model in DDP then (the
+  // constructor broadcasts rank 0's parameters, as DDP's does).
   int stage = 1;
 };
 

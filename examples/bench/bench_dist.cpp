@@ -8,13 +8,15 @@
 //      2-rank DDP with B / 2 per rank, one thread per rank; efficiency = T1 / (2 T2) (1.0: twice
 //      the throughput on two cores; the goal is at least 0.85);
 //   3. a bucket-size sweep of the DDP step: what overlapping communication with backward buys;
-//   4. ZeRO-1 over Adam on the SmallCNN: optimizer state bytes per rank vs unsharded Adam.
+//   4. ZeRO-1 over Adam on the SmallCNN: optimizer state bytes per rank vs unsharded Adam;
+//   5. DDP vs ZeRO-1 vs ZeRO-2 on the SmallCNN: step time and the bytes a rank holds.
 // Not a test: it asserts nothing (tests/dist/test_dist.cpp checks the values).
 #include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "dist/ddp.h"
@@ -163,6 +165,86 @@ void zero_section(const dist::ProcessGroupPtr& pg) {
   }
 }
 
+// One SmallCNN training step (median ms) and the bytes a rank holds between steps (parameters +
+// gradients + Adam's state) for DDP + Adam, ZeRO-1 (DDP + sharded Adam) and ZeRO-2 (sharded
+// gradients too, no DDP), on the same per-rank batch.
+void zero2_section(const dist::ProcessGroupPtr& pg, int64_t batch) {
+  const int rank = pg->rank(), world = pg->size();
+  manual_seed(0);
+  const int64_t local = batch / world;
+  Tensor x = randn({local, 1, 28, 28}), y = randint(0, 10, {local});
+  auto adam = [](optim::NamedTensors p) {
+    return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-3});
+  };
+  auto bytes = [](const std::vector<Tensor>& ts) {
+    int64_t b = 0;
+    for (const Tensor& t : ts) {
+      if (t.defined()) b += t.numel() * int64_t(t.element_size());
+    }
+    return b;
+  };
+  auto median_ms = [&](const std::function<void()>& step) {
+    step();
+    std::vector<double> t;
+    for (int r = 0; r < 9; ++r) {
+      pg->barrier()->wait();
+      const double t0 = bench::now_s();
+      step();
+      t.push_back(bench::now_s() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    return 1e3 * t[t.size() / 2];
+  };
+  struct Row {
+    const char* name;
+    double ms;
+    int64_t params, grads, state;
+  };
+  std::vector<Row> rows;
+  {
+    auto m = std::make_shared<nn::models::SmallCNN>();
+    dist::DistributedDataParallel ddp(m, pg);
+    optim::Adam opt(ddp.named_parameters(), {.lr = 1e-3});
+    const double ms = median_ms([&] {
+      opt.zero_grad();
+      cross_entropy(ddp(x), y).backward();
+      opt.step();
+    });
+    std::vector<Tensor> grads, state;
+    for (const Tensor& p : m->parameters()) grads.push_back(p.grad());
+    for (const auto& [k, t] : opt.state_dict().tensors) state.push_back(t);
+    rows.push_back({"DDP + Adam", ms, bytes(m->parameters()), bytes(grads), bytes(state)});
+  }
+  for (int stage : {1, 2}) {
+    auto m = std::make_shared<nn::models::SmallCNN>();
+    std::shared_ptr<dist::DistributedDataParallel> ddp;
+    if (stage == 1) ddp = std::make_shared<dist::DistributedDataParallel>(m, pg);
+    nn::Module& model = ddp ? static_cast<nn::Module&>(*ddp) : *m;
+    dist::ZeroRedundancyOptimizer zero(model.named_parameters(), pg, adam, {.stage = stage});
+    const double ms = median_ms([&] {
+      zero.zero_grad();
+      cross_entropy(model(x), y).backward();
+      zero.step();
+    });
+    rows.push_back({stage == 1 ? "ZeRO-1 (DDP + sharded Adam)" : "ZeRO-2 (no DDP)", ms, bytes(m->parameters()),
+                    zero.local_grad_bytes(), zero.local_state_bytes()});
+  }
+  if (rank == 0) {
+    std::printf(
+        "\n== SmallCNN step, batch %lld per rank, %d ranks: DDP vs ZeRO-1 vs ZeRO-2 (rank 0's bytes between "
+        "steps)\n",
+        (long long)local, world);
+    std::printf("%-28s %9s %10s %10s %10s %10s %7s\n", "", "ms/step", "params MB", "grads MB", "state MB", "total MB",
+                "vs DDP");
+    const double ddp_total = double(rows[0].params + rows[0].grads + rows[0].state);
+    for (const Row& r : rows) {
+      const double total = double(r.params + r.grads + r.state);
+      std::printf("%-28s %9.1f %10.2f %10.2f %10.2f %10.2f %7.2f\n", r.name, r.ms, double(r.params) / 1e6,
+                  double(r.grads) / 1e6, double(r.state) / 1e6, total / 1e6, total / ddp_total);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +263,7 @@ int main(int argc, char** argv) {
   if (!only_allreduce) {
     scaling_section(pg, batch);
     zero_section(pg);
+    zero2_section(pg, batch);
   }
   pg.reset();
   dist::destroy_process_group();

@@ -289,6 +289,10 @@ TEST_CASE("zero: ZeRO-2 over Adam equals DDP + Adam over 20 steps (F64 1e-12), h
   const int me = pg()->rank(), n = pg()->size();
   auto ddp_model = make_mlp(DType::F64);
   auto z_model = make_mlp(DType::F64);
+  {  // a different local init: ZeRO-2's constructor must replace it with rank 0's, as DDP does
+    NoGradGuard no_grad;
+    if (me == 1) z_model->named_parameters()[0].second.fill_(0.123);
+  }
   dist::DistributedDataParallel ddp(ddp_model, pg());
   optim::Adam adam(ddp.named_parameters(), {.lr = 1e-2});
   dist::ZeroRedundancyOptimizer zero(
