@@ -135,12 +135,13 @@ AGENT
     echo "FAIL netns mpirun: status $rc, $moved bytes through the veths"; grep -v "^\s*$" "$work/mpi" | tail -30; status=1
   fi
   # NETNS_BENCH=build/examples/bench/bench_dist: its allreduce table (MPI, Gloo, raw MPI) across
-  # the hosts under the shaping above (a measurement, not a test; never set by ctest).
+  # the hosts under the shaping above, or what NETNS_BENCH_ARGS asks of it (a measurement, not
+  # a test; never set by ctest).
   if [ -n "${NETNS_BENCH:-}" ]; then
     ip netns exec "${ns[0]}" unshare --uts sh -c "hostname bkhost0; exec timeout 300 mpirun -np $hosts \
       --host ${hostlist%,} --mca plm_rsh_agent $agent --mca btl tcp,self --mca btl_tcp_if_include $subnet.0/24 \
       --mca oob_tcp_if_include $subnet.0/24 --bind-to none -x OMP_NUM_THREADS \
-      $NETNS_BENCH --allreduce-only --max-bytes ${NETNS_BENCH_BYTES:-16777216}" 2>&1 | grep -v "^\[bkhost"
+      $NETNS_BENCH ${NETNS_BENCH_ARGS:---allreduce-only --max-bytes 16777216}" 2>&1 | grep -v "^\[bkhost"
   fi
 else
   echo "SKIP netns mpirun: no mpirun"
