@@ -82,5 +82,10 @@ ProcessGroupPtr make_gloo_group(GroupOptions options, const std::shared_ptr<TcpS
 // over the same ranks, used to share NCCL's unique id.
 using NcclFactory = ProcessGroupPtr (*)(GroupOptions options, Device device, const ProcessGroupPtr& bootstrap);
 void set_nccl_factory(NcclFactory factory);
+// new_group on an NCCL world: ncclCommSplit of `parent` (the world), collective over it;
+// `bootstrap` is the CPU sub-group of the members, null on a rank outside (which gets nullptr).
+using NcclSplitter = ProcessGroupPtr (*)(const ProcessGroupPtr& parent, GroupOptions options,
+                                         const ProcessGroupPtr& bootstrap);
+void set_nccl_splitter(NcclSplitter splitter);
 
 }  // namespace brisk::dist::detail

@@ -41,8 +41,9 @@ namespace detail {
 
 namespace {
 std::atomic<bool> g_any_broken{false};
-NcclFactory g_nccl_factory = nullptr;  // constant-initialized: set by another library's static initializer
-const MpiBackend* g_mpi = nullptr;     // the same, by brisk::dist's
+NcclFactory g_nccl_factory = nullptr;    // constant-initialized: set by another library's static initializer
+const MpiBackend* g_mpi = nullptr;       // the same, by brisk::dist's
+NcclSplitter g_nccl_splitter = nullptr;  // the same, by brisk::dist_nccl's
 
 bool is_reduction(const char* call) { return !std::strcmp(call, "allreduce") || !std::strcmp(call, "reduce_scatter"); }
 }  // namespace
@@ -85,6 +86,7 @@ std::string broken_group_error(const std::string& call, const std::string& first
 
 void set_nccl_factory(NcclFactory factory) { g_nccl_factory = factory; }
 void set_mpi_backend(const MpiBackend* backend) { g_mpi = backend; }
+void set_nccl_splitter(NcclSplitter splitter) { g_nccl_splitter = splitter; }
 const MpiBackend* mpi_backend() { return g_mpi; }
 
 uint64_t next_work_id() {
@@ -483,11 +485,12 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, GroupOptions options) {
     if (index < 0) return nullptr;
     return detail::make_gloo_group(std::move(o), w.store, prefix, index, int(ranks.size()), w.master_addr);
   };
-  if (backend == "nccl") {
+  if (backend == "nccl") {  // ncclCommSplit of the world's communicator, a CPU sub-group beside it
     GroupOptions boot = options;
     boot.name = options.name + ".bootstrap";
     ProcessGroupPtr b = cpu_subgroup(boot);
-    if (b) g = make_nccl(w.launch, cuda_device_for(w.launch, Device::cpu()), options, b);  // local_rank % count
+    BRISK_CHECK(detail::g_nccl_splitter, "new_group: the NCCL backend needs brisk::dist_nccl linked");
+    g = detail::g_nccl_splitter(world_group, options, b);
   } else {
     g = cpu_subgroup(options);
   }

@@ -128,8 +128,8 @@ Launch launch_info();
 
 // A group of some of the world's ranks (sub-groups: data x pipeline parallelism, and the like),
 // of world()'s backend: MPI (MPI_Comm_split), Gloo (a full mesh of its own through the
-// rendezvous store) or NCCL (a communicator of its own, its unique id shared over a CPU
-// sub-group). Collective over the world: every rank calls it, in the same order, with the same
+// rendezvous store) or NCCL (ncclCommSplit of the world's communicator, with a CPU sub-group
+// beside it for the debug check). Collective over the world: every rank calls it, in the same order, with the same
 // `ranks` (distinct world ranks; the group's rank i is ranks[i]); it first waits for a barrier on
 // world(), so no call may be pending there. A sub-group has its own communicator and thread: its
 // calls never wait for ranks outside it. On a rank outside `ranks` the result's rank() is -1 and
