@@ -18,6 +18,7 @@
 // through dist::init_from_env; this program knows nothing of brisk or MPI. Not here: the rendezvous store
 // (dist/store.h, served by rank 0).
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,12 +47,12 @@ struct Options {
   std::vector<std::string> command;
 };
 
+constexpr const char* kUsage =
+    "usage: brisk-run --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A --master-port P]\n"
+    "                 [--max-restarts K [--min-ranks M]] [--grace-s S] [--] program args...\n";
+
 [[noreturn]] void usage_error(const std::string& why) {
-  std::fprintf(stderr,
-               "brisk-run: %s\n"
-               "usage: brisk-run --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A --master-port P]\n"
-               "                 [--max-restarts K [--min-ranks M]] [--grace-s S] [--] program args...\n",
-               why.c_str());
+  std::fprintf(stderr, "brisk-run: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -89,7 +90,8 @@ Options parse(int argc, char** argv) {
       return i + 1 < argc ? argv[++i] : nullptr;
     };
     if (a == "--help") {
-      usage_error("help");
+      std::printf("%s", kUsage);
+      std::exit(0);
     } else if (a == "--nproc-per-node") {
       o.nproc = parse_int(a, value(), 1, 4096);
     } else if (a == "--nnodes") {
@@ -146,6 +148,7 @@ std::string describe(int status) {
 }
 
 pid_t start(const Options& o, int local, int restart, const sigset_t& old_mask) {
+  const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     std::fprintf(stderr, "brisk-run: fork failed: %s\n", std::strerror(errno));
@@ -157,6 +160,10 @@ pid_t start(const Options& o, int local, int restart, const sigset_t& old_mask) 
   }
   setpgid(0, 0);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  // Should the launcher itself die (SIGKILL, nothing to forward), its ranks get SIGTERM rather
+  // than running on as orphans; a launcher already gone before this line is caught by getppid.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher) _exit(128 + SIGTERM);
   const int world = o.nnodes * o.nproc, rank = o.node_rank * o.nproc + local;
   setenv("RANK", std::to_string(rank).c_str(), 1);
   setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);

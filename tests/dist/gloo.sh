@@ -6,7 +6,8 @@
 # cases over Gloo (a rank killed by SIGKILL, a collective mismatch, a pipeline stage killed),
 # where brisk-run must exit non-zero and name the dead rank; init_from_env's errors; and the
 # launcher itself with small shell programs: the environment it sets, a failing rank stopping
-# the others, a signal passed on to every rank, --max-restarts, bad arguments; and an elastic
+# the others, a signal passed on to every rank, ranks ending with a launcher killed by SIGKILL,
+# --max-restarts, bad arguments; and an elastic
 # restart (tests/dist/elastic_child.cpp): a rank killed while writing a checkpoint, the job
 # restarted by `brisk-run --max-restarts 1` from the last complete checkpoint, ending with a
 # model byte-identical to an uninterrupted run's (the timeline is printed); and with
@@ -103,6 +104,25 @@ if [ $rc -eq 143 ] && [ -e "$work/term.0" ] && [ -e "$work/term.1" ]; then
   echo "PASS brisk-run passes SIGTERM to every rank and exits 143"
 else
   fail "brisk-run signal forwarding: status $rc, $(ls "$work")"
+fi
+# A launcher killed by SIGKILL (it cannot pass anything on) takes its ranks with it: each was
+# started with a parent-death signal. The ranks write their pids, then sleep.
+"$run" --nproc-per-node 2 sh -c "echo \$\$ > $work/orphan.\$RANK; exec sleep 60" >/dev/null 2>&1 &
+launcher=$!
+for _ in $(seq 50); do [ -s "$work/orphan.0" ] && [ -s "$work/orphan.1" ] && break; sleep 0.1; done
+kill -KILL $launcher 2>/dev/null
+wait $launcher 2>/dev/null
+sleep 1
+left=""
+for r in 0 1; do  # alive: exists and is not a zombie (an orphan waits for whoever adopted it to reap it)
+  p=$(cat "$work/orphan.$r" 2>/dev/null)
+  [ -n "$p" ] && [ -e "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] && left="$left $p"
+done
+if [ -s "$work/orphan.0" ] && [ -z "$left" ]; then
+  echo "PASS brisk-run killed by SIGKILL: its ranks end too (parent-death signal)"
+else
+  fail "brisk-run killed by SIGKILL left ranks running:$left"
+  for p in $left; do kill -KILL "$p" 2>/dev/null; done
 fi
 # --max-restarts: rank 1 fails in the first attempt only.
 prog='[ "$BRISK_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ] && exit 9; echo "attempt $BRISK_RESTART_COUNT rank $RANK"'
