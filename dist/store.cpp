@@ -93,30 +93,12 @@ struct TcpStore::Server {
   std::map<int, Client> clients;
 
   explicit Server(int& port) {
-    listen_fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool v6 = listen_fd >= 0;
-    if (!v6) listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    BRISK_CHECK(listen_fd >= 0, "TcpStore: socket() failed: ", errno_text());
-    const int one = 1, zero = 0;
-    ::setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a restarted job reuses its port
-    int rc;
-    if (v6) {
-      ::setsockopt(listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 clients too
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_addr = in6addr_any;
-      a.sin6_port = htons(uint16_t(port));
-      rc = ::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    } else {
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_ANY);
-      a.sin_port = htons(uint16_t(port));
-      rc = ::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    }
+    // Dual-stack where the host has IPv6 (IPv4 clients too), else IPv4 alone.
+    int rc = bind_to(AF_INET6, port);
+    if (rc != 0 && errno != EADDRINUSE) rc = bind_to(AF_INET, port);
     if (rc != 0) {
       const std::string why = errno_text();
-      ::close(listen_fd);
+      if (listen_fd >= 0) ::close(listen_fd);
       BRISK_FAIL("TcpStore: cannot listen on port ", port, ": ", why,
                  " (another job on this MASTER_PORT? pick another with --master-port or MASTER_PORT)");
     }
@@ -128,6 +110,28 @@ struct TcpStore::Server {
                                            : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
     BRISK_CHECK(::pipe2(wake, O_CLOEXEC) == 0, "TcpStore: pipe() failed: ", errno_text());
     thread = std::thread([this] { loop(); });
+  }
+
+  // A listening socket of `family` on `port` in listen_fd; bind's result (errno set on failure).
+  int bind_to(int family, int port) {
+    if (listen_fd >= 0) ::close(listen_fd);
+    listen_fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0) return -1;
+    const int one = 1, zero = 0;
+    ::setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a restarted job reuses its port
+    if (family == AF_INET6) {
+      ::setsockopt(listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_addr = in6addr_any;
+      a.sin6_port = htons(uint16_t(port));
+      return ::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(uint16_t(port));
+    return ::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   }
 
   ~Server() {
