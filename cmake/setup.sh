@@ -7,7 +7,7 @@
 # What both commands need; BRISK_TEST_PACKAGES only the sanitizer and fuzz builds (clang with
 # libFuzzer and its runtimes, LLVM's OpenMP). Always --no-install-recommends.
 BRISK_PACKAGES=(cmake ninja-build g++ ccache libeigen3-dev doctest-dev nlohmann-json3-dev zlib1g-dev libzip-dev zipcmp zipmerge ziptool libonnx-dev libprotobuf-dev libstb-dev
-  libjpeg-dev python3 python3-venv libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+  libjpeg-dev python3 python3-venv libopenmpi-dev openmpi-bin libgloo-dev dataset-fashion-mnist)
 BRISK_TEST_PACKAGES=(clang-format clang libclang-rt-dev libomp-dev libonnx-testdata fortunes python3-torch
   python3-torchvision)
 

@@ -5,11 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/process_group.h"
 #include "engine/env.h"
+
+namespace brisk::dist {
+class TcpStore;
+}
 
 namespace brisk::dist::detail {
 
@@ -34,23 +39,42 @@ std::string compare_fingerprints(const std::vector<Fingerprint>& all, int my_ran
 // Dense, defined, on device type `device`; errors name the call, the tensor and the group.
 void check_tensor(const Tensor& t, const char* call, const ProcessGroup& g, DeviceType device);
 
+// A fresh id for a Work, never reused in the process (a group's broken-by record keeps the
+// id, not the address: a later call's Work may be allocated where the failed one was).
+uint64_t next_work_id();
+
 // A group timed out or met an MPI / NCCL error (`error`, the first one): MPI is not finalized
 // at exit, and the process exits with kBrokenGroupExitStatus (Note [Faults]).
 void mark_broken(const std::string& error);
 // What a call on a broken group throws: the call, then the error that broke the group.
 std::string broken_group_error(const std::string& call, const std::string& first_error);
 
-// ---- the MPI side (dist/mpi_group.cpp)
-void start_mpi();
-void finish_mpi(bool any_broken);
-// MPI_Abort(MPI_COMM_WORLD, status) when MPI is initialized and not finalized, so that mpirun
-// ends the job with that status and stops peers that hang; returns otherwise. An alarm ends
-// the process should the abort itself hang.
-void abort_mpi(int status);
-void mpi_world(int& rank, int& size);
-ProcessGroupPtr make_mpi_group(GroupOptions options);
-// The "mpi" section of the environment report (engine/env.h); process_group.cpp adds it.
-EnvSection mpi_env_section(const EnvOptions& options);
+// ---- MPI: dist/mpi_group.cpp is the library brisk_dist (brisk::dist) above brisk_dist_core;
+// it registers its backend from a static initializer (its link interface keeps the object with
+// `-u brisk_dist_mpi_linked`), as NCCL's does. A program linked to brisk::dist_core alone (jobs
+// started by brisk-run over Gloo) has no MPI in it at all; asking it for MPI is an error.
+struct MpiBackend {
+  void (*start)();                  // MPI_Init_thread, once per process
+  void (*finish)(bool any_broken);  // MPI_Finalize unless a group broke (Note [Faults])
+  // MPI_Abort(MPI_COMM_WORLD, status) when MPI is initialized and not finalized, so that mpirun
+  // ends the job with that status and stops peers that hang; returns otherwise. An alarm ends
+  // the process should the abort itself hang.
+  void (*abort)(int status);
+  void (*world)(int& rank, int& size);
+  ProcessGroupPtr (*make_group)(GroupOptions options);  // over a duplicate of MPI_COMM_WORLD
+  // MPI_Comm_split of MPI_COMM_WORLD, collective over the world: the ranks with index >= 0
+  // make a group in which they have that rank; the others (index -1) get nullptr.
+  ProcessGroupPtr (*make_subgroup)(GroupOptions options, int index);
+};
+void set_mpi_backend(const MpiBackend* backend);
+const MpiBackend* mpi_backend();  // null where brisk::dist (MPI) is not linked
+
+// ---- Gloo (dist/gloo_group.cpp; without libgloo-dev, stubs that fail naming the cause): a
+// group of `size` ranks that rendezvous under `prefix` in `store`; its TCP device is bound to
+// this host's address towards `master_addr` (or BRISK_GLOO_IFNAME / GLOO_SOCKET_IFNAME).
+bool gloo_available();
+ProcessGroupPtr make_gloo_group(GroupOptions options, const std::shared_ptr<TcpStore>& store, const std::string& prefix,
+                                int rank, int size, const std::string& master_addr);
 
 // ---- NCCL: dist/nccl_group.cpp, the library brisk_dist_nccl (brisk::dist_nccl) of CUDA builds
 // with NCCL, sets the factory from a static initializer (Note [Backend libraries] in init.cpp);
@@ -58,5 +82,10 @@ EnvSection mpi_env_section(const EnvOptions& options);
 // over the same ranks, used to share NCCL's unique id.
 using NcclFactory = ProcessGroupPtr (*)(GroupOptions options, Device device, const ProcessGroupPtr& bootstrap);
 void set_nccl_factory(NcclFactory factory);
+// new_group on an NCCL world: ncclCommSplit of `parent` (the world), collective over it;
+// `bootstrap` is the CPU sub-group of the members, null on a rank outside (which gets nullptr).
+using NcclSplitter = ProcessGroupPtr (*)(const ProcessGroupPtr& parent, GroupOptions options,
+                                         const ProcessGroupPtr& bootstrap);
+void set_nccl_splitter(NcclSplitter splitter);
 
 }  // namespace brisk::dist::detail

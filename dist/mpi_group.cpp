@@ -1,9 +1,9 @@
 // dist/mpi_group.cpp: the MPI backend of dist::ProcessGroup (CPU tensors) and MPI's start-up
-// and shutdown. One communication thread per group owns every MPI call after start-up
-// (MPI_THREAD_SERIALIZED): it runs the calls in the order they were made (collectives as
-// blocking MPI calls, point-to-point as polled requests) and finishes them (Avg's division,
-// allgather's copies) while the caller computes. Not here: NCCL (dist/nccl_group.cpp), DDP,
-// init_process_group itself (dist/process_group.cpp).
+// and shutdown, the library brisk_dist (brisk::dist) above brisk_dist_core, registered from a
+// static initializer (dist/backend.h, MpiBackend). One communication thread per group owns every MPI call after
+// start-up (MPI_THREAD_SERIALIZED): it runs the calls in the order they were made (collectives as blocking MPI calls,
+// point-to-point as polled requests) and finishes them (Avg's division, allgather's copies) while the caller computes.
+// Not here: NCCL (dist/nccl_group.cpp), DDP, init_process_group itself (dist/process_group.cpp).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -154,22 +154,22 @@ struct Health {
   std::mutex mu;
   std::atomic<bool> broken{false};
   std::string first_error;
-  const Work* culprit = nullptr;  // the call whose failure broke the group
-  // Marks the group broken (by `work`'s failure); returns the error that call reports.
-  std::string fail(const std::string& error, const Work* work) {
+  uint64_t culprit = 0;  // the id of the call whose failure broke the group (ids are never reused)
+  // Marks the group broken by call `id` (described as `what`); returns the error that call reports.
+  std::string fail(const std::string& error, uint64_t id, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
     if (!broken.exchange(true)) {
       first_error = error;
-      culprit = work;
+      culprit = id;
     }
     detail::mark_broken(first_error);
-    return work == culprit ? first_error : detail::broken_group_error(work->describe(), first_error);
+    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
   }
-  // What `work` reports when the group broke before or while it ran: its own error if it broke
-  // the group, else that it did not run and why.
-  std::string error_for(const Work& work) {
+  // What call `id` reports when the group broke before or while it ran: its own error if it
+  // broke the group, else that it did not run and why.
+  std::string error_for(uint64_t id, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
-    return &work == culprit ? first_error : detail::broken_group_error(work.describe(), first_error);
+    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
   }
 };
 
@@ -182,7 +182,8 @@ class MpiWork : public Work {
         what_(std::move(what)),
         timeout_(timeout),
         deadline_(Clock::now() + timeout),
-        health_(std::move(health)) {}
+        health_(std::move(health)),
+        id_(detail::next_work_id()) {}
   bool wait(Duration timeout) override {
     const auto until = std::min(Clock::now() + timeout, deadline_);
     std::unique_lock<std::mutex> lock(mu_);
@@ -191,13 +192,14 @@ class MpiWork : public Work {
     if (done_) return true;
     if (Clock::now() < deadline_) return false;  // the caller's own timeout
     lock.unlock();
-    BRISK_FAIL(health_->fail(timeout_message(), this));
+    BRISK_FAIL(health_->fail(timeout_message(), id_, what_));
   }
   bool is_completed() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return done_;
   }
   std::string describe() const override { return what_; }
+  uint64_t id() const { return id_; }
   Clock::time_point deadline() const { return deadline_; }
   std::string timeout_message() const {
     std::ostringstream s;
@@ -219,6 +221,7 @@ class MpiWork : public Work {
   Duration timeout_;
   Clock::time_point deadline_;
   std::shared_ptr<Health> health_;
+  uint64_t id_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -414,7 +417,7 @@ class MpiGroup : public ProcessGroup {
     task.finish = std::move(finish);
     WorkPtr w = task.work;
     if (health_->broken) {  // fails at once, naming this call and the first error
-      task.work->finish(health_->error_for(*task.work));
+      task.work->finish(health_->error_for(task.work->id(), task.work->describe()));
       return w;
     }
     {
@@ -441,8 +444,8 @@ class MpiGroup : public ProcessGroup {
   }
 
   void fail_all(std::list<Task>& active, std::deque<Task>& fresh) {
-    for (Task& t : active) t.work->finish(health_->error_for(*t.work));
-    for (Task& t : fresh) t.work->finish(health_->error_for(*t.work));
+    for (Task& t : active) t.work->finish(health_->error_for(t.work->id(), t.work->describe()));
+    for (Task& t : fresh) t.work->finish(health_->error_for(t.work->id(), t.work->describe()));
     active.clear();
     fresh.clear();
   }
@@ -467,7 +470,7 @@ class MpiGroup : public ProcessGroup {
       }
       for (Task& t : fresh) {   // posted in call order: every rank posts the same sequence
         if (health_->broken) {  // an earlier call of this batch broke it
-          t.work->finish(health_->error_for(*t.work));
+          t.work->finish(health_->error_for(t.work->id(), t.work->describe()));
           continue;
         }
         const std::string err = start(t);
@@ -510,7 +513,9 @@ class MpiGroup : public ProcessGroup {
     }
   }
 
-  std::string break_group(const std::string& error, const Work& work) { return health_->fail(error, &work); }
+  std::string break_group(const std::string& error, const MpiWork& work) {
+    return health_->fail(error, work.id(), work.describe());
+  }
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
@@ -531,6 +536,14 @@ ProcessGroupPtr make_mpi_group(GroupOptions options) {
   MPI_Comm comm;
   const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   BRISK_CHECK(rc == MPI_SUCCESS, "init_process_group: MPI_Comm_dup failed: ", mpi_error(rc));
+  return std::make_shared<MpiGroup>(std::move(options), comm);
+}
+
+ProcessGroupPtr make_mpi_subgroup(GroupOptions options, int index) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split(MPI_COMM_WORLD, index >= 0 ? 0 : MPI_UNDEFINED, index, &comm);
+  BRISK_CHECK(rc == MPI_SUCCESS, "new_group: MPI_Comm_split for group '", options.name, "' failed: ", mpi_error(rc));
+  if (comm == MPI_COMM_NULL) return nullptr;
   return std::make_shared<MpiGroup>(std::move(options), comm);
 }
 
@@ -581,6 +594,17 @@ EnvSection mpi_env_section(const EnvOptions&) {
   return s;
 }
 
+namespace {
+const MpiBackend kMpiBackend{&start_mpi, &finish_mpi, &abort_mpi, &mpi_world, &make_mpi_group, &make_mpi_subgroup};
+// This object is in every program that links brisk::dist: MPI joins dist and the environment report.
+[[maybe_unused]] const bool g_added = (set_mpi_backend(&kMpiBackend), add_env_section(&mpi_env_section), true);
+}  // namespace
+
 }  // namespace detail
 
 }  // namespace brisk::dist
+
+// The symbol brisk::dist's link interface forces with `-u`, keeping this object in the link.
+extern "C" {
+int brisk_dist_mpi_linked = 1;
+}

@@ -231,7 +231,10 @@ class NcclGroup : public ProcessGroup {
  public:
   using Issue = std::function<ncclResult_t(ncclComm_t, cudaStream_t)>;
 
-  NcclGroup(GroupOptions options, Device device, ProcessGroupPtr bootstrap, const ncclUniqueId& id)
+  // Joins the communicator of `id` (init_process_group), or, with `parent`, is this rank's part
+  // of ncclCommSplit(parent) (new_group; `bootstrap` is the CPU sub-group of the same ranks).
+  NcclGroup(GroupOptions options, Device device, ProcessGroupPtr bootstrap, const ncclUniqueId& id,
+            ncclComm_t parent = nullptr)
       : ProcessGroup(std::move(options)),
         device_(device),
         bootstrap_(std::move(bootstrap)),
@@ -245,8 +248,14 @@ class NcclGroup : public ProcessGroup {
       // Non-blocking: the communication stream must not serialize with the legacy stream 0.
       BRISK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       BRISK_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-      BRISK_NCCL_CHECK(ncclCommInitRank(&state_->comm, size_, id, rank_), "init_process_group: group '", options_.name,
-                       "' on ", device, " (rank ", rank_, " of ", size_, ")");
+      if (parent) {
+        BRISK_NCCL_CHECK(ncclCommSplit(parent, 0, rank_, &state_->comm, nullptr),
+                         "new_group: ncclCommSplit for group '", options_.name, "' on ", device, " (rank ", rank_,
+                         " of ", size_, ")");
+      } else {
+        BRISK_NCCL_CHECK(ncclCommInitRank(&state_->comm, size_, id, rank_), "init_process_group: group '",
+                         options_.name, "' on ", device, " (rank ", rank_, " of ", size_, ")");
+      }
     } catch (...) {
       state_->comm = nullptr;
       release_cuda();
@@ -258,6 +267,15 @@ class NcclGroup : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
+  Device device() const { return device_; }
+  // The communicator to split (new_group), after the calls issued so far: nothing else may be
+  // in flight on it meanwhile (new_group waits for a barrier on the world first).
+  ncclComm_t comm_for_split(const char* call) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    BRISK_CHECK(state_->comm && !state_->broken, call, ": group '", options_.name,
+                "' is broken or shut down; no group can be split from it");
+    return state_->comm;
+  }
 
   // Waits for the calls in flight (each against its timeout), destroys the communicator
   // unless the group broke (aborted then), and stops the bootstrap group's thread.
@@ -545,6 +563,24 @@ ProcessGroupPtr make_nccl_group(GroupOptions options, Device device, const Proce
   return std::make_shared<NcclGroup>(std::move(options), device, bootstrap, id);
 }
 
+// new_group on an NCCL world: ncclCommSplit of the parent's communicator, collective over the
+// parent (a rank outside the group passes NCCL_SPLIT_NOCOLOR and gets nullptr).
+ProcessGroupPtr split_nccl_group(const ProcessGroupPtr& parent, GroupOptions options,
+                                 const ProcessGroupPtr& bootstrap) {
+  auto* p = dynamic_cast<NcclGroup*>(parent.get());
+  BRISK_CHECK(p, "new_group: group '", parent->options().name, "' is not an NCCL group");
+  ncclComm_t comm = p->comm_for_split("new_group");
+  if (!bootstrap) {  // not a member: takes part in the split, gets no communicator
+    cu::DeviceGuard guard(p->device().index);
+    ncclComm_t none = nullptr;
+    BRISK_NCCL_CHECK(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr), "new_group: ncclCommSplit for group '",
+                     options.name, "' (not a member)");
+    return nullptr;
+  }
+  const ncclUniqueId unused{};
+  return std::make_shared<NcclGroup>(std::move(options), p->device(), bootstrap, unused, comm);
+}
+
 namespace {
 EnvSection nccl_env_section(const EnvOptions&) {
   int v = 0;
@@ -558,7 +594,8 @@ EnvSection nccl_env_section(const EnvOptions&) {
   return s;
 }
 
-[[maybe_unused]] const bool g_added = (set_nccl_factory(&make_nccl_group), add_env_section(&nccl_env_section), true);
+[[maybe_unused]] const bool g_added = (set_nccl_factory(&make_nccl_group), set_nccl_splitter(&split_nccl_group),
+                                       add_env_section(&nccl_env_section), true);
 }  // namespace
 
 }  // namespace detail

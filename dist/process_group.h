@@ -1,7 +1,9 @@
 // dist/process_group.h: collective communication between processes. A ProcessGroup is the
-// ranks of one job (started by `mpirun -np N`, on one machine or several with --hostfile);
-// every call is asynchronous and returns a Work to wait on. Backends: MPI for CPU tensors
-// (dist/mpi_group.cpp), NCCL for CUDA tensors (dist/nccl_group.cpp, CUDA builds). Every
+// ranks of one job (started by `mpirun -np N`, or by `brisk-run` / any launcher that sets
+// torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; on one machine or several); every call
+// is asynchronous and returns a Work to wait on. Backends: MPI for CPU tensors
+// (dist/mpi_group.cpp), Gloo for CPU tensors without MPI (dist/gloo_group.cpp, builds with
+// libgloo-dev), NCCL for CUDA tensors (dist/nccl_group.cpp, CUDA builds). Every
 // collective has a timeout, so a dead peer ends in a brisk::Error, not a hang (Note [Faults]
 // in dist/mpi_group.cpp). Not here: DistributedDataParallel (dist/ddp.h), ZeRO-1
 // (dist/zero.h), the sampler that shards a dataset (data/sampler.h, DistributedSampler).
@@ -63,7 +65,7 @@ class ProcessGroup {
   virtual ~ProcessGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "mpi", "nccl"
+  virtual const char* backend() const = 0;  // "mpi", "gloo", "nccl"
   const GroupOptions& options() const { return options_; }
   void set_timeout(Duration timeout) { options_.timeout = timeout; }
 
@@ -89,7 +91,7 @@ class ProcessGroup {
 };
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
 
-enum class Backend { Auto, Mpi, Nccl };
+enum class Backend { Auto, Mpi, Nccl, Gloo };
 
 // Rank, size and local rank of this process: from mpirun's environment (and MPI), checked
 // against RANK / WORLD_SIZE / LOCAL_RANK where those are set. A process not started by mpirun
@@ -101,15 +103,53 @@ struct Launch {
 };
 
 // Starts MPI (once per process) and returns the world group of `backend` (Auto: NCCL when
-// `device` is CUDA, else MPI); CUDA groups use device local_rank % device_count unless
-// `device` names one. The first call's group is also world().
+// `device` is CUDA, else MPI; Gloo: init_from_env's, or under mpirun a Gloo group beside MPI's,
+// its rendezvous announced over MPI); CUDA groups use device
+// local_rank % device_count unless `device` names one. The first call's group is also world().
 ProcessGroupPtr init_process_group(Backend backend = Backend::Auto, Device device = Device::cpu(),
                                    GroupOptions options = {});
+
+// Joins the job described by the environment, torchrun's names (brisk-run sets them):
+// MASTER_ADDR and MASTER_PORT (where rank 0 serves the rendezvous store, dist/store.h), RANK,
+// WORLD_SIZE, LOCAL_RANK (default: RANK). No MPI is started. Returns the world group of
+// `backend`: Auto is Gloo for CPU and NCCL for CUDA (its unique id travels over a Gloo group);
+// Mpi is an error (that is init_process_group's). Missing or bad variables, a rendezvous that
+// does not complete within options.timeout, and mixing with init_process_group's MPI are
+// errors naming the variable, the address or the call. The first group is also world().
+ProcessGroupPtr init_from_env(Backend backend = Backend::Auto, Device device = Device::cpu(),
+                              GroupOptions options = {});
+// Whether this build has the Gloo backend (brisk built with libgloo-dev found).
+bool is_gloo_available();
 ProcessGroupPtr world();  // the group init_process_group made (an error before it)
 bool is_initialized();
 // Whether this program has the NCCL backend: brisk::dist_nccl linked (a CUDA build with NCCL).
 bool is_nccl_available();
 Launch launch_info();
+
+// A group of some of the world's ranks (sub-groups: data x pipeline parallelism, and the like),
+// of world()'s backend: MPI (MPI_Comm_split), Gloo (a full mesh of its own through the
+// rendezvous store) or NCCL (ncclCommSplit of the world's communicator, with a CPU sub-group
+// beside it for the debug check). Collective over the world: every rank calls it, in the same order, with the same
+// `ranks` (distinct world ranks; the group's rank i is ranks[i]); it first waits for a barrier on
+// world(), so no call may be pending there. A sub-group has its own communicator and thread: its
+// calls never wait for ranks outside it. On a rank outside `ranks` the result's rank() is -1 and
+// each of its calls is an error naming this rank, the group and its ranks. options.name defaults
+// to "group(0,2)" for ranks {0, 2}.
+ProcessGroupPtr new_group(const std::vector<int>& ranks, GroupOptions options = {});
+
+// A 2-D mesh of the world's ranks, row-major: rank r sits at (r / cols, r % cols). For data x
+// pipeline parallelism with rows = replicas and cols = stages, row_group is a replica's pipeline
+// (its stages in order) and col_group the replicas of one stage (where gradients are averaged).
+struct DeviceMesh {
+  int rows = 1, cols = 1;
+  int row = 0, col = 0;         // this rank's coordinates
+  ProcessGroupPtr row_group{};  // the cols ranks of this rank's row, in column order
+  ProcessGroupPtr col_group{};  // the rows ranks of this rank's column, in row order
+};
+// Collective over the world (new_group for every row and every column); rows * cols must be
+// the world's size. Groups are named "<name>.row<i>" and "<name>.col<j>" (name: "mesh" unless
+// options.name is set).
+DeviceMesh init_device_mesh(int rows, int cols, GroupOptions options = {});
 // Stops the groups' threads and finalizes MPI (also done at exit). Later calls fail clearly.
 void destroy_process_group();
 

@@ -114,6 +114,7 @@ OWN = {
     ("train/nas.h", "EvolutionOptions"),
     ("train/nas.h", "ReinforceOptions"),
     ("dist/pipeline.h", "PipelineOptions"),
+    ("dist/zero.h", "ZeroOptions"),  # stage: DeepSpeed's idea; PyTorch's ZeroRedundancyOptimizer has no such keyword
     ("text/tokenize_files.h", "TokenizeFilesOptions"),
     ("interop/onnx_import.h", "LoadOptions"),
 }

@@ -1,18 +1,22 @@
 // examples/bench/bench_dist.cpp: dist/ measured in one 2-rank run (start it with
-// `mpirun -np 2 --oversubscribe --bind-to none build/examples/bench/bench_dist`):
-//   1. allreduce (sum, F32) of 4 KB to 64 MB through ProcessGroup against raw MPI_Allreduce
-//      on a duplicate of the same communicator, median of several calls;
+// `mpirun -np 2 --oversubscribe --bind-to none build/examples/bench/bench_dist`; options
+// --allreduce-only, --max-bytes B, --batch B):
+//   1. allreduce (sum, F32) of 4 KB to 64 MB through ProcessGroup (MPI) and a Gloo group of the
+//      same ranks against raw MPI_Allreduce on a duplicate of the same communicator, median of
+//      several calls, with bus bandwidth;
 //   2. scaling: SmallCNN training steps of the total batch B on rank 0 alone (rank 1 idle) vs
 //      2-rank DDP with B / 2 per rank, one thread per rank; efficiency = T1 / (2 T2) (1.0: twice
 //      the throughput on two cores; the goal is at least 0.85);
 //   3. a bucket-size sweep of the DDP step: what overlapping communication with backward buys;
-//   4. ZeRO-1 over Adam on the SmallCNN: optimizer state bytes per rank vs unsharded Adam.
+//   4. ZeRO-1 over Adam on the SmallCNN: optimizer state bytes per rank vs unsharded Adam;
+//   5. DDP vs ZeRO-1 vs ZeRO-2 on the SmallCNN: step time and the bytes a rank holds.
 // Not a test: it asserts nothing (tests/dist/test_dist.cpp checks the values).
 #include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "dist/ddp.h"
@@ -41,24 +45,37 @@ double timed(dist::ProcessGroup& pg, int reps, F&& fn) {
   return t[t.size() / 2];
 }
 
-void allreduce_section(dist::ProcessGroup& pg) {
-  // Raw MPI on its own communicator; the group's thread is idle between its timed calls.
+void allreduce_section(dist::ProcessGroup& pg, int64_t max_bytes) {
+  // Raw MPI on its own communicator; the group's thread is idle between its timed calls. A
+  // Gloo group of the same ranks beside it (its rendezvous over MPI) where the build has Gloo.
   MPI_Comm raw;
   pg.barrier()->wait();
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  dist::ProcessGroupPtr gloo;
+  if (dist::is_gloo_available()) gloo = dist::init_process_group(dist::Backend::Gloo);
+  const int n_ranks = pg.size();
   if (pg.rank() == 0) {
-    std::printf("== allreduce (sum, F32), 2 ranks: ProcessGroup vs raw MPI_Allreduce, median ms\n");
-    std::printf("%10s %12s %12s %8s\n", "bytes", "group", "raw MPI", "ratio");
+    std::printf("== allreduce (sum, F32), %d ranks: ProcessGroup (MPI) and Gloo vs raw MPI_Allreduce, median ms;\n",
+                n_ranks);
+    std::printf("   bus bandwidth GB/s = bytes * 2 (n - 1) / n / time\n");
+    std::printf("%10s %10s %10s %10s %8s %8s %9s %9s\n", "bytes", "group", "raw MPI", "gloo", "grp/raw", "gloo/raw",
+                "busbw MPI", "busbw gloo");
   }
-  for (int64_t bytes = 4096; bytes <= (int64_t(64) << 20); bytes *= 4) {
+  for (int64_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const int64_t n = bytes / 4;
-    Tensor t = ones({n});
+    Tensor t = ones({n}), u = ones({n});
     std::vector<float> buf(size_t(n), 1.0f);
     const int reps = bytes >= (int64_t(16) << 20) ? 5 : 21;
     const double g = timed(pg, reps, [&] { pg.allreduce(t)->wait(); });
     const double m = timed(pg, reps, [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, raw); });
-    if (pg.rank() == 0) std::printf("%10lld %12.3f %12.3f %8.2f\n", (long long)bytes, 1e3 * g, 1e3 * m, g / m);
+    const double gl = gloo ? timed(pg, reps, [&] { gloo->allreduce(u)->wait(); }) : 0;
+    const double bus = double(bytes) * 2 * (n_ranks - 1) / n_ranks / 1e9;
+    if (pg.rank() == 0) {
+      std::printf("%10lld %10.3f %10.3f %10.3f %8.2f %8.2f %9.3f %9.3f\n", (long long)bytes, 1e3 * g, 1e3 * m, 1e3 * gl,
+                  g / m, gl / m, bus / m, gl > 0 ? bus / gl : 0.0);
+    }
   }
+  if (gloo) gloo->shutdown();
   MPI_Comm_free(&raw);
 }
 
@@ -148,19 +165,106 @@ void zero_section(const dist::ProcessGroupPtr& pg) {
   }
 }
 
+// One SmallCNN training step (median ms) and the bytes a rank holds between steps (parameters +
+// gradients + Adam's state) for DDP + Adam, ZeRO-1 (DDP + sharded Adam) and ZeRO-2 (sharded
+// gradients too, no DDP), on the same per-rank batch.
+void zero2_section(const dist::ProcessGroupPtr& pg, int64_t batch) {
+  const int rank = pg->rank(), world = pg->size();
+  manual_seed(0);
+  const int64_t local = batch / world;
+  Tensor x = randn({local, 1, 28, 28}), y = randint(0, 10, {local});
+  auto adam = [](optim::NamedTensors p) {
+    return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-3});
+  };
+  auto bytes = [](const std::vector<Tensor>& ts) {
+    int64_t b = 0;
+    for (const Tensor& t : ts) {
+      if (t.defined()) b += t.numel() * int64_t(t.element_size());
+    }
+    return b;
+  };
+  auto median_ms = [&](const std::function<void()>& step) {
+    step();
+    std::vector<double> t;
+    for (int r = 0; r < 9; ++r) {
+      pg->barrier()->wait();
+      const double t0 = bench::now_s();
+      step();
+      t.push_back(bench::now_s() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    return 1e3 * t[t.size() / 2];
+  };
+  struct Row {
+    const char* name;
+    double ms;
+    int64_t params, grads, state;
+  };
+  std::vector<Row> rows;
+  {
+    auto m = std::make_shared<nn::models::SmallCNN>();
+    dist::DistributedDataParallel ddp(m, pg);
+    optim::Adam opt(ddp.named_parameters(), {.lr = 1e-3});
+    const double ms = median_ms([&] {
+      opt.zero_grad();
+      cross_entropy(ddp(x), y).backward();
+      opt.step();
+    });
+    std::vector<Tensor> grads, state;
+    for (const Tensor& p : m->parameters()) grads.push_back(p.grad());
+    for (const auto& [k, t] : opt.state_dict().tensors) state.push_back(t);
+    rows.push_back({"DDP + Adam", ms, bytes(m->parameters()), bytes(grads), bytes(state)});
+  }
+  for (int stage : {1, 2}) {
+    auto m = std::make_shared<nn::models::SmallCNN>();
+    std::shared_ptr<dist::DistributedDataParallel> ddp;
+    if (stage == 1) ddp = std::make_shared<dist::DistributedDataParallel>(m, pg);
+    nn::Module& model = ddp ? static_cast<nn::Module&>(*ddp) : *m;
+    dist::ZeroRedundancyOptimizer zero(model.named_parameters(), pg, adam, {.stage = stage});
+    const double ms = median_ms([&] {
+      zero.zero_grad();
+      cross_entropy(model(x), y).backward();
+      zero.step();
+    });
+    rows.push_back({stage == 1 ? "ZeRO-1 (DDP + sharded Adam)" : "ZeRO-2 (no DDP)", ms, bytes(m->parameters()),
+                    zero.local_grad_bytes(), zero.local_state_bytes()});
+  }
+  if (rank == 0) {
+    std::printf(
+        "\n== SmallCNN step, batch %lld per rank, %d ranks: DDP vs ZeRO-1 vs ZeRO-2 (rank 0's bytes between "
+        "steps)\n",
+        (long long)local, world);
+    std::printf("%-28s %9s %10s %10s %10s %10s %7s\n", "", "ms/step", "params MB", "grads MB", "state MB", "total MB",
+                "vs DDP");
+    const double ddp_total = double(rows[0].params + rows[0].grads + rows[0].state);
+    for (const Row& r : rows) {
+      const double total = double(r.params + r.grads + r.state);
+      std::printf("%-28s %9.1f %10.2f %10.2f %10.2f %10.2f %7.2f\n", r.name, r.ms, double(r.params) / 1e6,
+                  double(r.grads) / 1e6, double(r.state) / 1e6, total / 1e6, total / ddp_total);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   dist::ProcessGroupPtr pg = dist::init_process_group();
   omp_set_num_threads(1);
-  int64_t batch = 128;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--batch") batch = std::stoll(argv[i + 1]);
+  int64_t batch = 128, max_bytes = int64_t(64) << 20;
+  bool only_allreduce = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--batch" && i + 1 < argc) batch = std::stoll(argv[++i]);
+    if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::stoll(argv[++i]);
+    if (a == "--allreduce-only") only_allreduce = true;
   }
   if (pg->size() != 2 && pg->rank() == 0) std::printf("note: written for 2 ranks, running on %d\n", pg->size());
-  allreduce_section(*pg);
-  scaling_section(pg, batch);
-  zero_section(pg);
+  allreduce_section(*pg, max_bytes);
+  if (!only_allreduce) {
+    scaling_section(pg, batch);
+    zero_section(pg);
+    zero2_section(pg, batch);
+  }
   pg.reset();
   dist::destroy_process_group();
   return 0;

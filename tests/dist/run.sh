@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/dist/run.sh TESTS FAULT_CHILD [DDP_EXAMPLE]: the distributed tests, as ctest runs them:
-# the 2-rank suite (tests/dist/test_*.cpp), then the fault cases (tests/dist/fault_child.cpp):
+# the 2-rank suite (tests/dist/test_*.cpp) and its `groups:*` cases on 4 ranks, then the fault cases (tests/dist/fault_child.cpp):
 # a rank killed by SIGKILL, a collective mismatch under the debug check and a pipeline stage
 # killed mid-training; then, given the examples/ddp binary and the Fashion-MNIST data, a 2-rank
 # run stopped after one epoch and resumed must write the same best model as an uninterrupted
@@ -15,6 +15,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 MPIRUN=(mpirun --oversubscribe --bind-to none -np 2)
 status=0
 timeout 600 "${MPIRUN[@]}" "$tests" || status=1
+# Sub-groups, data x pipeline parallelism (tests/dist/test_groups.cpp) and ZeRO-2 on 4 ranks.
+timeout 300 mpirun --oversubscribe --bind-to none -np 4 "$tests" -tc='groups:*,zero: ZeRO-2*,zero: a sharded*' || status=1
 for what in kill mismatch pipeline_kill; do
   out=$(timeout 120 "${MPIRUN[@]}" --mca orte_abort_on_non_zero_status 0 "$child" "$what" 2>&1)
   rc=$?

@@ -1,12 +1,18 @@
-// tests/dist/test_dist.cpp: dist/ on 2 ranks (tests/dist/run.sh starts it with mpirun -np 2;
-// every rank runs every case, and a failure on any rank fails the run). Every collective and
-// dtype against the arithmetic, the errors users meet, DDP against one process on the full
-// batch (F64 and F32), overlap from recorded timestamps, no_sync against accumulation, unused
-// parameters, ZeRO-1 against plain Adam. The fault and mismatch cases are processes of their
-// own (tests/dist/fault_child.cpp).
+// tests/dist/test_dist.cpp: dist/ on 2 ranks (tests/dist/run.sh starts it with mpirun -np 2,
+// tests/dist/gloo.sh with brisk-run over Gloo; every rank runs every case, and a failure on any
+// rank fails the run). Every collective and dtype against the arithmetic, the errors users meet,
+// DDP against one process on the full batch (F64 and F32), overlap from recorded timestamps,
+// no_sync against accumulation, unused parameters, ZeRO-1 against plain Adam, ZeRO-2 against
+// DDP, and ZeRO's sharded checkpoints across world sizes. The fault and mismatch cases are
+// processes of their own (tests/dist/fault_child.cpp).
 #include <doctest/doctest.h>
+#include <mpi.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "dist/ddp.h"
@@ -28,13 +34,20 @@ using brisk::test::reduced_value;
 namespace {
 
 dist::ProcessGroupPtr pg() { return dist::world(); }
+bool on_gloo() { return std::string(pg()->backend()) == "gloo"; }
 
 }  // namespace
 
 TEST_CASE("dist: the world has 2 ranks") {
   CHECK(pg()->size() == 2);
   CHECK(pg()->rank() == dist::launch_info().rank);
-  CHECK(std::string(pg()->backend()) == "mpi");
+  const char* want = std::getenv("BRISK_TEST_BACKEND");
+  CHECK(std::string(pg()->backend()) == (want && *want ? want : "mpi"));
+  if (on_gloo()) {  // started by brisk-run: MPI never ran in this process
+    int mpi_started = 1;
+    MPI_Initialized(&mpi_started);
+    CHECK(mpi_started == 0);
+  }
 }
 
 TEST_CASE("dist: allreduce of every op and dtype equals the arithmetic") {
@@ -91,7 +104,10 @@ TEST_CASE("dist: bad tensors and arguments are clear errors") {
   Tensor strided = slice(zeros({8}), 0, 0, 8, 2);
   CHECK(error_text([&] { pg()->allreduce(strided); }).find("is not contiguous") != std::string::npos);
   Tensor u8 = zeros({4}, DType::U8);
-  CHECK(error_text([&] { pg()->allreduce(u8); }).find("the MPI backend has no dtype U8") != std::string::npos);
+  CHECK(error_text([&] {
+          pg()->allreduce(u8);
+        }).find(on_gloo() ? "the Gloo backend has no dtype U8" : "the MPI backend has no dtype U8") !=
+        std::string::npos);
   Tensor i32 = zeros({4}, DType::I32);
   CHECK(error_text([&] { pg()->allreduce(i32, dist::ReduceOp::Avg); }).find("avg needs a floating dtype") !=
         std::string::npos);
@@ -102,8 +118,32 @@ TEST_CASE("dist: bad tensors and arguments are clear errors") {
   CHECK(error_text([&] { pg()->allgather(one, f); }).find("1 output tensors for a group of 2") != std::string::npos);
   Tensor wrong = zeros({3});
   CHECK(error_text([&] { pg()->reduce_scatter(wrong, f); }).find("needs 2 x 3 elements") != std::string::npos);
-  CHECK(error_text([] { dist::init_process_group(dist::Backend::Mpi, Device::cuda()); }).find("takes CPU tensors") !=
-        std::string::npos);
+  CHECK(error_text([] {
+          dist::init_process_group(dist::Backend::Mpi, Device::cuda());
+        }).find(on_gloo() ? "joined its job through init_from_env" : "takes CPU tensors") != std::string::npos);
+  if (on_gloo()) {
+    CHECK(error_text([] {
+            dist::init_from_env(dist::Backend::Gloo, Device::cuda());
+          }).find("the Gloo backend takes CPU tensors") != std::string::npos);
+    CHECK(error_text([] { dist::init_from_env(dist::Backend::Mpi); }).find("joins its job through mpirun") !=
+          std::string::npos);
+  } else {
+    CHECK(error_text([] { dist::init_from_env(); }).find("already started MPI") != std::string::npos);
+  }
+}
+
+TEST_CASE("dist: init_process_group(Gloo) gives a Gloo group of the world (beside MPI's under mpirun)") {
+  if (!dist::is_gloo_available()) return;
+  const int me = pg()->rank(), n = pg()->size();
+  dist::ProcessGroupPtr g = dist::init_process_group(dist::Backend::Gloo);
+  CHECK(std::string(g->backend()) == "gloo");
+  CHECK(g->rank() == me);
+  CHECK(g->size() == n);
+  Tensor t = rank_tensor(DType::F64, 100, me);
+  g->allreduce(t)->wait();
+  for (int64_t i = 0; i < 100; ++i)
+    REQUIRE(t.to_vector<double>()[size_t(i)] == reduced_value(dist::ReduceOp::Sum, i, n));
+  g->shutdown();
 }
 
 // ---- DDP
@@ -157,7 +197,10 @@ TEST_CASE("ddp: 2 ranks over 20 steps equal 1 process on the full batch (F64 to 
       mse_loss(ddp(narrow(x, 0, me * half, half)), narrow(y, 0, me * half, half)).backward();
       opt.step();
     }
-    CHECK(max_diff(*replica, *ref) < (dt == DType::F64 ? 1e-12 : 1e-6));
+    const double diff = max_diff(*replica, *ref);
+    MESSAGE("ddp " << (dt == DType::F64 ? "F64" : "F32") << " on " << n << " ranks (" << std::string(pg()->backend())
+                   << "): max weight difference " << diff);
+    CHECK(diff < (dt == DType::F64 ? 1e-12 : 1e-6));
     // Overlap: the first bucket was started before backward had finished.
     const dist::SyncStats& s = ddp.last_sync();
     REQUIRE(s.bucket_launch_ns.size() == ddp.num_buckets());
@@ -243,4 +286,134 @@ TEST_CASE("zero: ZeRO-1 over Adam ends with plain Adam's weights, each rank hold
   CHECK(mine.item<double>() == double(full));
   CHECK(zero.local_state_bytes() * n == full);
   CHECK(zero.owner("0.weight") != zero.owner("2.weight"));  // the two big matrices split
+}
+
+TEST_CASE("zero: ZeRO-2 over Adam equals DDP + Adam over 20 steps (F64 1e-12), holding 1/N of gradients and state") {
+  const int me = pg()->rank(), n = pg()->size();
+  auto ddp_model = make_mlp(DType::F64);
+  auto z_model = make_mlp(DType::F64);
+  {  // a different local init: ZeRO-2's constructor must replace it with rank 0's, as DDP does
+    NoGradGuard no_grad;
+    if (me == 1) z_model->named_parameters()[0].second.fill_(0.123);
+  }
+  dist::DistributedDataParallel ddp(ddp_model, pg());
+  optim::Adam adam(ddp.named_parameters(), {.lr = 1e-2});
+  dist::ZeroRedundancyOptimizer zero(
+      z_model->named_parameters(), pg(),
+      [](optim::NamedTensors p) { return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-2}); },
+      {.stage = 2});
+  CHECK(zero.stage() == 2);
+  const int64_t rows = 16 / n;
+  manual_seed(13);
+  for (int step = 0; step < 20; ++step) {
+    Tensor x = cast(randn({16, 8}), DType::F64), y = cast(randn({16, 4}), DType::F64);
+    Tensor xs = narrow(x, 0, me * rows, rows), ys = narrow(y, 0, me * rows, rows);
+    adam.zero_grad();
+    mse_loss(ddp(xs), ys).backward();
+    adam.step();
+    zero.zero_grad();
+    // Two half micro-batches, loss / 2 each: the shard accumulates over both backwards.
+    for (int k = 0; k < 2; ++k) {
+      (mse_loss((*z_model)(narrow(xs, 0, k * rows / 2, rows / 2)), narrow(ys, 0, k * rows / 2, rows / 2)) * 0.5)
+          .backward();
+      // After each backward only the shard is left: the parameters' gradients were freed.
+      for (const auto& [name, p] : z_model->named_parameters()) REQUIRE(!p.grad().defined());
+    }
+    zero.step();
+  }
+  const double diff = max_diff(*z_model, *ddp_model);
+  MESSAGE("ZeRO-2 against DDP on " << n << " ranks: max weight difference " << diff);
+  CHECK(diff < 1e-12);
+  // Memory per rank: parameters + gradients + optimizer state, against DDP's (unsharded).
+  int64_t params = 0, ddp_grads = 0, ddp_state = 0;
+  for (const auto& [k, p] : ddp_model->named_parameters()) {
+    params += p.numel() * 8;
+    ddp_grads += p.grad().numel() * 8;
+  }
+  for (const auto& [k, t] : adam.state_dict().tensors) ddp_state += t.numel() * int64_t(t.element_size());
+  const int64_t z_total = params + zero.local_grad_bytes() + zero.local_state_bytes();
+  const int64_t d_total = params + ddp_grads + ddp_state;
+  MESSAGE("rank " << me << " of " << n << ": params " << params << " B, gradients " << zero.local_grad_bytes()
+                  << " B (DDP " << ddp_grads << "), optimizer state " << zero.local_state_bytes() << " B (DDP "
+                  << ddp_state << "): " << z_total << " B against " << d_total << " B");
+  const int64_t shard_elems = (params / 8 + n - 1) / n;
+  CHECK(zero.local_grad_bytes() == shard_elems * 8);                  // the shard only
+  CHECK(zero.local_state_bytes() * n <= ddp_state + 2 * 8 * n + 64);  // 1/N of Adam's state (padding aside)
+  CHECK(error_text([] {
+          dist::ZeroRedundancyOptimizer(make_mlp(DType::F64)->named_parameters(), pg(), nullptr, {.stage = 3});
+        }).find("stage must be 1 or 2, got 3") != std::string::npos);
+}
+
+TEST_CASE("zero: a sharded checkpoint saved on N ranks loads on 1 rank, and one saved on 1 loads on N (F64 1e-12)") {
+  const int me = pg()->rank(), n = pg()->size();
+  // One folder for every rank: rank 0's process id names it.
+  Tensor id = from_vector({double(getpid())}, {1}, DType::I64);
+  pg()->broadcast(id, 0)->wait();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("brisk_zero_ckpt_" + std::to_string(id.item<int64_t>()));
+  auto make_zero = [](nn::Module& m, dist::ProcessGroupPtr g) {
+    return std::make_unique<dist::ZeroRedundancyOptimizer>(
+        m.named_parameters(), g,
+        [](optim::NamedTensors p) {
+          return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-2});
+        },
+        dist::ZeroOptions{.stage = 2});
+  };
+  // Step s of a run on `ranks` ranks, this rank being `r` of them: its rows of batch s.
+  auto train = [](nn::Module& m, dist::ZeroRedundancyOptimizer& z, int from, int to, int r, int ranks) {
+    for (int s = from; s < to; ++s) {
+      manual_seed(uint64_t(500 + s));
+      Tensor x = cast(randn({16, 8}), DType::F64), y = cast(randn({16, 4}), DType::F64);
+      const int64_t rows = 16 / ranks;
+      z.zero_grad();
+      mse_loss(m(narrow(x, 0, r * rows, rows)), narrow(y, 0, r * rows, rows)).backward();
+      z.step();
+    }
+  };
+  auto copy_params = [](nn::Module& to, const std::vector<Tensor>& from) {
+    NoGradGuard no_grad;
+    auto p = to.parameters();
+    for (size_t i = 0; i < p.size(); ++i) p[i].copy_(from[i]);
+  };
+  auto snapshot = [](nn::Module& m) {
+    std::vector<Tensor> out;
+    for (const Tensor& p : m.parameters()) out.push_back(p.clone());
+    return out;
+  };
+  // A: n ranks, 20 steps, a sharded checkpoint after 10.
+  auto a = make_mlp(DType::F64);
+  auto za = make_zero(*a, pg());
+  train(*a, *za, 0, 10, me, n);
+  za->save_sharded((dir / "a").string());
+  const std::vector<Tensor> w10 = snapshot(*a);
+  train(*a, *za, 10, 20, me, n);
+  // B: rank 0 alone (a group of one) resumes A's checkpoint of step 10, saves its own at 15.
+  dist::ProcessGroupPtr solo = dist::new_group({0});
+  std::vector<Tensor> w15;
+  auto b = make_mlp(DType::F64);
+  if (me == 0) {
+    copy_params(*b, w10);
+    auto zb = make_zero(*b, solo);
+    zb->load_sharded((dir / "a").string());
+    train(*b, *zb, 10, 15, 0, 1);
+    zb->save_sharded((dir / "b").string());
+    w15 = snapshot(*b);
+    train(*b, *zb, 15, 20, 0, 1);
+    CHECK(max_diff(*b, *a) < 1e-12);
+  }
+  pg()->barrier()->wait();
+  // C: n ranks resume B's one-rank checkpoint of step 15 (its weights from rank 0).
+  auto c = make_mlp(DType::F64);
+  if (me == 0) copy_params(*c, w15);
+  for (Tensor& p : c->parameters()) pg()->broadcast(p, 0)->wait();
+  auto zc = make_zero(*c, pg());
+  zc->load_sharded((dir / "b").string());
+  train(*c, *zc, 15, 20, me, n);
+  const double diff_c = max_diff(*c, *a);
+  MESSAGE("ZeRO-2 resumed " << n << " -> 1 -> " << n << " ranks: max weight difference " << diff_c);
+  CHECK(diff_c < 1e-12);
+  CHECK(error_text([&] { zc->load_sharded((dir / "nothing").string()); }).find("zero.rank0.safetensors") !=
+        std::string::npos);
+  pg()->barrier()->wait();
+  if (me == 0) std::filesystem::remove_all(dir);
 }
