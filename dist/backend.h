@@ -4,8 +4,10 @@
 // dist/process_group.h.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,31 @@ uint64_t next_work_id();
 void mark_broken(const std::string& error);
 // What a call on a broken group throws: the call, then the error that broke the group.
 std::string broken_group_error(const std::string& call, const std::string& first_error);
+
+// A group's health, shared by its Works and its thread (the MPI and Gloo backends): whether it
+// broke, by which call and with what error.
+struct GroupHealth {
+  std::mutex mu{};
+  std::atomic<bool> broken{false};
+  std::string first_error{};
+  uint64_t culprit = 0;  // the id of the call whose failure broke the group (ids are never reused)
+  // Marks the group broken by call `id` (described as `what`); returns the error that call reports.
+  std::string fail(const std::string& error, uint64_t id, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!broken.exchange(true)) {
+      first_error = error;
+      culprit = id;
+    }
+    mark_broken(first_error);
+    return id == culprit ? first_error : broken_group_error(what, first_error);
+  }
+  // What call `id` reports when the group broke before or while it ran: its own error if it
+  // broke the group, else that it did not run and why.
+  std::string error_for(uint64_t id, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    return id == culprit ? first_error : broken_group_error(what, first_error);
+  }
+};
 
 // ---- MPI: dist/mpi_group.cpp is the library brisk_dist (brisk::dist) above brisk_dist_core;
 // it registers its backend from a static initializer (its link interface keeps the object with

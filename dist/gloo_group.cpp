@@ -192,28 +192,7 @@ void run_allgather(const std::shared_ptr<gloo::Context>& ctx, const void* in, vo
 
 // A group's health, shared with its Works (see the MPI backend's): once broken, every call
 // fails with the first error.
-struct Health {
-  std::mutex mu;
-  std::atomic<bool> broken{false};
-  std::string first_error;
-  uint64_t culprit = 0;  // the id of the call whose failure broke the group (ids are never reused)
-  // Marks the group broken by call `id` (described as `what`); returns the error that call reports.
-  std::string fail(const std::string& error, uint64_t id, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!broken.exchange(true)) {
-      first_error = error;
-      culprit = id;
-    }
-    detail::mark_broken(first_error);
-    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
-  }
-  // What call `id` reports when the group broke before or while it ran: its own error if it
-  // broke the group, else that it did not run and why.
-  std::string error_for(uint64_t id, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
-  }
-};
+using Health = detail::GroupHealth;  // dist/backend.h
 
 // Done when the group's threads finish it. The backend's timeout is Gloo's (the group's, per
 // call); the waiter's own deadline, a little later, only guards against a call Gloo never ends.

@@ -150,28 +150,7 @@ void divide(const Tensor& t, int n) {
 
 // A group's health, shared with its Works (which may outlive it): once broken, every call
 // fails with the first error.
-struct Health {
-  std::mutex mu;
-  std::atomic<bool> broken{false};
-  std::string first_error;
-  uint64_t culprit = 0;  // the id of the call whose failure broke the group (ids are never reused)
-  // Marks the group broken by call `id` (described as `what`); returns the error that call reports.
-  std::string fail(const std::string& error, uint64_t id, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!broken.exchange(true)) {
-      first_error = error;
-      culprit = id;
-    }
-    detail::mark_broken(first_error);
-    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
-  }
-  // What call `id` reports when the group broke before or while it ran: its own error if it
-  // broke the group, else that it did not run and why.
-  std::string error_for(uint64_t id, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    return id == culprit ? first_error : detail::broken_group_error(what, first_error);
-  }
-};
+using Health = detail::GroupHealth;  // dist/backend.h
 
 // ---- Work: done when the group's thread finishes it; past its deadline (the group's timeout
 // from the moment of the call) the waiter breaks the group and throws (Note [Faults]).

@@ -198,19 +198,23 @@ void norm_backward_rows(const T* gy, const T* x, const T* w, const stat_t<T>* me
   }
 }
 
-// in: (gy, x, weight, mean, rstd) -> (gx, gw, gb); LayerNormParams
-void layer_norm_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  for (const Tensor& t : out) check_out(t, "layer_norm_backward");
-  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]), m = dense(in[3]), r = dense(in[4]);
+// in: (gy, x, weight, mean, rstd) -> (gx, gw, gb), or for RMS (gy, x, weight, rstd) -> (gx, gw).
+template <bool Rms>
+void norm_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const char* op = Rms ? "rms_norm_backward" : "layer_norm_backward";
+  for (const Tensor& t : out) check_out(t, op);
+  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]), r = dense(in[Rms ? 3 : 4]);
+  const Tensor m = Rms ? Tensor() : dense(in[3]);
   const int64_t n = w.numel();
-  const int64_t rows = m.numel();
-  dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
+  const int64_t rows = r.numel();
+  dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     using S = stat_t<T>;
-    norm_backward_rows<false, T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
-                                 static_cast<const T*>(w.data_ptr()), static_cast<const S*>(m.data_ptr()),
-                                 static_cast<const S*>(r.data_ptr()), static_cast<T*>(out[0].data_ptr()),
-                                 static_cast<T*>(out[1].data_ptr()), static_cast<T*>(out[2].data_ptr()), rows, n);
+    norm_backward_rows<Rms, T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                               static_cast<const T*>(w.data_ptr()), Rms ? nullptr : static_cast<const S*>(m.data_ptr()),
+                               static_cast<const S*>(r.data_ptr()), static_cast<T*>(out[0].data_ptr()),
+                               static_cast<T*>(out[1].data_ptr()), Rms ? nullptr : static_cast<T*>(out[2].data_ptr()),
+                               rows, n);
   });
 }
 
@@ -246,22 +250,6 @@ void rms_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const At
     using S = stat_t<T>;
     rms_norm_rows<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
                      static_cast<T*>(out[0].data_ptr()), static_cast<S*>(out[1].data_ptr()), rows, n, eps);
-  });
-}
-
-// in: (gy, x, weight, rstd) -> (gx, gw); LayerNormParams
-void rms_norm_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  for (const Tensor& t : out) check_out(t, "rms_norm_backward");
-  const Tensor gy = dense(in[0]), x = dense(in[1]), w = dense(in[2]), r = dense(in[3]);
-  const int64_t n = w.numel();
-  const int64_t rows = r.numel();
-  dispatch_float(x.dtype(), "rms_norm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    using S = stat_t<T>;
-    norm_backward_rows<true, T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
-                                static_cast<const T*>(w.data_ptr()), nullptr, static_cast<const S*>(r.data_ptr()),
-                                static_cast<T*>(out[0].data_ptr()), static_cast<T*>(out[1].data_ptr()), nullptr, rows,
-                                n);
   });
 }
 
@@ -460,9 +448,9 @@ void register_norm() {
   register_kernel(OpId::BatchNormBackward, DeviceType::CPU, batch_norm_backward_kernel);
   constexpr DeviceType cpu = DeviceType::CPU;
   register_kernel(OpId::LayerNorm, cpu, layer_norm_kernel);
-  register_kernel(OpId::LayerNormBackward, cpu, layer_norm_backward_kernel);
+  register_kernel(OpId::LayerNormBackward, cpu, norm_backward_kernel<false>);
   register_kernel(OpId::RmsNorm, cpu, rms_norm_kernel);
-  register_kernel(OpId::RmsNormBackward, cpu, rms_norm_backward_kernel);
+  register_kernel(OpId::RmsNormBackward, cpu, norm_backward_kernel<true>);
   register_kernel(OpId::BatchNorm, cpu, batch_norm_kernel);
 }
 
