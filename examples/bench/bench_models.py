@@ -211,6 +211,7 @@ class LayersGPT(nn.Module):  # the same decoder from nn.TransformerEncoderLayer,
     def __init__(self, vocab=50257, positions=128, d=256, layers=4, heads=4, dropout=0.1):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(positions, d)
+        nn.init.normal_(self.wte.weight, std=0.02)  # GPT-2's, as brisk's twin (see bench_models.cpp)
         self.drop = nn.Dropout(dropout)
         layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout, activation="gelu", batch_first=True,
                                            norm_first=True)
