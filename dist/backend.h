@@ -4,10 +4,14 @@
 // dist/process_group.h.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -75,6 +79,68 @@ struct GroupHealth {
     return id == culprit ? first_error : broken_group_error(what, first_error);
   }
 };
+
+// A call queued on a group's thread (the MPI and Gloo backends): done when the thread finishes
+// it; past its deadline (the group's timeout from the moment of the call, plus `slack` where
+// the backend enforces the timeout itself and the deadline only guards against a call that
+// never ends) the waiter breaks the group and throws (Note [Faults] in dist/mpi_group.cpp).
+class QueuedWork : public Work {
+ public:
+  using Clock = std::chrono::steady_clock;
+  QueuedWork(std::string what, Duration timeout, std::shared_ptr<GroupHealth> health, Duration slack = Duration(0))
+      : Work(timeout),
+        what_(std::move(what)),
+        timeout_(timeout),
+        deadline_(Clock::now() + timeout + slack),
+        health_(std::move(health)),
+        id_(next_work_id()) {}
+  bool wait(Duration timeout) override {
+    const auto until = std::min(Clock::now() + timeout, deadline_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, until, [&] { return done_; });
+    if (!error_.empty()) BRISK_FAIL(error_);
+    if (done_) return true;
+    if (Clock::now() < deadline_) return false;  // the caller's own timeout
+    lock.unlock();
+    BRISK_FAIL(health_->fail(timeout_message(), id_, what_));
+  }
+  bool is_completed() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  std::string describe() const override { return what_; }
+  uint64_t id() const { return id_; }
+  Duration timeout() const { return timeout_; }
+  Clock::time_point deadline() const { return deadline_; }
+  std::string timeout_message() const {
+    std::ostringstream s;
+    s << what_ << ": timed out after " << std::chrono::duration<double>(timeout_).count()
+      << " s (a peer died, hangs or called a different collective; set BRISK_DIST_DEBUG=1 to compare calls)";
+    return s.str();
+  }
+  void finish(std::string error = "") {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      error_ = std::move(error);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::string what_{};
+  Duration timeout_{};
+  Clock::time_point deadline_{};
+  std::shared_ptr<GroupHealth> health_{};
+  uint64_t id_ = 0;
+  mutable std::mutex mu_{};
+  std::condition_variable cv_{};
+  bool done_ = false;
+  std::string error_{};
+};
+
+// t /= n in place (Avg after the sum), rounding once per element (F32, F64, F16, BF16).
+void divide(const Tensor& t, int n);
 
 // ---- MPI: dist/mpi_group.cpp is the library brisk_dist (brisk::dist) above brisk_dist_core;
 // it registers its backend from a static initializer (its link interface keeps the object with

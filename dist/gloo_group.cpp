@@ -118,34 +118,6 @@ bool has_dtype(DType t) {
          t == DType::I64;
 }
 
-// t /= n in place (Avg after the sum), rounding once per element.
-void divide(const Tensor& t, int n) {
-  const int64_t count = t.numel();
-  switch (t.dtype()) {
-    case DType::F32: {
-      float* p = static_cast<float*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] /= float(n);
-      break;
-    }
-    case DType::F64: {
-      double* p = static_cast<double*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] /= double(n);
-      break;
-    }
-    case DType::F16: {
-      Half* p = static_cast<Half*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] = Half(float(p[i]) / float(n));
-      break;
-    }
-    case DType::BF16: {
-      BFloat16* p = static_cast<BFloat16*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] = BFloat16(float(p[i]) / float(n));
-      break;
-    }
-    default: break;
-  }
-}
-
 // In-place allreduce of x's elements on `ctx`.
 void run_allreduce(const std::shared_ptr<gloo::Context>& ctx, const Tensor& x, ReduceOp op, Duration timeout) {
   gloo::AllreduceOptions o(ctx);
@@ -195,38 +167,11 @@ void run_allgather(const std::shared_ptr<gloo::Context>& ctx, const void* in, vo
 using Health = detail::GroupHealth;  // dist/backend.h
 
 // Done when the group's threads finish it. The backend's timeout is Gloo's (the group's, per
-// call); the waiter's own deadline, a little later, only guards against a call Gloo never ends.
-class GlooWork : public Work {
+// call); the waiter's own deadline, 2 s later, only guards against a call Gloo never ends.
+class GlooWork : public detail::QueuedWork {
  public:
   GlooWork(std::string what, Duration timeout, std::shared_ptr<Health> health)
-      : Work(timeout),
-        what_(std::move(what)),
-        timeout_(timeout),
-        deadline_(Clock::now() + timeout + std::chrono::seconds(2)),
-        health_(std::move(health)),
-        id_(detail::next_work_id()) {}
-  bool wait(Duration timeout) override {
-    const auto until = std::min(Clock::now() + timeout, deadline_);
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, until, [&] { return done_; });
-    if (!error_.empty()) BRISK_FAIL(error_);
-    if (done_) return true;
-    if (Clock::now() < deadline_) return false;
-    lock.unlock();
-    BRISK_FAIL(health_->fail(timeout_message(), id_, what_));
-  }
-  bool is_completed() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return done_;
-  }
-  std::string describe() const override { return what_; }
-  uint64_t id() const { return id_; }
-  std::string timeout_message() const {
-    std::ostringstream s;
-    s << what_ << ": timed out after " << std::chrono::duration<double>(timeout_).count()
-      << " s (a peer died, hangs or called a different collective; set BRISK_DIST_DEBUG=1 to compare calls)";
-    return s.str();
-  }
+      : QueuedWork(what, timeout, std::move(health), std::chrono::seconds(2)), what_(std::move(what)) {}
   // Gloo's exception as the call's error: a timeout reads as the MPI backend's.
   std::string gloo_error(const std::string& what) const {
     if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos) {
@@ -235,26 +180,9 @@ class GlooWork : public Work {
     return what_ + ": failed, a peer closed its connection or the network failed (did a rank die?) [gloo: " + what +
            "]";
   }
-  void finish(std::string error = "") {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      error_ = std::move(error);
-    }
-    cv_.notify_all();
-  }
-  Duration timeout() const { return timeout_; }
 
  private:
   std::string what_;
-  Duration timeout_;
-  Clock::time_point deadline_;
-  std::shared_ptr<Health> health_;
-  uint64_t id_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::string error_;
 };
 
 struct Task {
@@ -305,7 +233,7 @@ class GlooGroup : public ProcessGroup {
     const int n = size();
     return submit("allreduce", op, -1, x, [this, x, op, n] {
       run_allreduce(ctx_, x, op, options_.timeout);
-      if (op == ReduceOp::Avg) divide(x, n);
+      if (op == ReduceOp::Avg) detail::divide(x, n);
     });
   }
 
@@ -368,7 +296,7 @@ class GlooGroup : public ProcessGroup {
       run_allreduce(ctx_, all, op, options_.timeout);
       const size_t bytes = size_t(y.numel()) * y.element_size();
       std::memcpy(y.data_ptr(), static_cast<const char*>(all.data_ptr()) + size_t(me) * bytes, bytes);
-      if (op == ReduceOp::Avg) divide(y, n);
+      if (op == ReduceOp::Avg) detail::divide(y, n);
     });
   }
 

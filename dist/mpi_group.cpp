@@ -120,92 +120,12 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   return MPI_SUM;
 }
 
-// t /= n in place (Avg after the sum), rounding once per element.
-void divide(const Tensor& t, int n) {
-  const int64_t count = t.numel();
-  switch (t.dtype()) {
-    case DType::F32: {
-      float* p = static_cast<float*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] /= float(n);
-      break;
-    }
-    case DType::F64: {
-      double* p = static_cast<double*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] /= double(n);
-      break;
-    }
-    case DType::F16: {
-      Half* p = static_cast<Half*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] = Half(float(p[i]) / float(n));
-      break;
-    }
-    case DType::BF16: {
-      BFloat16* p = static_cast<BFloat16*>(t.data_ptr());
-      for (int64_t i = 0; i < count; ++i) p[i] = BFloat16(float(p[i]) / float(n));
-      break;
-    }
-    default: break;
-  }
-}
-
 // A group's health, shared with its Works (which may outlive it): once broken, every call
 // fails with the first error.
 using Health = detail::GroupHealth;  // dist/backend.h
 
-// ---- Work: done when the group's thread finishes it; past its deadline (the group's timeout
-// from the moment of the call) the waiter breaks the group and throws (Note [Faults]).
-class MpiWork : public Work {
- public:
-  MpiWork(std::string what, Duration timeout, std::shared_ptr<Health> health)
-      : Work(timeout),
-        what_(std::move(what)),
-        timeout_(timeout),
-        deadline_(Clock::now() + timeout),
-        health_(std::move(health)),
-        id_(detail::next_work_id()) {}
-  bool wait(Duration timeout) override {
-    const auto until = std::min(Clock::now() + timeout, deadline_);
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, until, [&] { return done_; });
-    if (!error_.empty()) BRISK_FAIL(error_);
-    if (done_) return true;
-    if (Clock::now() < deadline_) return false;  // the caller's own timeout
-    lock.unlock();
-    BRISK_FAIL(health_->fail(timeout_message(), id_, what_));
-  }
-  bool is_completed() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return done_;
-  }
-  std::string describe() const override { return what_; }
-  uint64_t id() const { return id_; }
-  Clock::time_point deadline() const { return deadline_; }
-  std::string timeout_message() const {
-    std::ostringstream s;
-    s << what_ << ": timed out after " << std::chrono::duration<double>(timeout_).count()
-      << " s (a peer died, hangs or called a different collective; set BRISK_DIST_DEBUG=1 to compare calls)";
-    return s.str();
-  }
-  void finish(std::string error = "") {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      error_ = std::move(error);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::string what_;
-  Duration timeout_;
-  Clock::time_point deadline_;
-  std::shared_ptr<Health> health_;
-  uint64_t id_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::string error_;
-};
+// ---- Work: dist/backend.h's QueuedWork, the group's timeout from the moment of the call.
+using MpiWork = detail::QueuedWork;
 
 // One call as the thread runs it: post() issues the MPI requests, finish() runs once they are
 // complete. Both run on the group's thread.
@@ -264,7 +184,7 @@ class MpiGroup : public ProcessGroup {
           return MPI_Allreduce(MPI_IN_PLACE, x.data_ptr(), int(x.numel()), type, mop, comm_);
         },
         [=, this] {
-          if (op == ReduceOp::Avg) divide(x, size_);
+          if (op == ReduceOp::Avg) detail::divide(x, size_);
         });
   }
 
@@ -323,7 +243,7 @@ class MpiGroup : public ProcessGroup {
           return MPI_Reduce_scatter_block(x.data_ptr(), y.data_ptr(), int(y.numel()), type, mop, comm_);
         },
         [=, this] {
-          if (op == ReduceOp::Avg) divide(y, size_);
+          if (op == ReduceOp::Avg) detail::divide(y, size_);
         });
   }
 

@@ -17,6 +17,7 @@
 #include "dist/store.h"
 #include "engine/backend.h"
 #include "engine/functions.h"
+#include "engine/half.h"
 
 namespace brisk::dist {
 
@@ -154,6 +155,34 @@ void check_tensor(const Tensor& t, const char* call, const ProcessGroup& g, Devi
   BRISK_CHECK(t.device().type == device, call, ": group '", g.options().name, "' (", g.backend(), ") takes ",
               device == DeviceType::CPU ? "CPU" : "CUDA", " tensors, got ", t.str(), " on ", t.device());
   BRISK_CHECK(t.is_contiguous(), call, ": ", t.str(), " is not contiguous (call .contiguous() first)");
+}
+
+// t /= n in place (Avg after the sum), rounding once per element.
+void divide(const Tensor& t, int n) {
+  const int64_t count = t.numel();
+  switch (t.dtype()) {
+    case DType::F32: {
+      float* p = static_cast<float*>(t.data_ptr());
+      for (int64_t i = 0; i < count; ++i) p[i] /= float(n);
+      break;
+    }
+    case DType::F64: {
+      double* p = static_cast<double*>(t.data_ptr());
+      for (int64_t i = 0; i < count; ++i) p[i] /= double(n);
+      break;
+    }
+    case DType::F16: {
+      Half* p = static_cast<Half*>(t.data_ptr());
+      for (int64_t i = 0; i < count; ++i) p[i] = Half(float(p[i]) / float(n));
+      break;
+    }
+    case DType::BF16: {
+      BFloat16* p = static_cast<BFloat16*>(t.data_ptr());
+      for (int64_t i = 0; i < count; ++i) p[i] = BFloat16(float(p[i]) / float(n));
+      break;
+    }
+    default: break;
+  }
 }
 
 }  // namespace detail
