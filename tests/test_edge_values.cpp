@@ -298,3 +298,19 @@ TEST_CASE("edge values: add and sub with alpha round once, as PyTorch (-inf + 2.
   CHECK(added[1] == INFINITY);
   CHECK(sub(a, b, -3).to_vector<float>()[0] == -INFINITY);
 }
+
+// set_flush_denormal (engine/threads.h), as torch.set_flush_denormal: 2^20 subnormal F32 values
+// times 1 become zeros on every kernel thread (the product runs on all of them at this size),
+// and stay themselves once it is off again.
+TEST_CASE("edge values: set_flush_denormal flushes subnormals to zero on the kernel threads, and back") {
+  const float tiny = 1e-39f;  // below F32's smallest normal, 1.18e-38
+  const Tensor x = full({1 << 20}, double(tiny), DType::F32);
+  REQUIRE(x.to_vector<float>()[0] == tiny);
+  if (!set_flush_denormal(true)) return;  // not an x86 CPU: nothing to flush with
+  const Tensor flushed = x * 1.0;
+  set_flush_denormal(false);
+  const Tensor kept = x * 1.0;
+  const std::vector<float> f = flushed.to_vector<float>(), k = kept.to_vector<float>();
+  CHECK(std::all_of(f.begin(), f.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::all_of(k.begin(), k.end(), [tiny](float v) { return v == tiny; }));
+}
