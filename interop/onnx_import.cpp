@@ -460,6 +460,9 @@ void fuse_gelu(std::vector<Node>& nodes, const std::vector<std::string>& graph_o
     for (const std::string& out : nodes[k].outputs) producer[out] = k;
   }
   for (const std::string& out : graph_outputs) readers[out] += 2;  // never fused away
+  std::unordered_map<std::string, const Tensor*> scalars;          // the one-element initializers
+  for (const auto& [name, value] : initializers)
+    if (value.numel() == 1) scalars[name] = &value;
   std::vector<char> dead(nodes.size(), 0);
   // The node making v when it is `type`, not yet taken, and v has no other reader.
   auto made_by = [&](const std::string& v, const char* type) -> Node* {
@@ -478,8 +481,7 @@ void fuse_gelu(std::vector<Node>& nodes, const std::vector<std::string>& graph_o
   // v's value when it is a one-element floating initializer or Constant, within 1e-4 of want.
   auto is_scalar = [&](const std::string& v, double want) {
     Tensor t;
-    for (const auto& [name, value] : initializers)
-      if (name == v) t = value;
+    if (auto s = scalars.find(v); s != scalars.end()) t = *s->second;
     if (!t.defined()) {
       auto it = producer.find(v);
       if (it == producer.end() || nodes[it->second].op_type != "Constant") return false;

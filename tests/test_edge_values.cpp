@@ -314,3 +314,41 @@ TEST_CASE("edge values: set_flush_denormal flushes subnormals to zero on the ker
   CHECK(std::all_of(f.begin(), f.end(), [](float v) { return v == 0.0f; }));
   CHECK(std::all_of(k.begin(), k.end(), [tiny](float v) { return v == tiny; }));
 }
+
+// rms_norm (PyTorch 2.4+, so not in tests/data/edge's PyTorch 1.13 data) at edge rows, values
+// and gradients against its definition x * rsqrt(mean(x^2) + eps) * w written with ops (what
+// torch.nn.functional.rms_norm computes): a zero row (rstd = 1 / sqrt(eps)), a NaN, +-inf (rstd
+// 0, so inf * 0 = NaN where x is infinite and 0 elsewhere), an empty batch.
+TEST_CASE("edge values: rms_norm at zero, NaN and infinite rows, values and gradients, as its definition") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const Tensor x0 =
+      from_vector(std::vector<double>{0, 0, 0, nan, 1, 2, inf, 1, -2, -inf, 3, 0.5, 1, -1, 2}, {5, 3}, DType::F32);
+  const Tensor w0 = from_vector(std::vector<double>{0.5, -1, 2}, {3}, DType::F32);
+  const Tensor gy =
+      from_vector(std::vector<double>{1, -2, 3, 0.5, 1, 1, 1, 2, -1, 1, 1, 1, -1, 0.25, 2}, {5, 3}, DType::F32);
+  const double eps = 1e-5;
+  Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+  Tensor y = rms_norm(x, {3}, w, eps);
+  y.backward(gy);
+  Tensor xr = x0.clone().requires_grad_(), wr = w0.clone().requires_grad_();
+  Tensor yr = xr * rsqrt(mean(xr * xr, {1}, true) + eps) * wr;
+  yr.backward(gy);
+  auto same = [](const Tensor& a, const Tensor& b) {
+    const std::vector<float> u = a.to_vector<float>(), v = b.to_vector<float>();
+    for (size_t i = 0; i < u.size(); ++i) {
+      const bool ok = std::isnan(v[i]) ? std::isnan(u[i]) : std::fabs(u[i] - v[i]) <= 1e-5f * (1 + std::fabs(v[i]));
+      if (!ok) return false;
+    }
+    return u.size() == v.size();
+  };
+  CHECK(same(y.detach(), yr.detach()));
+  CHECK(same(x.grad(), xr.grad()));
+  // The weight's gradient sums over rows, so the NaN rows make it NaN in both.
+  CHECK(same(w.grad(), wr.grad()));
+  // No rows: empty outputs and a zero weight gradient.
+  Tensor e = zeros({0, 3}).requires_grad_(), we = ones({3}).requires_grad_();
+  Tensor ye = rms_norm(e, {3}, we);
+  CHECK(ye.sizes() == Shape{0, 3});
+  ye.sum().backward();
+  CHECK(we.grad().to_vector<float>() == std::vector<float>{0, 0, 0});
+}
