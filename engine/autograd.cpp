@@ -131,6 +131,8 @@ std::string backward_node_name(const OpNode& n) {
   if (auto it = renamed.find(op); it != renamed.end()) return it->second;
   if (op == "sum" && !n.slot_specs.empty() && !n.input_specs.empty())  // SumBackward1: over dims
     return n.slot_specs[0].sizes.size() == 0 ? "SumBackward0" : "SumBackward1";
+  if (op == "linear" && !n.input_specs.empty() && n.input_specs[0].sizes.size() <= 2)  // torch's addmm / mm
+    return n.input_specs.size() == 3 ? "AddmmBackward0" : "MmBackward0";
   if (op == "matmul" && n.input_specs.size() == 2) {
     const size_t a = n.input_specs[0].sizes.size(), b = n.input_specs[1].sizes.size();
     if (a == 2 && b == 2) return "MmBackward0";

@@ -442,6 +442,17 @@ void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Ten
   call_untraced(id, in, attrs, out);
 }
 
+DType dispatch_dtype(OpId id, const Tensor& x) {
+  const DeviceType dev = x.device().type;
+  const AutocastState& st = autocast_state();
+  if (!st.enabled[int(dev)] || !is_floating(x.dtype()) || x.dtype() == DType::F64) return x.dtype();
+  switch (autocast::policy_of(id, dev)) {
+    case CastPolicy::Fp32: return DType::F32;
+    case CastPolicy::Lower: return st.dtype[int(dev)];
+    default: return x.dtype();
+  }
+}
+
 Tensor call1(OpId id, std::initializer_list<Tensor> in, const Attrs& attrs) {
   Tensor out[1];
   call(id, std::span<const Tensor>(in.begin(), in.size()), attrs, out);

@@ -16,6 +16,11 @@ void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Ten
 // Single-output convenience.
 Tensor call1(OpId id, std::initializer_list<Tensor> in, const Attrs& attrs = {});
 
+// The dtype op `id` will see a floating input like x in when called now: autocast's choice for
+// the op while autocast is on (engine/autocast.h), else x's own. For public functions that
+// must give parameters the dtype their input will have inside the op.
+DType dispatch_dtype(OpId id, const Tensor& x);
+
 // Runs init() once (registers the OpDefs and the kernels). Every entry point calls it.
 void ensure_init();
 

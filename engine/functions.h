@@ -3,6 +3,7 @@
 // stack, ...) are written with other ops and need no backward of their own.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -212,6 +213,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 
 // ---- linear algebra
 Tensor matmul(const Tensor& a, const Tensor& b);
+// x (*, in) @ weight (out, in)^T + bias (out) (bias undefined: none): one op (Note [Linear is
+// an op] in engine/ops/linalg.cpp).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 Tensor bmm(const Tensor& a, const Tensor& b);  // (B, n, k) @ (B, k, m), checked
 // beta * input + alpha * (a @ b): addmm for matrices, baddbmm for batches
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);
@@ -317,7 +321,7 @@ void fused_adagrad_(std::span<const Tensor> params, std::span<const Tensor> grad
 Tensor amp_unscale_(std::span<const Tensor> grads, double inv_scale, Device device = Device::cpu());
 
 // ---- int8 inference (engine/ops/quantized.cpp, Note [Int8 ops]; CPU): the quantized modules'
-// ops (nn/quantize.h). int8_pack_weight packs w (N, K...) for the GEMM -> (packed, col_sum);
+// ops (compress/quantize.h). int8_pack_weight packs w (N, K...) for the GEMM -> (packed, col_sum);
 // int8_linear / int8_conv2d take the int8 weight, its per-output-channel scales (symmetric,
 // zero point 0), the packed pair and an optional F32 bias.
 struct Int8Params;
@@ -330,5 +334,124 @@ Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scale, cons
 // scale and zero_point of one element) or per channel along axis; and back to F32.
 Tensor quantize_affine(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis, DType dtype);
 Tensor dequantize_affine(const Tensor& q, const Tensor& scale, const Tensor& zero_point, int64_t axis);
+
+// ==== the layers' functional forms (torch.nn.functional's names and defaults; nn/functional.h
+// re-exports them under brisk::nn::functional). Layout NCHW; weights in PyTorch's shapes.
+using Pair = std::array<int64_t, 2>;
+
+// ---- convolution and pooling (engine/ops/conv.cpp, engine/ops/pool.cpp)
+// x (B, C, H, W), weight (O, C / groups, kh, kw), bias (O) or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = {1, 1},
+              Pair padding = {0, 0}, Pair dilation = {1, 1}, int64_t groups = 1);
+// x (B, C, L), weight (O, C / groups, k): conv2d with H = 1.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
+// stride defaults to the kernel size (as PyTorch) when empty.
+Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = {0, 0},
+                  Pair dilation = {1, 1}, bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = {0, 0},
+                  bool ceil_mode = false, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
+
+// Conv3d / conv_transpose3d / 3-d pooling do not exist in brisk: a 5-D
+// input to conv2d or conv_transpose2d is an error that says so.
+
+// ---- transposed convolution and more pooling (engine/ops/conv.cpp, engine/ops/pool.cpp)
+// x (B, C_in, H, W) or unbatched (C_in, H, W); weight in PyTorch's layout (C_in, C_out /
+// groups, kh, kw); bias (C_out) or undefined. Output size per axis: (H - 1) * stride - 2 *
+// padding + dilation * (kh - 1) + output_padding + 1, where output_padding must be smaller than
+// stride or dilation (as PyTorch). The gradient of conv2d with respect to its input.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = {1, 1},
+                        Pair padding = {0, 0}, Pair output_padding = {0, 0}, int64_t groups = 1,
+                        Pair dilation = {1, 1});
+// x (B, C_in, L) or (C_in, L), weight (C_in, C_out / groups, k): conv_transpose2d with H = 1.
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
+// x (B, C, L) or (C, L): max_pool2d / avg_pool2d over (B, C, 1, L); stride defaults to kernel.
+// The indices of *_with_indices are positions along L, as PyTorch's return_indices.
+Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                  int64_t dilation = 1, bool ceil_mode = false);
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel,
+                                                  std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                                                  int64_t dilation = 1, bool ceil_mode = false);
+Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true);
+// max_pool2d's values and its indices into each H * W plane (PyTorch's return_indices).
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel,
+                                                  std::optional<Pair> stride = std::nullopt, Pair padding = {0, 0},
+                                                  Pair dilation = {1, 1}, bool ceil_mode = false);
+// x (B, C, H, W) or (C, H, W); PyTorch's adaptive windows; indices into each H * W plane.
+Tensor adaptive_max_pool2d(const Tensor& x, Pair output_size);
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x, Pair output_size);
+// x (B, C, L) or (C, L).
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size);
+
+// ---- padding and resizing (engine/ops/resize.cpp)
+// PyTorch's F.pad: `pad` holds (before, after) pairs, the LAST dim first ({left, right, top,
+// bottom, ...}), at most x.dim() pairs. mode "constant" (fills `value`), "reflect" (mirror
+// without the edge; each pad < the dim's size), "replicate" (repeat the edge), "circular"
+// (wrap; each pad <= the dim's size). Negative pads crop, in every mode (circular wraps
+// around what the crops leave, as PyTorch). Any number of the trailing dims may be padded
+// (PyTorch's non-constant modes take at most 3).
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant", double value = 0.0);
+
+// Options of interpolate: exactly one of size and scale_factor, each one value for every
+// spatial dim or one per spatial dim.
+struct InterpolateOptions {
+  std::vector<int64_t> size = {};          // output spatial sizes
+  std::vector<double> scale_factor = {};   // output size = floor(input size * scale_factor)
+  std::string mode = "nearest";            // nearest, nearest-exact, linear (3-D), bilinear (4-D), trilinear (5-D)
+  std::optional<bool> align_corners = {};  // linear modes only; unset = false, as PyTorch
+  // false: the given scale_factor places the samples (PyTorch's default); true: input / output size.
+  bool recompute_scale_factor = false;
+};
+// x (B, C, L), (B, C, H, W) or (B, C, D, H, W). Sample positions, rounding and clamping as
+// PyTorch's CPU kernels (coordinates in float, in double for F64 inputs; nearest in float).
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+// (*, C * r^2, H, W) -> (*, C, H * r, W * r), and its inverse.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+
+// ---- normalization (engine/ops/norm.cpp)
+// Normalizes over the trailing dims `normalized_shape`; weight/bias of that shape or undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+// x (B, C, *). training: batch statistics, and running stats (if defined) updated with momentum;
+// eval: the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = {},
+                  const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5);
+// x (B, C, *) in `groups` groups of channels; weight/bias (C).
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+
+// ==== recurrent sequences
+// What RNN and GRU return: output (T, B, D * H) (or (B, T, D * H), or (T, D * H) unbatched)
+// and the final hidden state h_n (num_layers * D, B, H), D = 2 if bidirectional else 1.
+struct RNNResult {
+  Tensor output{};
+  Tensor h_n{};
+};
+
+// LSTM's: as RNNResult plus the final cell state c_n (num_layers * D, B, hidden_size); with
+// proj_size > 0, output and h_n have proj_size features.
+struct LSTMResult {
+  Tensor output{};
+  Tensor h_n{};
+  Tensor c_n{};
+};
+
+// The fused sequence ops (Note [Fused recurrent layers] in kernels/cpu/recurrent.cpp): one
+// layer and direction over a whole sequence, F32 / F64, on devices with their kernels (the
+// CPU); nn's LSTM and GRU call them. reverse runs t = T-1 .. 0 (a bidirectional layer's second direction).
+// gx (T, B, 4H) = x W_ih^T + b_ih + b_hh, w_hh (4H, H), h0 and c0 (B, H) -> output (T, B, H),
+// h_n, c_n (B, H); gates in PyTorch's order i, f, g, o.
+LSTMResult lstm_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& h0, const Tensor& c0,
+                         bool reverse = false);
+
+// gx (T, B, 3H) = x W_ih^T + b_ih, w_hh (3H, H), b_hh (3H), h0 (B, H) -> output (T, B, H),
+// h_n (B, H); gates r, z, n with n = tanh(gx_n + r * (h W_hn^T + b_hn)).
+RNNResult gru_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& b_hh, const Tensor& h0,
+                       bool reverse = false);
 
 }  // namespace brisk

@@ -1,6 +1,6 @@
 // nn/functional.cpp: activations, dropout, embedding, attention and losses, written with
-// engine ops (their gradients come from those ops). Conv/pool forms are in
-// functional_conv.cpp, normalization in functional_norm.cpp.
+// engine ops (their gradients come from those ops). The forms that are ops (linear, conv,
+// pooling, resizing, normalization) live in engine/ops/ (engine/functions.h).
 #include "nn/functional.h"
 
 #include <cmath>

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <typeinfo>
 
 #include "nn/functional.h"
 #include "nn/kv_cache.h"
@@ -55,6 +56,7 @@ class MaxPool2d : public Module {
                      Pair dilation = {1, 1}, bool ceil_mode = false);
   explicit MaxPool2d(int64_t kernel) : MaxPool2d(Pair{kernel, kernel}) {}
   Tensor forward(const Tensor& x) override;
+  bool is_window_max() const override { return typeid(*this) == typeid(MaxPool2d); }
   Pair kernel, padding, dilation;
   std::optional<Pair> stride;
   bool ceil_mode;
@@ -157,6 +159,8 @@ class ReLU : public Module {
  public:
   ReLU() : Module("ReLU") {}
   Tensor forward(const Tensor& x) override { return relu(x); }
+  // Not a subclass, whose forward may differ.
+  bool commutes_with_window_max() const override { return typeid(*this) == typeid(ReLU); }
 };
 class ReLU6 : public Module {
  public:

@@ -1,6 +1,6 @@
 // nn/layers_resize.cpp: the transposed-convolution, padding, resizing and extra pooling layers
 // (nn/layers_resize.h).
-// Not here: the functional forms they call (nn/functional_conv.cpp, nn/functional_resize.cpp).
+// Not here: the functional forms they call (engine/ops/conv.cpp, engine/ops/pool.cpp, engine/ops/resize.cpp).
 #include "nn/layers_resize.h"
 
 #include "nn/init.h"

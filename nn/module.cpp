@@ -8,7 +8,6 @@
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/nonfinite.h"
-#include "nn/layers.h"
 
 namespace brisk::nn {
 
@@ -548,8 +547,10 @@ Sequential& Sequential::push_back(const std::string& name, ModulePtr m) {
 // gradient at the chosen element, or at the pooled value); a NaN propagates and gets zero
 // gradient either way. So Sequential runs a ReLU followed by a MaxPool2d in the other order:
 // the ReLU then touches a quarter of the elements (2x2 pools) and its full-size output and
-// gradient are never made (in the Fashion-MNIST CNN ~5% of the epoch). Only when both are
-// exactly nn::ReLU and nn::MaxPool2d with no hooks (a hook on either would see the swap).
+// gradient are never made (in the Fashion-MNIST CNN ~5% of the epoch). Sequential asks the
+// children's traits (Module::commutes_with_window_max, Module::is_window_max: nn::ReLU and
+// nn::MaxPool2d say yes) rather than knowing the layers, and swaps only children with no hooks
+// (a hook on either would see the swap).
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
   const auto children = named_children();
@@ -557,8 +558,7 @@ Tensor Sequential::forward(const Tensor& x) {
     Module& m = *children[i].second;
     if (i + 1 < children.size()) {
       Module& next = *children[i + 1].second;
-      if (typeid(m) == typeid(ReLU) && typeid(next) == typeid(MaxPool2d) && !m.has_call_work() &&
-          !next.has_call_work()) {
+      if (m.commutes_with_window_max() && next.is_window_max() && !m.has_call_work() && !next.has_call_work()) {
         h = m(next(h));
         ++i;
         continue;

@@ -115,7 +115,7 @@ class Module {
   Tensor remove_buffer(const std::string& name);
 
   // ---- derived tensors: PyTorch's plain tensor attributes that a forward pre-hook recomputes
-  // (a pruned module's `weight` = weight_orig * weight_mask, nn/prune.h). fn runs when set and
+  // (a pruned module's `weight` = weight_orig * weight_mask, compress/prune.h). fn runs when set and
   // before each call's forward (before the pre-hooks), in the caller's grad mode, so gradients
   // flow through it; parameter(name) and maybe_parameter(name) return the latest value when no
   // parameter has that name. Neither a parameter nor a buffer: not in state_dict.
@@ -171,6 +171,12 @@ class Module {
   // Whether calling the module does more than forward(): hooks, or derived parameters (pruning's
   // masks) to refresh. Sequential reorders only children without it (Note [ReLU before max pool]).
   bool has_call_work() const;
+  // Traits Sequential's reordering reads (Note [ReLU before max pool] in nn/module.cpp), so that
+  // the container needs to know no layer: a map applied to each element on its own that is
+  // monotone non-decreasing with zero gradient where it is flat (ReLU), and a maximum over
+  // windows of the input that sends the gradient to the first maximum (MaxPool2d).
+  virtual bool commutes_with_window_max() const { return false; }
+  virtual bool is_window_max() const { return false; }
 
  protected:
   // Called by train(); layers whose behaviour changes (dropout, batch norm) read is_training().

@@ -342,29 +342,6 @@ LSTMResult RNNBase::run_fused(const Tensor& x, const Tensor& h_init, const Tenso
   return r;
 }
 
-namespace functional {
-
-LSTMResult lstm_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& h0, const Tensor& c0, bool reverse) {
-  Attrs a;
-  a.flag = reverse;
-  const Tensor in[4] = {gx, w_hh, h0, c0};
-  Tensor out[3];  // y, c, gates
-  call(OpId::LstmSequence, in, a, out);
-  const int64_t last = reverse ? 0 : gx.size(0) - 1;
-  return {out[0], out[0].select(0, last), out[1].select(0, last)};
-}
-
-RNNResult gru_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& b_hh, const Tensor& h0, bool reverse) {
-  Attrs a;
-  a.flag = reverse;
-  const Tensor in[4] = {gx, w_hh, b_hh, h0};
-  Tensor out[2];  // y, saved
-  call(OpId::GruSequence, in, a, out);
-  return {out[0], out[0].select(0, reverse ? 0 : gx.size(0) - 1)};
-}
-
-}  // namespace functional
-
 namespace {
 
 RNNBase::Mode rnn_mode(const std::string& act) {

@@ -14,6 +14,7 @@
 
 #include <string>
 
+#include "engine/functions.h"
 #include "nn/module.h"
 
 namespace brisk::nn {
@@ -69,20 +70,10 @@ struct RNNOptions {
   int64_t proj_size = 0;  // LSTM only: h projected to proj_size (weight_hr_l{k})
 };
 
-// What RNN and GRU return: output (T, B, D * H) (or (B, T, D * H), or (T, D * H) unbatched)
-// and the final hidden state h_n (num_layers * D, B, H), D = 2 if bidirectional else 1.
-struct RNNResult {
-  Tensor output{};
-  Tensor h_n{};
-};
-
-// LSTM's: as RNNResult plus the final cell state c_n (num_layers * D, B, hidden_size); with
-// proj_size > 0, output and h_n have proj_size features.
-struct LSTMResult {
-  Tensor output{};
-  Tensor h_n{};
-  Tensor c_n{};
-};
+// What RNN, GRU (RNNResult: output, h_n) and LSTM (LSTMResult: output, h_n, c_n) return; the
+// structs live with the fused sequence ops (engine/functions.h).
+using ::brisk::LSTMResult;
+using ::brisk::RNNResult;
 
 // The shared machinery of RNN, LSTM and GRU (PyTorch's RNNBase). Parameters per layer k and
 // direction (suffix "" forward, "_reverse" backward), registered in PyTorch's order:
@@ -134,21 +125,10 @@ class GRU : public RNNBase {
   RNNResult forward(const Tensor& input, const Tensor& h0);
 };
 
-// ---- the fused sequence ops (Note [Fused recurrent layers] in kernels/cpu/recurrent.cpp): one
-// layer and direction over a whole sequence, F32 / F64, on devices with their kernels (the
-// CPU). reverse runs t = T-1 .. 0 (a bidirectional layer's second direction).
+// The fused sequence ops' public forms (engine/functions.h), under their old names.
 namespace functional {
-
-// gx (T, B, 4H) = x W_ih^T + b_ih + b_hh, w_hh (4H, H), h0 and c0 (B, H) -> output (T, B, H),
-// h_n, c_n (B, H); gates in PyTorch's order i, f, g, o.
-LSTMResult lstm_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& h0, const Tensor& c0,
-                         bool reverse = false);
-
-// gx (T, B, 3H) = x W_ih^T + b_ih, w_hh (3H, H), b_hh (3H), h0 (B, H) -> output (T, B, H),
-// h_n (B, H); gates r, z, n with n = tanh(gx_n + r * (h W_hn^T + b_hn)).
-RNNResult gru_sequence(const Tensor& gx, const Tensor& w_hh, const Tensor& b_hh, const Tensor& h0,
-                       bool reverse = false);
-
+using ::brisk::gru_sequence;
+using ::brisk::lstm_sequence;
 }  // namespace functional
 
 }  // namespace brisk::nn

@@ -8,6 +8,8 @@
 #include <memory>
 #include <sstream>
 
+#include "engine/threads.h"
+
 namespace brisk::opcheck {
 
 // Note [Op checker]

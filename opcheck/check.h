@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/kernel_override.h"
 #include "opcheck/spec.h"
 
 namespace brisk::opcheck {

@@ -10,7 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "brisk.h"
+#include "engine/dispatch.h"
+#include "engine/functions.h"
+#include "engine/grad_mode.h"
+#include "engine/gradcheck.h"
+#include "engine/op.h"
+#include "engine/tensor.h"
 
 namespace brisk::opcheck {
 

@@ -1,4 +1,4 @@
-// opcheck/specs_linalg.cpp: specs of matmul (engine/ops/linalg.cpp, kernels/cpu/gemm.cpp) against
+// opcheck/specs_linalg.cpp: specs of linear and matmul (engine/ops/linalg.cpp, kernels/cpu/gemm.cpp) against
 // a plain triple loop: every torch.matmul shape rule (1-D operands, broadcast batch dims, size
 // 0), transposed views read in place, products large enough to be blocked and threaded, and
 // integer dtypes. Not here: the errors, gemm() and layouts read in place
@@ -49,6 +49,27 @@ Tensor matmul_reference(const Tensor& a, const Tensor& b) {
   return from_vector(out, shape, DType::F64);
 }
 
+// torch.nn.functional.linear by plain loops: x (*, K) @ w (N, K)^T + bias (N), in F64.
+Tensor linear_reference(const std::vector<Tensor>& in) {
+  const Tensor &x = in[0], &w = in[1];
+  const int64_t n = w.size(0), k = w.size(1);
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  const std::vector<double> vx = x.to_vector<double>(), vw = w.to_vector<double>();
+  const std::vector<double> vb = in.size() == 3 ? in[2].to_vector<double>() : std::vector<double>(size_t(n), 0.0);
+  std::vector<double> out;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = vb[size_t(j)];
+      for (int64_t p = 0; p < k; ++p) acc += vx[size_t(i * k + p)] * vw[size_t(j * k + p)];
+      out.push_back(acc);
+    }
+  }
+  Shape shape = x.sizes();
+  shape[shape.size() - 1] = n;
+  return from_vector(out, shape, DType::F64);
+}
+
 OpCase two(const std::string& label, const Shape& a, const Shape& b, uint64_t seed) {
   return {label, {uniform_values(a, -1, 1, seed), uniform_values(b, -1, 1, seed + 100)}};
 }
@@ -66,6 +87,35 @@ OpSpec matmul_spec(const std::string& name) {
 }
 
 void add_specs(std::vector<OpSpec>& specs) {
+  {
+    // linear: one op (Note [Linear is an op]); the kernels start each row at the bias.
+    OpSpec s;
+    s.name = "linear";
+    s.covers = {OpId::Linear};
+    s.fn = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in.size() == 3 ? in[2] : Tensor()); };
+    s.reference = linear_reference;
+    s.dtypes = {DType::F32, DType::F16, DType::BF16};
+    s.integers = false;  // a floating op, as torch's
+    s.cases = [] {
+      auto three = [](const std::string& label, const Shape& x, int64_t n, uint64_t seed) {
+        OpCase c = two(label, x, {n, x.back()}, seed);
+        c.inputs.push_back(uniform_values({n}, -1, 1, seed + 200));
+        return c;
+      };
+      return std::vector<OpCase>{
+          two("(3, 4) with weight (5, 4), no bias", {3, 4}, {5, 4}, 41),
+          three("(3, 4) with weight (5, 4) and bias", {3, 4}, 5, 42),
+          three("one sample (4)", {4}, 6, 43),
+          three("batched (2, 3, 4)", {2, 3, 4}, 5, 44),
+          three("K = 0: the bias alone", {3, 0}, 4, 45),
+          two("K = 0 without bias: zeros", {3, 0}, {4, 0}, 46),
+          three("no rows (0, 4)", {0, 4}, 3, 47),
+          three("large enough to thread (64, 300) -> 120", {64, 300}, 120, 48),
+      };
+    };
+    s.tol_half = 3e-2;
+    specs.push_back(s);
+  }
   {
     OpSpec s = matmul_spec("matmul");
     s.cases = [] {

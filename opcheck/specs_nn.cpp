@@ -1,5 +1,5 @@
 // opcheck/specs_nn.cpp: specs of the convolution and pooling ops (engine/ops/conv.cpp,
-// engine/ops/pool.cpp) and of nn::functional's linear, conv1d and conv2d. References are plain direct loops in F64 (no
+// engine/ops/pool.cpp) and of linear, conv1d and conv2d. References are plain direct loops in F64 (no
 // im2col, no GEMM), written from PyTorch's definitions; the backward ops are checked twice:
 // by gradcheck of the forward ops, and as ops of their own (reference + gradcheck, which
 // exercises double backward). Cases are small so that gradcheck stays fast.
@@ -8,15 +8,14 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/functions.h"
 #include "engine/op_params.h"
-#include "nn/functional.h"
 #include "opcheck/spec.h"
 
 namespace brisk::opcheck {
 namespace {
 
-namespace F = brisk::nn::functional;
-using Pair = F::Pair;
+using Pair = Pair;
 using Ts = std::vector<Tensor>;
 
 // A 4-D F64 tensor's values with (b, c, h, w) indexing.
@@ -94,7 +93,7 @@ OpSpec conv_spec(const std::string& name, ConvArgs a, std::vector<std::pair<std:
   s.name = name;
   s.covers = {OpId::Conv2d, OpId::Conv2dBackwardInput, OpId::Conv2dBackwardWeight};
   s.fn = [a](const Ts& in) {
-    return F::conv2d(in[0], in[1], optional_input(in, 2), a.stride, a.padding, a.dilation, a.groups);
+    return conv2d(in[0], in[1], optional_input(in, 2), a.stride, a.padding, a.dilation, a.groups);
   };
   s.reference = [a](const Ts& in) { return conv_ref(in[0], in[1], optional_input(in, 2), a); };
   s.cases = [cases] {
@@ -144,7 +143,7 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
     OpSpec s;
     s.name = "conv1d (stride 2, padding 1)";
     s.covers = {OpId::Conv2d, OpId::Conv2dBackwardInput, OpId::Conv2dBackwardWeight};
-    s.fn = [](const Ts& in) { return F::conv1d(in[0], in[1], optional_input(in, 2), 2, 1); };
+    s.fn = [](const Ts& in) { return conv1d(in[0], in[1], optional_input(in, 2), 2, 1); };
     s.reference = [](const Ts& in) {
       const Shape xs = in[0].sizes(), ws = in[1].sizes();
       const Tensor x = from_vector(in[0].detach().to_vector<double>(), {xs[0], xs[1], 1, xs[2]}, DType::F64);
@@ -162,7 +161,7 @@ void add_conv_specs(std::vector<OpSpec>& specs) {
     OpSpec s;
     s.name = "linear";
     s.covers = {OpId::Matmul};
-    s.fn = [](const Ts& in) { return F::linear(in[0], in[1], optional_input(in, 2)); };
+    s.fn = [](const Ts& in) { return linear(in[0], in[1], optional_input(in, 2)); };
     s.reference = [](const Ts& in) {
       const Tensor &x = in[0], &w = in[1];
       const std::vector<double> xv = x.detach().to_vector<double>(), wv = w.detach().to_vector<double>();
@@ -329,16 +328,14 @@ OpSpec pool_spec(const std::string& name, std::vector<OpId> covers, TensorFn fn,
 OpSpec max_pool_spec(const std::string& name, PoolArgs a, std::vector<std::pair<std::string, Ts>> cases) {
   return pool_spec(
       name, {OpId::MaxPool2d, OpId::MaxPool2dBackward},
-      [a](const Ts& in) { return F::max_pool2d(in[0], a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode); },
+      [a](const Ts& in) { return max_pool2d(in[0], a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode); },
       [a](const Ts& in) { return max_pool_ref(in[0], a).first.tensor(); }, std::move(cases));
 }
 
 OpSpec avg_pool_spec(const std::string& name, PoolArgs a, std::vector<std::pair<std::string, Ts>> cases) {
   return pool_spec(
       name, {OpId::AvgPool2d, OpId::AvgPool2dBackward},
-      [a](const Ts& in) {
-        return F::avg_pool2d(in[0], a.kernel, a.stride, a.padding, a.ceil_mode, a.count_include_pad);
-      },
+      [a](const Ts& in) { return avg_pool2d(in[0], a.kernel, a.stride, a.padding, a.ceil_mode, a.count_include_pad); },
       [a](const Ts& in) {
         Grid X(in[0]), Y(pool_out(in[0].sizes(), a));
         avg_pool_loops(X.s, a, [&](int64_t b, int64_t c, int64_t oh, int64_t ow, int64_t ih, int64_t iw, double k) {
@@ -369,7 +366,7 @@ void adaptive_loops(const Shape& x, Pair out, Visit visit) {
 OpSpec adaptive_spec(const std::string& name, Pair out, std::vector<std::pair<std::string, Ts>> cases) {
   return pool_spec(
       name, {OpId::AdaptiveAvgPool2d, OpId::AdaptiveAvgPool2dBackward},
-      [out](const Ts& in) { return F::adaptive_avg_pool2d(in[0], out); },
+      [out](const Ts& in) { return adaptive_avg_pool2d(in[0], out); },
       [out](const Ts& in) {
         Grid X(in[0]), Y(Shape{X.s[0], X.s[1], out[0], out[1]});
         adaptive_loops(X.s, out, [&](int64_t b, int64_t c, int64_t oh, int64_t ow, int64_t ih, int64_t iw, double k) {

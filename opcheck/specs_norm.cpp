@@ -9,14 +9,13 @@
 #include <sstream>
 
 #include "engine/dispatch.h"
+#include "engine/functions.h"
 #include "engine/op_params.h"
-#include "nn/functional.h"
 #include "opcheck/spec.h"
 
 namespace brisk::opcheck {
 namespace {
 
-namespace F = ::brisk::nn::functional;
 using V = std::vector<double>;
 
 constexpr double kEps = 1e-5;
@@ -296,7 +295,7 @@ void add_specs(std::vector<OpSpec>& specs) {
   for (int nd : {1, 2}) {
     OpSpec s = norm_spec("layer_norm over the last " + std::to_string(nd) + " dims", OpId::LayerNorm);
     s.fn = [nd](const std::vector<Tensor>& in) {
-      return F::layer_norm(in[0], trailing(in[0].sizes(), nd), opt(in, 1), opt(in, 2), kEps);
+      return layer_norm(in[0], trailing(in[0].sizes(), nd), opt(in, 1), opt(in, 2), kEps);
     };
     s.reference = [nd](const std::vector<Tensor>& in) { return layer_norm_ref(in[0], nd, opt(in, 1), opt(in, 2)); };
     s.cases = [nd] {
@@ -357,7 +356,7 @@ void add_specs(std::vector<OpSpec>& specs) {
   {
     OpSpec s = norm_spec("batch_norm training", OpId::BatchNorm);
     s.fn = [](const std::vector<Tensor>& in) {
-      return F::batch_norm(in[0], {}, {}, opt(in, 1), opt(in, 2), true, 0.1, kEps);
+      return batch_norm(in[0], {}, {}, opt(in, 1), opt(in, 2), true, 0.1, kEps);
     };
     s.reference = [](const std::vector<Tensor>& in) { return batch_norm_ref(in[0], opt(in, 1), opt(in, 2), {}, {}); };
     s.cases = [] {
@@ -372,7 +371,7 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.fn = [](const std::vector<Tensor>& in) {
       const int64_t c = in[0].sizes()[1];
       Tensor rm = zeros({c}, in[0].dtype(), in[0].device()), rv = ones({c}, in[0].dtype(), in[0].device());
-      return F::batch_norm(in[0], rm, rv, opt(in, 1), opt(in, 2), true, 0.1, kEps);
+      return batch_norm(in[0], rm, rv, opt(in, 1), opt(in, 2), true, 0.1, kEps);
     };
     specs.push_back(s);
   }
@@ -384,7 +383,7 @@ void add_specs(std::vector<OpSpec>& specs) {
       const int64_t c = in[0].sizes()[1];
       const DType t = in[0].dtype();
       const Device d = in[0].device();
-      return F::batch_norm(in[0], eval_mean(c, t, d), eval_var(c, t, d), opt(in, 1), opt(in, 2), false, 0.1, kEps);
+      return batch_norm(in[0], eval_mean(c, t, d), eval_var(c, t, d), opt(in, 1), opt(in, 2), false, 0.1, kEps);
     };
     s.reference = [](const std::vector<Tensor>& in) {
       const int64_t c = in[0].sizes()[1];
@@ -420,7 +419,7 @@ void add_specs(std::vector<OpSpec>& specs) {
   // group_norm: a composite over the layer_norm op.
   {
     OpSpec s = norm_spec("group_norm", OpId::LayerNorm);
-    s.fn = [](const std::vector<Tensor>& in) { return F::group_norm(in[0], 2, in[1], in[2], kEps); };
+    s.fn = [](const std::vector<Tensor>& in) { return group_norm(in[0], 2, in[1], in[2], kEps); };
     s.reference = [](const std::vector<Tensor>& in) { return group_norm_ref(in[0], 2, in[1], in[2]); };
     s.cases = [] {
       return std::vector<OpCase>{bn_case({3, 4}, true, 41), bn_case({2, 4, 3}, true, 44),

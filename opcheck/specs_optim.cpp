@@ -14,6 +14,7 @@
 
 #include "engine/op_params.h"
 #include "opcheck/spec.h"
+#include "optim/optim.h"
 
 namespace brisk::opcheck {
 namespace {

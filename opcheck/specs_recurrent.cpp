@@ -1,18 +1,17 @@
 // opcheck/specs_recurrent.cpp: specs of the fused recurrent ops (engine/ops/recurrent.cpp)
-// through their public forms nn::functional::lstm_sequence and gru_sequence (nn/recurrent.h):
+// through their public forms lstm_sequence and gru_sequence (engine/functions.h):
 // forward and reverse, against plain F64 loops of the LSTM and GRU equations; F32 against F64,
 // gradcheck in F64 (which runs the backward ops). The checked output joins the output sequence
 // with the final state(s), so the gradients of h_n and c_n are checked too.
 // Not here: the layers that call them, against PyTorch (tests/test_recurrent.cpp).
 #include <cmath>
 
-#include "nn/recurrent.h"
+#include "engine/functions.h"
 #include "opcheck/spec.h"
 
 namespace brisk::opcheck {
 namespace {
 
-namespace F = ::brisk::nn::functional;
 using Ts = std::vector<Tensor>;
 using V = std::vector<double>;
 
@@ -94,7 +93,7 @@ OpSpec lstm_spec(bool reverse) {
   s.name = reverse ? "lstm_sequence (reverse)" : "lstm_sequence";
   s.covers = {OpId::LstmSequence, OpId::LstmSequenceBackward};
   s.fn = [reverse](const Ts& in) {
-    const nn::LSTMResult r = F::lstm_sequence(in[0], in[1], in[2], in[3], reverse);
+    const LSTMResult r = lstm_sequence(in[0], in[1], in[2], in[3], reverse);
     return cat({flat(r.output), flat(r.h_n), flat(r.c_n)}, 0);
   };
   s.reference = [reverse](const Ts& in) { return lstm_ref(in, reverse); };
@@ -115,7 +114,7 @@ OpSpec gru_spec(bool reverse) {
   s.name = reverse ? "gru_sequence (reverse)" : "gru_sequence";
   s.covers = {OpId::GruSequence, OpId::GruSequenceBackward};
   s.fn = [reverse](const Ts& in) {
-    const nn::RNNResult r = F::gru_sequence(in[0], in[1], in[2], in[3], reverse);
+    const RNNResult r = gru_sequence(in[0], in[1], in[2], in[3], reverse);
     return cat({flat(r.output), flat(r.h_n)}, 0);
   };
   s.reference = [reverse](const Ts& in) { return gru_ref(in, reverse); };

@@ -1,7 +1,7 @@
 // opcheck/specs_resize.cpp: specs of adaptive_max_pool2d and resample2d / resample2d_backward
-// (engine/ops/pool.cpp; references: plain loops over PyTorch's adaptive windows and over the
-// resampling tables) and of the composites of nn/functional_conv.cpp and
-// nn/functional_resize.cpp built on other ops: conv_transpose2d, the 1-d pools, pad,
+// (engine/ops/pool.cpp, engine/ops/resize.cpp; references: plain loops over PyTorch's adaptive windows and over the
+// resampling tables) and of the composites of engine/ops/conv.cpp, engine/ops/pool.cpp and
+// engine/ops/resize.cpp built on other ops: conv_transpose2d, the 1-d pools, pad,
 // interpolate and pixel_shuffle. The composites' forward values are checked against PyTorch
 // (tests/test_resize.cpp, no plain reference here); their rows bring the table's other checks:
 // strided inputs, F32 / BF16 against F64, gradcheck in F64, and CUDA against the CPU.
@@ -10,14 +10,13 @@
 #include <limits>
 
 #include "engine/dispatch.h"
-#include "nn/functional.h"
+#include "engine/functions.h"
 #include "opcheck/spec.h"
 
 namespace brisk::opcheck {
 namespace {
 
-namespace F = brisk::nn::functional;
-using Pair = F::Pair;
+using Pair = Pair;
 using Ts = std::vector<Tensor>;
 
 Tensor vals(const Shape& shape, uint64_t seed) { return uniform_values(shape, -1, 1, seed); }
@@ -152,7 +151,7 @@ void add_resize_op_specs(std::vector<OpSpec>& specs) {
                                    std::tuple{"(1, 1)", Shape{2, 2, 5, 6}, Pair{1, 1}}}) {
     specs.push_back(spec(
         std::string("adaptive_max_pool2d ") + label, {OpId::AdaptiveMaxPool2d},
-        [out = out](const Ts& in) { return F::adaptive_max_pool2d(in[0], out); },
+        [out = out](const Ts& in) { return adaptive_max_pool2d(in[0], out); },
         [out = out](const Ts& in) { return adaptive_max_ref(in[0], out); }, {{"uniform values", {vals(shape, 70)}}},
         {DType::F32, DType::F16, DType::BF16}));
   }
@@ -160,42 +159,42 @@ void add_resize_op_specs(std::vector<OpSpec>& specs) {
   // ---- composites (values checked against PyTorch in tests/test_resize.cpp)
   specs.push_back(spec("conv_transpose2d (stride 2, padding 1, output_padding 1, bias)", {OpId::Conv2dBackwardInput},
                        [](const Ts& in) {
-                         return F::conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 1}, {1, 1});
+                         return conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 1}, {1, 1});
                        },
                        nullptr, {{"batch 2", {vals({2, 3, 3, 4}, 71), vals({3, 2, 3, 3}, 72), vals({2}, 73)}}}));
   specs.push_back(spec("conv_transpose2d (groups 2, dilation 3, output_padding 2 >= stride 1)",
                        {OpId::Conv2dBackwardInput},
                        [](const Ts& in) {
-                         return F::conv_transpose2d(in[0], in[1], {}, {1, 1}, {1, 1}, {2, 2}, 2, {3, 3});
+                         return conv_transpose2d(in[0], in[1], {}, {1, 1}, {1, 1}, {2, 2}, 2, {3, 3});
                        },
                        nullptr, {{"batch 1", {vals({1, 4, 3, 3}, 74), vals({4, 1, 2, 2}, 75)}}}));
   specs.push_back(spec("max_pool1d (3, stride 2, padding 1)", {OpId::MaxPool2d},
-                       [](const Ts& in) { return F::max_pool1d(in[0], 3, 2, 1); }, nullptr,
+                       [](const Ts& in) { return max_pool1d(in[0], 3, 2, 1); }, nullptr,
                        {{"batch 2", {vals({2, 3, 9}, 76)}}}));
   specs.push_back(spec("avg_pool1d (4, stride 3, padding 2, ceil_mode, count_include_pad false)", {OpId::AvgPool2d},
-                       [](const Ts& in) { return F::avg_pool1d(in[0], 4, 3, 2, true, false); }, nullptr,
+                       [](const Ts& in) { return avg_pool1d(in[0], 4, 3, 2, true, false); }, nullptr,
                        {{"batch 2", {vals({2, 3, 9}, 77)}}}));
   for (const char* mode : {"constant", "reflect", "replicate", "circular"}) {
     specs.push_back(spec(std::string("pad ") + mode + " (2, 1, -1, 3)", {OpId::Resample2d, OpId::Cat},
                          [mode](const Ts& in) {
-                           return F::pad(in[0], {2, 1, -1, 3}, mode);
+                           return pad(in[0], {2, 1, -1, 3}, mode);
                          },
                          nullptr, {{"(2, 2, 4, 5)", {vals({2, 2, 4, 5}, 78)}}}));
   }
   specs.push_back(spec("interpolate nearest (7, 9)", {OpId::Resample2d},
                        [](const Ts& in) {
-                         return F::interpolate(in[0], {.size = {7, 9}});
+                         return interpolate(in[0], {.size = {7, 9}});
                        },
                        nullptr, {{"(2, 2, 4, 5)", {vals({2, 2, 4, 5}, 79)}}}));
   for (bool align : {false, true}) {
     specs.push_back(spec(std::string("interpolate bilinear (7, 3), align_corners ") + (align ? "true" : "false"),
                          {OpId::Resample2d},
                          [align](const Ts& in) {
-                           return F::interpolate(in[0], {.size = {7, 3}, .mode = "bilinear", .align_corners = align});
+                           return interpolate(in[0], {.size = {7, 3}, .mode = "bilinear", .align_corners = align});
                          },
                          nullptr, {{"(2, 2, 4, 5)", {vals({2, 2, 4, 5}, 80)}}}));
   }
-  specs.push_back(spec("pixel_shuffle (2)", {OpId::Permute}, [](const Ts& in) { return F::pixel_shuffle(in[0], 2); },
+  specs.push_back(spec("pixel_shuffle (2)", {OpId::Permute}, [](const Ts& in) { return pixel_shuffle(in[0], 2); },
                        nullptr, {{"(2, 8, 3, 2)", {vals({2, 8, 3, 2}, 81)}}}));
 }
 

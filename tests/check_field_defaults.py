@@ -17,7 +17,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DIRS = ("engine", "nn", "optim", "data", "text", "train", "interop", "dist")
+DIRS = ("engine", "nn", "optim", "data", "text", "train", "compress", "search", "interop", "dist")
 INTERNAL = {
     "engine/op.h": {"TensorSpec", "BackwardCtx"},
     "engine/tensor.h": {"TensorImpl"},
@@ -47,13 +47,13 @@ ORDER = {
     ("nn/layers.h", "ConvOptions"): ["stride", "padding", "dilation", "groups", "bias"],  # nn.Conv2d
     ("nn/layers_resize.h", "ConvTransposeOptions"): ["stride", "padding", "output_padding", "groups", "bias",
                                                      "dilation"],  # nn.ConvTranspose2d
-    ("nn/functional.h", "InterpolateOptions"): ["size", "scale_factor", "mode", "align_corners",
+    ("engine/functions.h", "InterpolateOptions"): ["size", "scale_factor", "mode", "align_corners",
                                                 "recompute_scale_factor"],  # F.interpolate
     # PerChannelMinMaxObserver (MinMaxObserver: the same without ch_axis)
-    ("nn/quantize.h", "ObserverOptions"): ["ch_axis", "dtype", "qscheme", "reduce_range", "quant_min", "quant_max",
+    ("compress/quantize.h", "ObserverOptions"): ["ch_axis", "dtype", "qscheme", "reduce_range", "quant_min", "quant_max",
                                            "eps"],
-    ("nn/quantize.h", "QConfig"): ["activation", "weight"],  # torch.ao.quantization.QConfig
-    ("nn/prune_channels.h", "ChannelOptions"): ["amount", "norm"],  # prune.ln_structured(amount, n)
+    ("compress/quantize.h", "QConfig"): ["activation", "weight"],  # torch.ao.quantization.QConfig
+    ("compress/prune_channels.h", "ChannelOptions"): ["amount", "norm"],  # prune.ln_structured(amount, n)
     # nn.TransformerEncoderLayer
     ("nn/transformer.h", "TransformerOptions"): ["dim_feedforward", "dropout", "activation", "layer_norm_eps",
                                                  "batch_first", "norm_first", "bias"],
@@ -101,18 +101,18 @@ ORDER = {
 # brisk's own option structs: no PyTorch counterpart to follow.
 OWN = {
     ("engine/env.h", "EnvOptions"),
-    ("nn/distill.h", "DistillOptions"),
+    ("compress/distill.h", "DistillOptions"),
     ("nn/features.h", "FeatureOptions"),
-    ("nn/quantize.h", "QuantizeOptions"),
-    ("optim/early_stopping.h", "EarlyStoppingOptions"),
+    ("compress/quantize.h", "QuantizeOptions"),
+    ("train/early_stopping.h", "EarlyStoppingOptions"),
     ("data/readers.h", "CsvOptions"),
-    ("train/tune.h", "TpeOptions"),
-    ("train/tune.h", "EvolutionOptions"),
-    ("train/tune.h", "AshaOptions"),
-    ("train/tune.h", "MedianOptions"),
-    ("train/tune.h", "Options"),
-    ("train/nas.h", "EvolutionOptions"),
-    ("train/nas.h", "ReinforceOptions"),
+    ("search/tune.h", "TpeOptions"),
+    ("search/tune.h", "EvolutionOptions"),
+    ("search/tune.h", "AshaOptions"),
+    ("search/tune.h", "MedianOptions"),
+    ("search/tune.h", "Options"),
+    ("search/nas.h", "EvolutionOptions"),
+    ("search/nas.h", "ReinforceOptions"),
     ("dist/pipeline.h", "PipelineOptions"),
     ("dist/zero.h", "ZeroOptions"),  # stage: DeepSpeed's idea; PyTorch's ZeroRedundancyOptimizer has no such keyword
     ("text/tokenize_files.h", "TokenizeFilesOptions"),

@@ -9,7 +9,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOP = r"(?:engine|kernels|opcheck|nn|optim|data|train|dist|tests|examples|docs|cmake|\.ci)"
+TOP = r"(?:engine|kernels|opcheck|nn|optim|data|text|train|compress|search|interop|dist|tests|examples|docs|cmake|\.ci)"
 EXT = r"(?:h|cpp|cu|cuh|def|md|sh|py|json|txt|cmake)"
 PATH = re.compile(r"(?<![\w./-])(" + TOP + r"/[\w./*-]*\." + EXT + r")(?![\w])")
 # A bare file name ("conv.cu", "check.h") must name some file of the repository.

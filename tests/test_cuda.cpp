@@ -242,7 +242,7 @@ TEST_CASE("cuda: every op in ops.def has a CUDA kernel, except the listed ones")
   // The int8 inference ops (Note [Int8 ops] in engine/ops/quantized.cpp): the quantized modules
   // are CPU inference (the VNNI GEMM); kernels/cuda/gemm_i8.cu has a GEMM but no module uses it.
   for (const char* op : {"int8_pack_weight", "int8_linear", "int8_conv2d", "quantize_affine", "dequantize_affine"}) {
-    allowed[op] = "CPU only: quantized modules run on the CPU (nn/quantize.h)";
+    allowed[op] = "CPU only: quantized modules run on the CPU (compress/quantize.h)";
   }
   std::vector<std::string> missing;
   for (int i = 0; i < kNumOps; ++i) {

@@ -1,4 +1,4 @@
-// tests/test_distill.cpp: knowledge distillation (nn/distill.h) and the losses it rests on,
+// tests/test_distill.cpp: knowledge distillation (compress/distill.h) and the losses it rests on,
 // against PyTorch (tests/data/distill/reference.json, made by tests/make_distill_reference.py):
 // Hinton's loss (values and gradients w.r.t. the student's logits), cross_entropy with
 // probability targets (weight, label_smoothing, each reduction, (N, C, H, W) and (C) logits),
@@ -12,10 +12,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "compress/distill.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/random.h"
-#include "nn/distill.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "optim/adam.h"

@@ -1,11 +1,11 @@
-// tests/test_nas.cpp: brisk::nas (train/nas.h): sampling, mutation, build, regularized evolution
+// tests/test_nas.cpp: brisk::nas (search/nas.h): sampling, mutation, build, regularized evolution
 // and REINFORCE on synthetic objectives.
 #include <doctest/doctest.h>
 
 #include <set>
 
 #include "brisk.h"
-#include "train/nas.h"
+#include "search/nas.h"
 
 using namespace brisk;
 

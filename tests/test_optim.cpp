@@ -23,6 +23,7 @@
 #include "nn/module.h"
 #include "optim/optim.h"
 #include "tests/paths.h"
+#include "train/early_stopping.h"
 
 using namespace brisk;
 using json = nlohmann::json;

@@ -13,11 +13,11 @@
 #include <set>
 
 #include "brisk.h"
+#include "compress/quantize.h"
 #include "engine/profiler.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "nn/models/simple.h"
-#include "nn/quantize.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/sgd.h"

@@ -1,9 +1,9 @@
-// tests/test_prune.cpp: nn::prune (nn/prune.h) against torch.nn.utils.prune on committed
+// tests/test_prune.cpp: nn::prune (compress/prune.h) against torch.nn.utils.prune on committed
 // reference masks (tests/data/prune/prune.json, made by tests/make_prune_reference.py with
 // PyTorch 1.13): L1 unstructured, Ln structured (n 1 and 2, dims 0, 1, -1), their composition,
 // global pruning, state_dict keys, outputs and weight_orig gradients, remove. Then the parts
 // PyTorch has no counterpart for, checked by exact arithmetic: masks and their gradients, the
-// cubic schedule, the sparsity report, and physical channel removal (nn/prune_channels.h)
+// cubic schedule, the sparsity report, and physical channel removal (compress/prune_channels.h)
 // equal to the masked model for a Sequential CNN with batch norm, SmallCNN and ResNet-18.
 #include <doctest/doctest.h>
 
@@ -12,6 +12,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "compress/prune.h"
+#include "compress/prune_channels.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/random.h"
@@ -19,8 +21,6 @@
 #include "nn/layers.h"
 #include "nn/models/simple.h"
 #include "nn/models/vision.h"
-#include "nn/prune.h"
-#include "nn/prune_channels.h"
 #include "tests/paths.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// tests/test_quantize.cpp: nn/quantize.h against PyTorch (tests/data/quantize/reference.json,
+// tests/test_quantize.cpp: compress/quantize.h against PyTorch (tests/data/quantize/reference.json,
 // made by tests/make_quantize_reference.py with PyTorch 2.15): observer qparams (min-max,
 // per-channel, moving average, histogram with its L2 search), quantize / dequantize, fake
 // quantization forward and straight-through backward, fbgemm's choose_qparams, and the dynamic
@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "brisk.h"
-#include "nn/quantize.h"
+#include "compress/quantize.h"
 #include "tests/paths.h"
 #include "tests/test_util.h"
 

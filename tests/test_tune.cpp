@@ -1,4 +1,4 @@
-// tests/test_tune.cpp: hyperparameter search (train/tune.h): spaces sample inside their bounds,
+// tests/test_tune.cpp: hyperparameter search (search/tune.h): spaces sample inside their bounds,
 // on their grids and reproducibly, with conditional parameters only under their parent's
 // option; the Parzen estimator's bandwidths (Hyperopt's) and densities; TPE beats random search
 // on a quadratic; ASHA and the median rule stop exactly the trials they should on scripted
@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "brisk.h"
-#include "train/tune.h"
+#include "search/tune.h"
 
 using namespace brisk;
 using namespace brisk::tune;

@@ -13,10 +13,10 @@
 #include <string>
 
 #include "nn/module.h"
-#include "optim/early_stopping.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "train/early_stopping.h"
 
 namespace brisk::data {
 class DataLoader;

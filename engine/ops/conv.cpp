@@ -3,8 +3,10 @@
 // shapes, backward formula, OpDef row, and the call the other blocks use. Conv2d's gradients are
 // conv2d_backward_input and conv2d_backward_weight, whose own gradients are written with the
 // three conv ops again, so double backward works. Parameters: ConvParams (engine/op_params.h).
+// Then the public forms: conv2d, conv1d, conv_transpose2d and conv_transpose1d (Note
+// [Transposed convolution]).
 // Not here: the kernels (kernels/cpu/conv.cpp, kernels/cpu/conv_depthwise.cpp,
-// kernels/cuda/conv.cu), the public forms with bias and conv1d (nn/functional_conv.cpp).
+// kernels/cuda/conv.cu).
 #include "engine/op_params.h"
 #include "engine/ops/families.h"
 
@@ -12,11 +14,14 @@ namespace brisk {
 
 namespace {
 
+using detail::batch_1d;
 using detail::check_4d;
 using detail::check_floating;
 using detail::checked_term;
 using detail::define;
+using detail::hw;
 using detail::mask;
+using detail::unbatch;
 
 // The output sizes of conv2d for input sizes x (B, C, H, W) and weight sizes w (O, C / groups,
 // kh, kw); every check that names a user error lives here.
@@ -101,8 +106,11 @@ void conv2d_backward_input_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   if (c.needs_grad(1)) gi[1] = conv2d_backward_weight(g, u, c.attrs, c.in_specs[1].sizes);
 }
 
-const OpDef kConv2dBackwardInput{
-    .infer = conv2d_backward_input_infer, .backward = conv2d_backward_input_bw, .save_inputs = mask(0, 1)};  // grad, w
+// Lower under autocast as conv2d: it is also conv_transpose2d's forward.
+const OpDef kConv2dBackwardInput{.infer = conv2d_backward_input_infer,
+                                 .backward = conv2d_backward_input_bw,
+                                 .save_inputs = mask(0, 1),  // grad, w
+                                 .autocast = CastPolicy::Lower};
 
 Tensor conv2d_backward_input(const Tensor& g, const Tensor& w, const Attrs& attrs, const Shape& x_sizes) {
   Attrs a = attrs;
@@ -150,5 +158,136 @@ void define_conv_ops() {
 }
 
 }  // namespace detail
+
+// ==== the public forms (engine/functions.h): PyTorch's argument conventions (1-d forms as 2-d
+// over a height of 1, unbatched inputs) turned into the ops' attributes.
+
+namespace {
+
+// Note [Transposed convolution]
+// conv_transpose2d(x, w) is the gradient of conv2d with respect to its input: with conv2d's
+// weight layout (O, C / groups, kh, kw) read as (C_in, C_out / groups, kh, kw), PyTorch's
+// transposed weight layout is exactly conv2d_backward_input's operand, so the op is
+// conv2d_backward_input(g = x, w) with the output sizes as its `shape`, and no new kernel:
+// every backend that has conv2d's backward has it (cuDNN's backward-data on CUDA), and its
+// gradients (conv2d for x, conv2d_backward_weight for w) and double backward come with it.
+// conv2d_backward_input requires conv2d of the output sizes to give x's sizes. That holds
+// whenever output_padding < stride (conv2d's floor division absorbs it); PyTorch also allows
+// output_padding < dilation with output_padding >= stride, where conv2d of the output gives
+// x's size + e rows (e = output_padding / stride). Those e extra rows of "g" meet only outputs
+// that no x row meets, so x is padded with e zero rows (and columns) at the end: the same sum.
+
+// The output size of a transposed conv along one axis, (in - 1) * stride - 2 * pad + dil *
+// (k - 1) + out_pad + 1, or an error when a term overflows 64 bits (see Note [Checked sizes] in
+// engine/shape.h).
+int64_t transposed_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t out_pad, int64_t dil,
+                        const Shape& xs, const Shape& ws) {
+  int64_t a = 0, b = 0, p2 = 0, r = 0;
+  const bool bad = __builtin_mul_overflow(in - 1, stride, &a) || __builtin_mul_overflow(dil, k - 1, &b) ||
+                   __builtin_mul_overflow(pad, 2, &p2) || __builtin_add_overflow(a, b, &r) ||
+                   __builtin_sub_overflow(r, p2, &r) || __builtin_add_overflow(r, out_pad + 1, &r);
+  BRISK_CHECK(!bad, "conv_transpose2d: the output size of input ", xs, " and weight ", ws, " overflows 64 bits");
+  return r;
+}
+
+// conv2d's output size along one axis for input size n.
+int64_t conv_size(int64_t n, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+  return (n + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+}
+
+}  // namespace
+
+// x (B, C, H, W), weight (O, C / groups, kh, kw) -> (B, O, Ho, Wo).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding, Pair dilation,
+              int64_t groups) {
+  BRISK_CHECK(x.defined() && weight.defined(), "conv2d: undefined input or weight");
+  BRISK_CHECK(x.dim() != 5, "conv2d: input ", x.sizes(), " is 5-D; brisk has no conv3d (3-D convolution is not ",
+              "implemented), conv2d takes (B, C, H, W)");
+  Attrs a;
+  ConvParams{.stride = hw(stride), .padding = hw(padding), .dilation = hw(dilation), .groups = groups}.store(a);
+  if (!bias.defined()) return call1(OpId::Conv2d, {x, weight}, a);
+  // The op starts each output channel at its bias (see conv2d_infer in engine/ops/conv.cpp).
+  return call1(OpId::Conv2d, {x, weight, bias.dtype() == x.dtype() ? bias : cast(bias, x.dtype())}, a);
+}
+
+// x (B, C, L), weight (O, C / groups, k) -> (B, O, Lo): conv2d over (B, C, 1, L).
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  BRISK_CHECK(x.defined() && weight.defined(), "conv1d: undefined input or weight");
+  BRISK_CHECK(x.dim() == 3, "conv1d: input must be 3-D (B, C, L), got ", x.sizes());
+  BRISK_CHECK(weight.dim() == 3, "conv1d: weight must be 3-D (O, C / groups, k), got ", weight.sizes());
+  Tensor y = conv2d(unsqueeze(x, 2), unsqueeze(weight, 2), bias, {1, stride}, {0, padding}, {1, dilation}, groups);
+  return squeeze(y, 2);
+}
+
+// x (B, C_in, H, W), weight (C_in, C_out / groups, kh, kw) -> (B, C_out, Ho, Wo).
+// See Note [Transposed convolution].
+Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding,
+                        Pair output_padding, int64_t groups, Pair dilation) {
+  const char* op = "conv_transpose2d";
+  BRISK_CHECK(x_in.defined() && weight.defined(), op, ": undefined input or weight");
+  BRISK_CHECK(x_in.dim() != 5, op, ": input ", x_in.sizes(), " is 5-D; brisk has no conv_transpose3d (3-D ",
+              "convolution is not implemented), conv_transpose2d takes (B, C_in, H, W)");
+  BRISK_CHECK(x_in.dim() == 4 || x_in.dim() == 3, op, ": input must be 4-D (B, C_in, H, W) or 3-D (C_in, H, W), got ",
+              x_in.sizes());
+  BRISK_CHECK(weight.dim() == 4, op, ": weight must be 4-D (C_in, C_out / groups, kh, kw), got ", weight.sizes());
+  BRISK_CHECK(is_floating(x_in.dtype()) && x_in.dtype() == weight.dtype(), op,
+              ": input and weight must have one floating dtype, got input ", x_in.str(), ", weight ", weight.str());
+  const bool batched = x_in.dim() == 4;
+  const Tensor x = batched ? x_in : unsqueeze(x_in, 0);
+  const Shape& xs = x.sizes();
+  const Shape& ws = weight.sizes();
+  BRISK_CHECK(groups >= 1, op, ": groups must be positive, got ", groups);
+  BRISK_CHECK(ws[0] == xs[1], op, ": input ", xs, " has ", xs[1], " channels but weight ", ws, " (C_in, C_out / ",
+              "groups, kh, kw) expects ", ws[0]);
+  BRISK_CHECK(xs[1] % groups == 0, op, ": groups (", groups, ") must divide the input channels, input ", xs);
+  BRISK_CHECK(xs[2] > 0 && xs[3] > 0, op, ": input ", xs, " has an empty plane");
+  for (int i = 0; i < 2; ++i) {
+    const char* axis = i == 0 ? "height" : "width";
+    BRISK_CHECK(stride[i] > 0, op, ": stride must be positive, got (", stride[0], ", ", stride[1], ")");
+    BRISK_CHECK(padding[i] >= 0, op, ": padding must be non-negative, got (", padding[0], ", ", padding[1], ")");
+    BRISK_CHECK(dilation[i] > 0, op, ": dilation must be positive, got (", dilation[0], ", ", dilation[1], ")");
+    BRISK_CHECK(output_padding[i] >= 0 && (output_padding[i] < stride[i] || output_padding[i] < dilation[i]), op,
+                ": output_padding (", output_padding[0], ", ", output_padding[1], ") must be non-negative and ",
+                "smaller than either stride (", stride[0], ", ", stride[1], ") or dilation (", dilation[0], ", ",
+                dilation[1], "), ", axis, " fails");
+  }
+  int64_t c_out = 0;
+  BRISK_CHECK(!__builtin_mul_overflow(ws[1], groups, &c_out), op, ": output channels ", ws[1], " x ", groups,
+              " groups overflow 64 bits");
+  const Shape y_sizes{xs[0], c_out,
+                      transposed_size(xs[2], ws[2], stride[0], padding[0], output_padding[0], dilation[0], xs, ws),
+                      transposed_size(xs[3], ws[3], stride[1], padding[1], output_padding[1], dilation[1], xs, ws)};
+  BRISK_CHECK(y_sizes[2] > 0 && y_sizes[3] > 0 && ws[2] > 0 && ws[3] > 0, op, ": input ", xs, " with weight ", ws,
+              ", stride (", stride[0], ", ", stride[1], "), padding (", padding[0], ", ", padding[1],
+              ") gives an empty output ", y_sizes);
+  // Extra zero rows / columns where output_padding >= stride (Note [Transposed convolution]).
+  const int64_t extra_h = conv_size(y_sizes[2], ws[2], stride[0], padding[0], dilation[0]) - xs[2];
+  const int64_t extra_w = conv_size(y_sizes[3], ws[3], stride[1], padding[1], dilation[1]) - xs[3];
+  Tensor g = x;
+  if (extra_h > 0 || extra_w > 0) g = pad(g, {0, extra_w, 0, extra_h});
+  Attrs a;
+  ConvParams{.stride = hw(stride), .padding = hw(padding), .dilation = hw(dilation), .groups = groups}.store(a);
+  a.shape = y_sizes;
+  Tensor y = call1(OpId::Conv2dBackwardInput, {g, weight}, a);
+  if (bias.defined()) {
+    BRISK_CHECK(bias.dim() == 1 && bias.size(0) == y.size(1), op, ": bias ", bias.sizes(), " does not match the ",
+                y.size(1), " output channels (output ", y.sizes(), ")");
+    y = y + reshape(bias.dtype() == y.dtype() ? bias : cast(bias, y.dtype()), {1, y.size(1), 1, 1});
+  }
+  return unbatch(y, batched);
+}
+
+// x (B, C_in, L), weight (C_in, C_out / groups, k) -> (B, C_out, Lo): conv_transpose2d over H = 1.
+Tensor conv_transpose1d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+                        int64_t output_padding, int64_t groups, int64_t dilation) {
+  bool batched = true;
+  const Tensor x = batch_1d(x_in, "conv_transpose1d", batched);
+  BRISK_CHECK(weight.defined() && weight.dim() == 3, "conv_transpose1d: weight must be 3-D (C_in, C_out / groups, k), ",
+              "got ", weight.defined() ? weight.sizes() : Shape{});
+  Tensor y = conv_transpose2d(unsqueeze(x, 2), unsqueeze(weight, 2), bias, {1, stride}, {0, padding},
+                              {0, output_padding}, groups, {1, dilation});
+  return unbatch(squeeze(y, 2), batched);
+}
 
 }  // namespace brisk

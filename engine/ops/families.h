@@ -6,6 +6,7 @@
 #include "engine/dispatch.h"
 #include "engine/functions.h"
 #include "engine/op.h"
+#include "engine/op_params.h"
 
 namespace brisk::detail {
 
@@ -18,6 +19,7 @@ void define_shape_ops();        // engine/ops/shape.cpp (views, copies between d
 void define_index_ops();        // engine/ops/index.cpp (cat, index_select, gather, ...)
 void define_conv_ops();         // engine/ops/conv.cpp (conv2d and its backward ops)
 void define_pool_ops();         // engine/ops/pool.cpp (max, average, adaptive pooling)
+void define_resize_ops();       // engine/ops/resize.cpp (resample2d: pad, interpolate)
 void define_norm_ops();         // engine/ops/norm.cpp (layer norm, batch norm)
 void define_recurrent_ops();    // engine/ops/recurrent.cpp (lstm_sequence, gru_sequence)
 void define_attention_ops();    // engine/ops/attention.cpp (fused scaled dot-product attention)
@@ -34,6 +36,7 @@ inline void define_all_ops() {
   define_index_ops();
   define_conv_ops();
   define_pool_ops();
+  define_resize_ops();
   define_norm_ops();
   define_recurrent_ops();
   define_attention_ops();
@@ -76,5 +79,26 @@ inline int64_t checked_term(int64_t x, int64_t mul, int64_t add, const char* op,
   BRISK_CHECK(ok, op, ": ", what, " (", x, " x ", mul, " + ", add, ") overflows 64 bits");
   return r;
 }
+
+// The forward op's attrs with attrs.shape = `shape` (a backward op's input sizes).
+inline Attrs with_shape(const Attrs& attrs, const Shape& shape) {
+  Attrs a = attrs;
+  a.shape = shape;
+  return a;
+}
+
+// The public forms' (h, w) pairs as the ops' parameters.
+inline Hw hw(Pair p) { return {p[0], p[1]}; }
+
+// (C, L) -> (1, C, L): the unbatched 1-d forms of conv and pooling; `batched` says whether to
+// squeeze back (unbatch).
+inline Tensor batch_1d(const Tensor& x, const char* op, bool& batched) {
+  BRISK_CHECK(x.defined(), op, ": undefined input");
+  BRISK_CHECK(x.dim() == 2 || x.dim() == 3, op, ": input must be 3-D (B, C, L) or 2-D (C, L), got ", x.sizes());
+  batched = x.dim() == 3;
+  return batched ? x : unsqueeze(x, 0);
+}
+
+inline Tensor unbatch(const Tensor& y, bool batched) { return batched ? y : squeeze(y, 0); }
 
 }  // namespace brisk::detail

@@ -5,8 +5,9 @@
 // Then brisk::linalg: solve, cholesky, slogdet, qr and eigh as primitives; inv, det and lstsq
 // as composites (Note [Linear algebra ops]).
 // One block per op: inference, backward formula, OpDef row, public function.
+// linear (x @ w^T + bias) is its own op (Note [Linear is an op]).
 // Not here: the kernels (kernels/cpu/gemm.cpp and kernels/cpu/linalg_decomp.cpp, cuBLASLt on
-// CUDA), linear/bmm/einsum.
+// CUDA).
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -79,7 +80,60 @@ const OpDef kMatmul{.infer = matmul_infer,
                     .save_inputs = mask(0, 1),  // a, b
                     .autocast = CastPolicy::Lower};
 
+// ---- linear: (x (*, K), w (N, K)[, bias (N)]) -> y (*, N) = x @ w^T + bias
+// One op rather than matmul of a transposed view plus an add (Note [Linear is an op]).
+void linear_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  BRISK_CHECK(in.size() == 2 || in.size() == 3, "linear: expects (input, weight) or (input, weight, bias), got ",
+              in.size(), " inputs");
+  const Tensor &x = in[0], &w = in[1];
+  detail::check_floating(x, "linear");
+  BRISK_CHECK(w.dim() == 2, "linear: weight must be 2-D (out, in), got ", w.sizes());
+  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", x.sizes(), " does not have the ", w.size(1),
+              " features that weight ", w.sizes(), " expects");
+  BRISK_CHECK(x.dtype() == w.dtype(), "linear: dtypes differ (input ", x.str(), ", weight ", w.str(), ")");
+  if (in.size() == 3) {
+    const Tensor& b = in[2];
+    BRISK_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias ", b.sizes(), " does not match the ", w.size(0),
+                " output features of weight ", w.sizes());
+    BRISK_CHECK(b.dtype() == x.dtype(), "linear: dtypes differ (input ", x.str(), ", bias ", b.str(), ")");
+  }
+  Shape sizes = x.sizes();
+  sizes[sizes.size() - 1] = w.size(0);
+  out[0] = {sizes, x.dtype()};
+}
+
+// gx = g @ w, gw = g2^T @ x2 (the batch folded into rows: one (N, K) product in w's own
+// layout), gbias = the column sums of g2. Written with ops, so double backward works.
+void linear_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+  const int64_t n = w.size(0), k = w.size(1);
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  if (c.needs_grad(0)) gi[0] = matmul(g, w);
+  const Tensor g2 = reshape(g, {rows, n});
+  if (c.needs_grad(1)) gi[1] = matmul(mT(g2), reshape(x, {rows, k}));
+  if (gi.size() == 3 && c.needs_grad(2)) gi[2] = sum(g2, {0});
+}
+
+const OpDef kLinear{.infer = linear_infer,
+                    .backward = linear_bw,
+                    .save_inputs = mask(0, 1),  // x, w
+                    .autocast = CastPolicy::Lower};
+
 }  // namespace
+
+// Note [Linear is an op]
+// linear was matmul(x, transpose(w)) plus a broadcast add of the bias: a second pass over the
+// output and a temporary per call, and autocast had to be applied by hand before the
+// transpose so that its cast cache saw the parameter rather than a fresh view. As one op, the
+// weight and bias reach dispatch as themselves (cast and cached like any parameter), the
+// kernels start each output row at the bias and accumulate the product onto it (as conv2d
+// does), and the profiler, the conformance table and ONNX export see "linear".
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  BRISK_CHECK(x.defined() && weight.defined(), "linear: undefined input or weight");
+  if (!bias.defined()) return call1(OpId::Linear, {x, weight});
+  return call1(OpId::Linear, {x, weight, bias});
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   BRISK_CHECK(a.defined() && b.defined(), "matmul: undefined input");
@@ -494,6 +548,7 @@ namespace detail {
 
 void define_linalg_ops() {
   define(OpId::Matmul, kMatmul);
+  define(OpId::Linear, kLinear);
   define(OpId::LinalgSolve, kLinalgSolve);
   define(OpId::LinalgCholesky, kLinalgCholesky);
   define(OpId::LinalgSlogdet, kLinalgSlogdet);

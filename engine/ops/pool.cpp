@@ -3,11 +3,11 @@
 // adaptive_max_pool2d, one block per op: inference with errors that name the op and the shapes,
 // backward formula, OpDef row. Each forward op's gradient is its *_backward op, whose own
 // gradient is the forward op (or, for max pooling, a gather); adaptive_max_pool2d's gradient is
-// a scatter_add. Also resample2d and its backward (a separable 2-tap map of the last two dims,
-// which pad and interpolate use). Parameters: PoolParams (engine/op_params.h); adaptive pooling
+// a scatter_add. Parameters: PoolParams (engine/op_params.h); adaptive pooling
 // reads only its output size, attrs.shape.
-// Not here: the kernels (kernels/cpu/pool.cpp, kernels/cuda/pool.cu), the public forms with
-// stride defaults (nn/functional_conv.cpp).
+// Then the public forms of pooling (max, average, adaptive; 1-d and 2-d).
+// Not here: the kernels (kernels/cpu/pool.cpp, kernels/cuda/pool.cu), pad and interpolate
+// over resample2d (engine/ops/resize.cpp).
 #include "engine/op_params.h"
 #include "engine/ops/families.h"
 
@@ -15,11 +15,15 @@ namespace brisk {
 
 namespace {
 
+using detail::batch_1d;
 using detail::check_4d;
 using detail::check_floating;
 using detail::checked_term;
 using detail::define;
+using detail::hw;
 using detail::mask;
+using detail::unbatch;
+using detail::with_shape;
 
 // PyTorch's pooling output size along one axis: the last window must start inside the input
 // or the left padding (ceil_mode can otherwise add a window that starts in the right padding).
@@ -57,13 +61,6 @@ void check_pool_grad(const Tensor& g, const Attrs& attrs, const char* op, bool d
   const Shape y = pool_output(attrs.shape, attrs, op, dilated);
   BRISK_CHECK(g.sizes() == y, op, ": grad ", g.sizes(), " does not match the pooled size ", y, " of input ",
               attrs.shape);
-}
-
-// The forward op's attrs with attrs.shape = `shape` (a backward op's input sizes).
-Attrs with_shape(const Attrs& attrs, const Shape& shape) {
-  Attrs a = attrs;
-  a.shape = shape;
-  return a;
 }
 
 // ---- max_pool2d: x (B, C, H, W) -> y (B, C, Ho, Wo), indices I64 (B, C, Ho, Wo) into each
@@ -195,66 +192,6 @@ void adaptive_max_pool2d_bw(const BackwardCtx& c, std::span<Tensor> gi) {
 const OpDef kAdaptiveMaxPool2d{
     .infer = adaptive_max_pool2d_infer, .backward = adaptive_max_pool2d_bw, .save_outputs = mask(1)};  // indices
 
-// ---- resample2d: (x (*, H, W), ih (Ho, 2), wh (Ho, 2), iw (Wo, 2), ww (Wo, 2)) -> y (*, Ho, Wo)
-// y[.., i, j] = sum over taps a, b in {0, 1} of wh[i, a] * ww[j, b] * x[.., ih[i, a], iw[j, b]].
-// One pass for a separable map of the last two dims, given as tables made on the host by
-// nn/functional_resize.cpp (see Note [Resizing through resample2d] there). Linear in x, so its
-// gradient is the adjoint, resample2d_backward, whose gradient is resample2d again. The tables
-// take no gradient. attrs.shape (backward only) holds x's sizes.
-
-// The tables' checks, shared by both ops; `plane` is (H, W) of x.
-void check_tables(std::span<const Tensor> in, DType t, const char* op) {
-  check_floating(in[0], op);
-  const DType wt = t == DType::F64 ? DType::F64 : DType::F32;
-  for (int k = 1; k < 5; k += 2) {
-    const Tensor &idx = in[size_t(k)], &w = in[size_t(k) + 1];
-    BRISK_CHECK(idx.dtype() == DType::I64 && idx.dim() == 2 && idx.size(1) == 2, op, ": index table ", k / 2,
-                " must be I64 (n, 2), got ", idx.str());
-    BRISK_CHECK(w.dtype() == wt && w.sizes() == idx.sizes(), op, ": weight table ", k / 2, " must be ", dtype_name(wt),
-                " of its index table's sizes ", idx.sizes(), ", got ", w.str());
-  }
-}
-
-Shape resampled(const Shape& x, std::span<const Tensor> in, const char* op) {
-  BRISK_CHECK(x.size() >= 2, op, ": input must have at least 2 dims (*, H, W), got ", x);
-  Shape y = x;
-  y[y.size() - 2] = in[1].size(0);
-  y[y.size() - 1] = in[3].size(0);
-  return y;
-}
-
-void resample2d_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
-  check_tables(in, in[0].dtype(), "resample2d");
-  out[0] = {resampled(in[0].sizes(), in, "resample2d"), in[0].dtype()};
-}
-
-void resample2d_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  gi[0] = call1(OpId::Resample2dBackward, {c.grads[0], c.inputs[1], c.inputs[2], c.inputs[3], c.inputs[4]},
-                with_shape(c.attrs, c.in_specs[0].sizes));
-}
-
-const OpDef kResample2d{.infer = resample2d_infer,
-                        .backward = resample2d_bw,
-                        .save_inputs = mask(1, 2, 3, 4),  // the tables
-                        .diff_inputs = mask(0)};
-
-void resample2d_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
-  const char* op = "resample2d_backward";
-  check_tables(in, in[0].dtype(), op);
-  BRISK_CHECK(in[0].sizes() == resampled(attrs.shape, in, op), op, ": grad ", in[0].sizes(),
-              " does not match the resampled size of input ", attrs.shape);
-  out[0] = {attrs.shape, in[0].dtype()};
-}
-
-void resample2d_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  gi[0] = call1(OpId::Resample2d, {c.grads[0], c.inputs[1], c.inputs[2], c.inputs[3], c.inputs[4]}, c.attrs);
-}
-
-const OpDef kResample2dBackward{.infer = resample2d_backward_infer,
-                                .backward = resample2d_backward_bw,
-                                .save_inputs = mask(1, 2, 3, 4),
-                                .diff_inputs = mask(0)};
-
 }  // namespace
 
 namespace detail {
@@ -267,10 +204,130 @@ void define_pool_ops() {
   define(OpId::AdaptiveAvgPool2d, kAdaptiveAvgPool2d);
   define(OpId::AdaptiveAvgPool2dBackward, kAdaptiveAvgPool2dBackward);
   define(OpId::AdaptiveMaxPool2d, kAdaptiveMaxPool2d);
-  define(OpId::Resample2d, kResample2d);
-  define(OpId::Resample2dBackward, kResample2dBackward);
 }
 
 }  // namespace detail
+
+// ==== the public forms (engine/functions.h): stride defaults to the kernel (PyTorch's), 1-d
+// forms as 2-d over a height of 1, unbatched inputs.
+
+namespace {
+
+// The checks of a 1-d pooling window, named after the 1-d op (the 2-d op would name (1, k)).
+void check_pool1d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, bool ceil_mode,
+                  const char* op) {
+  BRISK_CHECK(kernel > 0, op, ": kernel_size must be positive, got ", kernel);
+  BRISK_CHECK(stride > 0, op, ": stride must be positive, got ", stride);
+  BRISK_CHECK(dilation > 0, op, ": dilation must be positive, got ", dilation);
+  BRISK_CHECK(padding >= 0 && padding <= kernel / 2, op, ": padding must be in [0, kernel_size / 2] = [0, ", kernel / 2,
+              "], got ", padding);
+  const int64_t L = x.size(-1), span = L + 2 * padding - dilation * (kernel - 1) - 1;
+  int64_t out = (span >= 0 ? (span + (ceil_mode ? stride - 1 : 0)) / stride : -1) + 1;
+  if (ceil_mode && out > 0 && (out - 1) * stride >= L + padding) --out;
+  BRISK_CHECK(out > 0, op, ": input ", x.sizes(), " of length ", L, " is too small for kernel_size ", kernel,
+              " with padding ", padding, " and dilation ", dilation, " (output length ", out, ")");
+}
+
+}  // namespace
+
+// x (B, C, H, W) -> (B, C, Ho, Wo).
+Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride, Pair padding, Pair dilation,
+                  bool ceil_mode) {
+  return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+}
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel, std::optional<Pair> stride,
+                                                  Pair padding, Pair dilation, bool ceil_mode) {
+  BRISK_CHECK(x.defined(), "max_pool2d: undefined input");
+  Attrs a;
+  PoolParams{.kernel = hw(kernel),
+             .stride = hw(stride.value_or(kernel)),
+             .padding = hw(padding),
+             .dilation = hw(dilation),
+             .ceil_mode = ceil_mode}
+      .store(a);
+  const Tensor in[1] = {x};
+  Tensor out[2];  // values, indices (backward reads the indices)
+  call(OpId::MaxPool2d, in, a, out);
+  return {out[0], out[1]};
+}
+
+Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride, Pair padding, bool ceil_mode,
+                  bool count_include_pad) {
+  BRISK_CHECK(x.defined(), "avg_pool2d: undefined input");
+  Attrs a;
+  PoolParams{.kernel = hw(kernel),
+             .stride = hw(stride.value_or(kernel)),
+             .padding = hw(padding),
+             .ceil_mode = ceil_mode,
+             .count_include_pad = count_include_pad}
+      .store(a);
+  return call1(OpId::AvgPool2d, {x}, a);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size) {
+  BRISK_CHECK(x.defined(), "adaptive_avg_pool2d: undefined input");
+  Attrs a;
+  a.shape = {output_size[0], output_size[1]};
+  return call1(OpId::AdaptiveAvgPool2d, {x}, a);
+}
+
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x_in, int64_t kernel, std::optional<int64_t> stride,
+                                                  int64_t padding, int64_t dilation, bool ceil_mode) {
+  bool batched = true;
+  const Tensor x = batch_1d(x_in, "max_pool1d", batched);
+  const int64_t s = stride.value_or(kernel);
+  check_pool1d(x, kernel, s, padding, dilation, ceil_mode, "max_pool1d");
+  auto [y, idx] =
+      max_pool2d_with_indices(unsqueeze(x, 2), {1, kernel}, Pair{1, s}, {0, padding}, {1, dilation}, ceil_mode);
+  return {unbatch(squeeze(y, 2), batched), unbatch(squeeze(idx, 2), batched)};  // H = 1: a flat index is along L
+}
+
+Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation,
+                  bool ceil_mode) {
+  return max_pool1d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+}
+
+Tensor avg_pool1d(const Tensor& x_in, int64_t kernel, std::optional<int64_t> stride, int64_t padding, bool ceil_mode,
+                  bool count_include_pad) {
+  bool batched = true;
+  const Tensor x = batch_1d(x_in, "avg_pool1d", batched);
+  const int64_t s = stride.value_or(kernel);
+  check_pool1d(x, kernel, s, padding, 1, ceil_mode, "avg_pool1d");
+  Tensor y = avg_pool2d(unsqueeze(x, 2), {1, kernel}, Pair{1, s}, {0, padding}, ceil_mode, count_include_pad);
+  return unbatch(squeeze(y, 2), batched);
+}
+
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x_in, Pair output_size) {
+  const char* op = "adaptive_max_pool2d";
+  BRISK_CHECK(x_in.defined(), op, ": undefined input");
+  BRISK_CHECK(x_in.dim() == 4 || x_in.dim() == 3, op, ": input must be 4-D (B, C, H, W) or 3-D (C, H, W), got ",
+              x_in.sizes());
+  const bool batched = x_in.dim() == 4;
+  Attrs a;
+  a.shape = {output_size[0], output_size[1]};
+  const Tensor in[1] = {batched ? x_in : unsqueeze(x_in, 0)};
+  Tensor out[2];  // values, indices (backward reads the indices)
+  call(OpId::AdaptiveMaxPool2d, in, a, out);
+  return {unbatch(out[0], batched), unbatch(out[1], batched)};
+}
+
+Tensor adaptive_max_pool2d(const Tensor& x, Pair output_size) {
+  return adaptive_max_pool2d_with_indices(x, output_size).first;
+}
+
+Tensor adaptive_avg_pool1d(const Tensor& x_in, int64_t output_size) {
+  bool batched = true;
+  const Tensor x = batch_1d(x_in, "adaptive_avg_pool1d", batched);
+  BRISK_CHECK(output_size > 0, "adaptive_avg_pool1d: output_size must be positive, got ", output_size);
+  return unbatch(squeeze(adaptive_avg_pool2d(unsqueeze(x, 2), {1, output_size}), 2), batched);
+}
+
+Tensor adaptive_max_pool1d(const Tensor& x_in, int64_t output_size) {
+  bool batched = true;
+  const Tensor x = batch_1d(x_in, "adaptive_max_pool1d", batched);
+  BRISK_CHECK(output_size > 0, "adaptive_max_pool1d: output_size must be positive, got ", output_size);
+  return unbatch(squeeze(adaptive_max_pool2d(unsqueeze(x, 2), {1, output_size}), 2), batched);
+}
 
 }  // namespace brisk

@@ -1,9 +1,9 @@
-// engine/ops/quantized.cpp: OpDefs and public functions of the int8 ops nn/quantize.h runs:
+// engine/ops/quantized.cpp: OpDefs and public functions of the int8 ops compress/quantize.h runs:
 // int8_pack_weight, int8_linear, int8_conv2d, quantize_affine, dequantize_affine. Inference
 // checks every input's dtype and shape, naming the op; no backward (inference only).
 // Parameters: Int8Params (engine/op_params.h).
 // Not here: the kernels (kernels/cpu/quantized.cpp, over the GEMM of kernels/cpu/gemm_i8.h),
-// qparams and observers (nn/quantize.cpp), ONNX export of these ops (interop/onnx_export.cpp).
+// qparams and observers (compress/quantize.cpp), ONNX export of these ops (interop/onnx_export.cpp).
 #include "engine/op_params.h"
 #include "engine/ops/families.h"
 

@@ -1,7 +1,7 @@
 // examples/bench/bench_int8.cpp: int8 against F32 in one run: (1) the int8 GEMM
 // (kernels/cpu/gemm_i8.h, weights packed once) against brisk's F32 matmul at 256..2048, with
 // int32 and with F32 (fused epilogue) outputs; (2) the Fashion-MNIST SmallCNN's inference,
-// F32 against static int8 (nn/quantize.h: fuse, calibrate, convert) at batch 128 and 1; (3) the
+// F32 against static int8 (compress/quantize.h: fuse, calibrate, convert) at batch 128 and 1; (3) the
 // accuracy of both on the 10k test images after a short F32 training (skipped with --no-train
 // or when the data is absent). Goals (issue 15): int8 GEMM >= 2x F32 at 1024+, int8 CNN >= 2x
 // F32, accuracy within 0.5 points.
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "brisk.h"
+#include "compress/quantize.h"
 #include "examples/bench/bench_common.h"
 #include "kernels/cpu/gemm_i8.h"
-#include "nn/quantize.h"
 
 using namespace brisk;
 namespace q = brisk::nn::quantize;

@@ -1,8 +1,8 @@
 // examples/bench/bench_prune.cpp: what pruning buys in speed, measured in one run on the
 // Fashion-MNIST SmallCNN (batch 128, random inputs): the dense model; the model with 50% of
-// its conv channels removed physically (nn/prune_channels.h: conv1 32 -> 16, conv2 64 -> 32,
+// its conv channels removed physically (compress/prune_channels.h: conv1 32 -> 16, conv2 64 -> 32,
 // the first Linear 3136 -> 1568 inputs); and the model with 90% of its conv and linear weights
-// masked (global L1, nn/prune.h), which stays a dense computation plus the mask multiply, so
+// masked (global L1, compress/prune.h), which stays a dense computation plus the mask multiply, so
 // it is expected at ~1.0x (masks save nothing without sparse kernels). Inference is ms per
 // batch (eval, no grad); a training step is forward + cross entropy + backward + Adam step.
 //   bench_prune [--iters N] [--repeats N (rounds)] [--threads N]
@@ -14,9 +14,9 @@
 #include <memory>
 
 #include "brisk.h"
+#include "compress/prune.h"
+#include "compress/prune_channels.h"
 #include "examples/bench/bench_common.h"
-#include "nn/prune.h"
-#include "nn/prune_channels.h"
 
 using namespace brisk;
 

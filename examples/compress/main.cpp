@@ -2,13 +2,13 @@
 // one table row per stage: test accuracy, parameters, bytes of its safetensors file, inference
 // ms per batch of 128 and training ms per step. Stages: a teacher (the main job's SmallCNN), a
 // small student trained alone, and the same student (same initial weights, same batch order)
-// distilled from the teacher (nn/distill.h: T^2-scaled soft targets mixed with the labels,
+// distilled from the teacher (compress/distill.h: T^2-scaled soft targets mixed with the labels,
 // optionally feature matching through a 1x1 conv adapter). Then copies of the distilled student
 // compressed (prune_stages, quantize_stages): a control fine-tuned uncompressed ("dense-ft");
-// 90% of its conv and linear weights masked by global L1 pruning (nn/prune.h), one shot or on
+// 90% of its conv and linear weights masked by global L1 pruning (compress/prune.h), one shot or on
 // Zhu and Gupta's cubic ramp, fine-tuned; half of its conv channels removed physically
-// (nn/prune_channels.h) and fine-tuned; static int8 PTQ with calibration and QAT (fake
-// quantization, fine-tuned, converted) (nn/quantize.h). Summary lines at the end: the gap the
+// (compress/prune_channels.h) and fine-tuned; static int8 PTQ with calibration and QAT (fake
+// quantization, fine-tuned, converted) (compress/quantize.h). Summary lines at the end: the gap the
 // distilled student recovers, (distilled - alone) / (teacher - alone), and what each
 // compression costs in accuracy against the distilled student and the control, with its
 // inference speedup timed interleaved with the dense student.
@@ -32,13 +32,13 @@
 #include <vector>
 
 #include "brisk.h"
+#include "compress/distill.h"
+#include "compress/prune.h"
+#include "compress/prune_channels.h"
+#include "compress/quantize.h"
 #include "examples/fashion_mnist/evaluate.h"
 #include "examples/fashion_mnist/progress.h"
 #include "kernels/cpu/gemm_i8.h"
-#include "nn/distill.h"
-#include "nn/prune.h"
-#include "nn/prune_channels.h"
-#include "nn/quantize.h"
 
 using namespace brisk;
 
@@ -347,7 +347,7 @@ double train(const std::string& label, nn::Module& model, const nn::NamedTensors
 // ---- Compression of the distilled student (issue 15). Every stage works on its own copy of
 // the distilled student, so each compression is measured against the same F32 model (the
 // "distilled" row) and the costs do not compound. The student suits the channel walk (Note
-// [Channel dependency walk] in nn/prune_channels.h): its root forward runs "features" then
+// [Channel dependency walk] in compress/prune_channels.h): its root forward runs "features" then
 // "classifier" in registration order, and each conv reaches the next conv or the first Linear
 // through ReLU and max pooling only, so both convs can lose channels (no need to fall back to
 // the teacher). The dense reference for timings is the "student" row: the same architecture
@@ -389,7 +389,7 @@ nn::prune::SparsityReport make_permanent(const std::string& label, nn::Module& m
   return report;
 }
 
-// Pruning (nn/prune.h, nn/prune_channels.h). "sparse": global L1 unstructured over every conv
+// Pruning (compress/prune.h, compress/prune_channels.h). "sparse": global L1 unstructured over every conv
 // and linear weight (--sparsity, 90%), fine-tuned through the masks (the masked entries get no
 // update), then made permanent (prune::remove), so the file and the forward are the dense
 // layout with zeros: masks alone buy no speed or bytes without sparse kernels or sparse
@@ -466,7 +466,7 @@ std::vector<Stage> prune_stages(std::shared_ptr<nn::Module>& student, Context& c
   return rows;
 }
 
-// Quantization (nn/quantize.h) of the distilled student, so int8 is compared with the F32
+// Quantization (compress/quantize.h) of the distilled student, so int8 is compared with the F32
 // model it came from (quantizing the sparse model would not keep its zeros through QAT, which
 // trains plain parameters, and the channel-pruned one would mix two losses in one number).
 // "int8-ptq": static post-training quantization: fuse (conv + ReLU + 2x2 max pool, linear +

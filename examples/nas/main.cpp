@@ -1,4 +1,4 @@
-// examples/nas/main.cpp: architecture search on Fashion-MNIST with brisk::nas (train/nas.h).
+// examples/nas/main.cpp: architecture search on Fashion-MNIST with brisk::nas (search/nas.h).
 // Regularized evolution (seed s) and a REINFORCE controller with an LSTM policy (seed s + 1) each evaluate --trials
 // (default 20) architectures; a trial
 // trains the arch for --epochs (default 3) epochs (Adam, lr 2e-3, batch 64) on the first --train-size training
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "brisk.h"
-#include "train/nas.h"
+#include "search/nas.h"
 
 using namespace brisk;
 

@@ -26,13 +26,13 @@
 #include <vector>
 
 #include "brisk.h"
+#include "compress/distill.h"
+#include "compress/prune_channels.h"
+#include "compress/quantize.h"
 #include "engine/env.h"
 #include "examples/speedup_report/report.h"
 #include "examples/speedup_report/run.h"
 #include "kernels/cpu/gemm_i8.h"
-#include "nn/distill.h"
-#include "nn/prune_channels.h"
-#include "nn/quantize.h"
 #include "train/batch_size.h"
 #ifdef SPEEDUP_WITH_DIST
 #include "dist/ddp.h"

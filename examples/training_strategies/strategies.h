@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "optim/optim.h"
+#include "train/early_stopping.h"
 
 namespace training_strategies {
 

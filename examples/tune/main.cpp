@@ -1,4 +1,4 @@
-// examples/tune/main.cpp: hyperparameter search (train/tune.h) for a small Fashion-MNIST CNN.
+// examples/tune/main.cpp: hyperparameter search (search/tune.h) for a small Fashion-MNIST CNN.
 // It tunes AdamW's learning rate and weight decay, the batch size and the learning-rate schedule
 // (constant, cosine, or step with a conditional decay factor) with four methods at the same
 // budget of training epochs: random search, TPE, random search + ASHA, TPE + ASHA. Validation
@@ -21,7 +21,7 @@
 
 #include "brisk.h"
 #include "engine/serialize.h"
-#include "train/tune.h"
+#include "search/tune.h"
 
 using namespace brisk;
 

@@ -2,7 +2,7 @@
 // and a (per call), the AVX512-VNNI (vpdpbusd) register-blocked kernel with its fused epilogue,
 // the plain loops over the same packed layout, the thread split, run-time path choice by CPUID,
 // and the unpacked scalar references. Note [Int8 GEMM].
-// Not here: quantization parameters (nn/quantize.cpp), AMX tiles (not yet), CUDA
+// Not here: quantization parameters (compress/quantize.cpp), AMX tiles (not yet), CUDA
 // (kernels/cuda/gemm_i8.cu).
 #include "kernels/cpu/gemm_i8.h"
 

@@ -3,8 +3,8 @@
 // into the layout vpdpbusd reads. Two paths chosen at run time (Note [Int8 GEMM] in
 // kernels/cpu/gemm_i8.cpp): an AVX512-VNNI register-blocked kernel and plain loops; plus a plain
 // reference for the tests. Results as int32, or as F32 through a fused epilogue
-// (scale per column, bias, ReLU) that quantized Linear and Conv2d use (nn/quantize.h).
-// Not here: choosing scales and zero points (nn/quantize.h), im2col (nn/quantize.cpp), batching.
+// (scale per column, bias, ReLU) that quantized Linear and Conv2d use (compress/quantize.h).
+// Not here: choosing scales and zero points (compress/quantize.h), im2col (compress/quantize.cpp), batching.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // sample: quantize channels-last inside a border of zero points, im2col, GEMM, optional ReLU
 // and 2x2 max pool while writing NCHW), quantize_affine and dequantize_affine (per tensor or
 // per channel).
-// Not here: the GEMM itself (kernels/cpu/gemm_i8.cpp), qparams and observers (nn/quantize.cpp).
+// Not here: the GEMM itself (kernels/cpu/gemm_i8.cpp), qparams and observers (compress/quantize.cpp).
 #include <omp.h>
 
 #include <algorithm>

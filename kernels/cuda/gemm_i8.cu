@@ -4,7 +4,7 @@
 // Row-major c = a @ b^T is, read column-major, c^T = b @ a^T: cuBLASLt's "TN" form (the one
 // its int8 kernels require): its A is our b read as (K, N) column-major and transposed, its B
 // our a read as (K, M), its C our c read as (N, M).
-// Not here: quantization (nn/quantize.cpp), the CPU kernel (kernels/cpu/gemm_i8.cpp).
+// Not here: quantization (compress/quantize.cpp), the CPU kernel (kernels/cpu/gemm_i8.cpp).
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "kernels/cuda/cuda.h"

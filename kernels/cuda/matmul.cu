@@ -71,6 +71,7 @@ struct Gemm {
   void* c;
   int64_t ldc, stride_c;
   int64_t batch;
+  bool accumulate = false;  // C += op(A) op(B) (beta 1) instead of C = (beta 0)
 };
 
 // Largest power of two (<= 256) dividing the address and, when batched, the batch stride.
@@ -182,8 +183,8 @@ LtPlan& lt_plan(const Gemm& g, int device) {
 }
 
 void run_gemm(const Gemm& g, int device, cudaStream_t stream) {
-  const float alpha_f = 1, beta_f = 0;
-  const double alpha_d = 1, beta_d = 0;
+  const float alpha_f = 1, beta_f = g.accumulate ? 1 : 0;
+  const double alpha_d = 1, beta_d = g.accumulate ? 1 : 0;
   const void* alpha = g.dtype == DType::F64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = g.dtype == DType::F64 ? static_cast<const void*>(&beta_d) : &beta_f;
   // A batch stride of 0 (a broadcast operand) goes to the classic API, which reads matrix i at
@@ -259,8 +260,9 @@ Shape batch_strides(const Tensor& t, const Shape& batch) {
   return st;
 }
 
-// c (batch..., M, N) dense = a (..., M, K) @ b (..., K, N), float dtypes.
-void matmul_float(const Tensor& a_in, const Tensor& b_in, const Tensor& c) {
+// c (batch..., M, N) dense = a (..., M, K) @ b (..., K, N), float dtypes; c += a @ b when
+// `accumulate`.
+void matmul_float(const Tensor& a_in, const Tensor& b_in, const Tensor& c, bool accumulate = false) {
   const Tensor a = readable(a_in) ? a_in : dense(a_in);
   const Tensor b = readable(b_in) ? b_in : dense(b_in);
   const int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
@@ -274,6 +276,7 @@ void matmul_float(const Tensor& a_in, const Tensor& b_in, const Tensor& c) {
   BRISK_CHECK(transposed_view(m, k, a.stride(-2), a.stride(-1), g.op_b, g.ldb), "matmul: unreadable operand");
   g.ldc = n;
   g.batch = 1;
+  g.accumulate = accumulate;
 
   Shape batch;
   for (int d = 0; d + 2 < c.dim(); ++d) batch.push_back(c.sizes()[d]);
@@ -374,8 +377,38 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (!is_dense) copy_into(out[0], c);
 }
 
+// y (*, n) = x (*, k) @ w (n, k)^T + bias (Note [Linear is an op] in engine/ops/linalg.cpp): x
+// as (rows, k), w read as its transpose in place (cuBLAS's op T), the output's rows started
+// at the bias and the product accumulated onto them (beta 1).
+void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor x = in[0].is_contiguous() ? in[0] : dense(in[0]);
+  const Tensor& w = in[1];
+  const bool is_dense = out[0].is_contiguous();
+  const Tensor c = is_dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
+  const int64_t n = w.size(0), k = w.size(1), rows = n == 0 ? 0 : c.numel() / n;
+  if (c.numel() > 0) {
+    const Tensor x2 = make_view(x.storage(), {rows, k}, {k, 1}, x.offset(), x.dtype());
+    const Tensor wt = make_view(w.storage(), {k, n}, {w.stride(1), w.stride(0)}, w.offset(), w.dtype());
+    const Tensor c2 = make_view(c.storage(), {rows, n}, {n, 1}, c.offset(), c.dtype());
+    const bool has_bias = in.size() == 3;
+    if (has_bias) {
+      const Tensor& b = in[2];
+      copy_into(c2, make_view(b.storage(), {rows, n}, {0, b.stride(0)}, b.offset(), b.dtype()));
+    }
+    if (k == 0) {
+      if (!has_bias) zero_(c);
+    } else {
+      matmul_float(x2, readable(wt) ? wt : dense(wt), c2, has_bias);
+    }
+  }
+  if (!is_dense) copy_into(out[0], c);
+}
+
 }  // namespace
 
-void register_linalg() { register_kernel(OpId::Matmul, DeviceType::CUDA, matmul_kernel); }
+void register_linalg() {
+  register_kernel(OpId::Matmul, DeviceType::CUDA, matmul_kernel);
+  register_kernel(OpId::Linear, DeviceType::CUDA, linear_kernel);
+}
 
 }  // namespace brisk::kernels::cuda

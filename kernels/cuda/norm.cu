@@ -7,7 +7,7 @@
 // Without cuDNN (no BRISK_WITH_CUDNN) batch_norm gets no CUDA kernel.
 // batch_norm_backward (the fused backward of Note [Fused batch norm backward]) is hand-written:
 // a block per channel. Not here: inference, checks and the backward formulas
-// (engine/ops/norm.cpp); the running-statistics update (nn/functional_norm.cpp).
+// (engine/ops/norm.cpp); the running-statistics update (engine/ops/norm.cpp).
 #include <cmath>
 #include <optional>
 
@@ -334,7 +334,7 @@ void batch_norm_backward_cuda(std::span<const Tensor> in, std::span<Tensor> out,
 // resultSaveInvVariance, the batch mean and 1 / sqrt(biased variance + eps): exactly the op's
 // outputs mean and rstd (PyTorch's cuDNN path hands the same two buffers to the backward as
 // save_mean / save_invstd). Its own running-statistics update is switched off (null running
-// buffers, which cuDNN allows when both are null): nn/functional_norm.cpp updates the running
+// buffers, which cuDNN allows when both are null): engine/ops/norm.cpp updates the running
 // statistics itself from these outputs on every device (Note [Running statistics]). In eval
 // mode cudnnBatchNormalizationForwardInference uses the given running statistics, and mean /
 // rstd are filled here from them as the CPU kernel does. cuDNN wants the per-channel tensors

@@ -246,7 +246,7 @@ __global__ void adaptive_max_pool_kernel(const T* x, T* y, int64_t* idx, PoolPro
 // gradient pulled back through the column table), then columns (one thread per (plane, input
 // column) scatters t's column into its own column of gx through the row table). Taps whose
 // index is outside the plane are skipped (the CPU kernel reports them; the tables come from
-// nn/functional_resize.cpp, which keeps them in range).
+// engine/ops/resize.cpp, which keeps them in range).
 template <class T>
 __global__ void resample_kernel(const T* x, T* y, const int64_t* ih, const compute_t<T>* wh, const int64_t* iw,
                                 const compute_t<T>* ww, int64_t planes, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {

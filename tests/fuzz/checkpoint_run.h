@@ -14,9 +14,9 @@
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "optim/adam.h"
-#include "optim/early_stopping.h"
 #include "optim/lr_scheduler.h"
 #include "train/checkpoint.h"
+#include "train/early_stopping.h"
 
 namespace brisk::fuzz {
 

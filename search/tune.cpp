@@ -1,8 +1,8 @@
-// train/tune.cpp: run() (the Runner: worker threads, the waits that make parallel results the
+// search/tune.cpp: run() (the Runner: worker threads, the waits that make parallel results the
 // same as sequential ones, the journal that makes a search resumable) and Result (table, CSV,
-// JSON). The searchers and schedulers are in train/tune_search.cpp, the space in
-// train/tune_space.cpp.
-#include "train/tune.h"
+// JSON). The searchers and schedulers are in search/tune_search.cpp, the space in
+// search/tune_space.cpp.
+#include "search/tune.h"
 
 #include <unistd.h>
 

@@ -1,10 +1,10 @@
-// nn/distill.h: knowledge distillation (Hinton et al. 2015): a student learns from a teacher's
+// compress/distill.h: knowledge distillation (Hinton et al. 2015): a student learns from a teacher's
 // temperature-softened outputs, loss = alpha * T^2 * KL(softmax(t / T) || softmax(s / T))
 // [batchmean] + (1 - alpha) * CE(s, y); and feature matching (FitNets): a student layer's
 // output, mapped by a learned adapter (a 1x1 Conv2d or a Linear to the teacher's width), is
 // pulled towards a teacher layer's output by MSE, both captured by forward hooks. Distiller runs
 // the teacher in eval mode under no_grad and restores its modes. Not here: cross_entropy with
-// probability targets (nn/functional.h), pruning (nn/prune.h), quantization (nn/quantize.h).
+// probability targets (nn/functional.h), pruning (compress/prune.h), quantization (compress/quantize.h).
 #pragma once
 
 #include <memory>

@@ -1,9 +1,9 @@
-// nn/quantize.cpp: observers and qparams, quantize / dequantize / fake quantize, the quantized
+// compress/quantize.cpp: observers and qparams, quantize / dequantize / fake quantize, the quantized
 // modules (dynamic and static Linear, Conv2d: the int8 ops of engine/ops/quantized.cpp), fusion
 // with batch-norm folding, the prepare / prepare_qat / convert module swaps, and the safetensors
 // files.
 // Not here: the int8 kernels (kernels/cpu/quantized.cpp) and GEMM (kernels/cpu/gemm_i8.cpp).
-#include "nn/quantize.h"
+#include "compress/quantize.h"
 
 #include <algorithm>
 #include <cmath>

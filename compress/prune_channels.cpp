@@ -1,7 +1,7 @@
-// nn/prune_channels.cpp: the channel dependency walk, channel selection, the masked model and
-// the physical removal of nn/prune_channels.h. See Note [Channel dependency walk].
-// Not here: the masks themselves (nn/prune.cpp).
-#include "nn/prune_channels.h"
+// compress/prune_channels.cpp: the channel dependency walk, channel selection, the masked model and
+// the physical removal of compress/prune_channels.h. See Note [Channel dependency walk].
+// Not here: the masks themselves (compress/prune.cpp).
+#include "compress/prune_channels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,11 +9,11 @@
 #include <set>
 #include <sstream>
 
+#include "compress/prune.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "nn/layers.h"
 #include "nn/models/vision.h"
-#include "nn/prune.h"
 
 namespace brisk::nn::prune {
 

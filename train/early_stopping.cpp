@@ -1,7 +1,7 @@
-// optim/early_stopping.cpp: EarlyStopping's bookkeeping, its best-weight copies (in memory,
+// train/early_stopping.cpp: EarlyStopping's bookkeeping, its best-weight copies (in memory,
 // and in a safetensors file written atomically) and its counters' state_dict, with a check
 // that changes nothing. Not here: the training loop or the choice of metric.
-#include "optim/early_stopping.h"
+#include "train/early_stopping.h"
 
 #include <cmath>
 #include <filesystem>

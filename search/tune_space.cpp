@@ -1,4 +1,4 @@
-// train/tune_space.cpp: Config's typed accessors, the counter-based Rng, and Space: declaring
+// search/tune_space.cpp: Config's typed accessors, the counter-based Rng, and Space: declaring
 // parameters (with the checks on bad bounds), conditional activity, sampling from the priors.
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "engine/error.h"
-#include "train/tune.h"
+#include "search/tune.h"
 
 namespace brisk::tune {
 
@@ -184,7 +184,7 @@ double quantize(double x, double q, double low, double high) {
 
 }  // namespace
 
-Value sample_param(const Param& p, Rng& rng);  // shared with train/tune_search.cpp
+Value sample_param(const Param& p, Rng& rng);  // shared with search/tune_search.cpp
 
 Value sample_param(const Param& p, Rng& rng) {
   const double u = rng.uniform();

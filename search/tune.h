@@ -1,4 +1,4 @@
-// train/tune.h: hyperparameter search (brisk::tune). A Space of named parameters (uniform,
+// search/tune.h: hyperparameter search (brisk::tune). A Space of named parameters (uniform,
 // log-uniform, quantized, integer, choice, and parameters active only under one option of a
 // choice); searchers that propose configurations (Grid, RandomSearch, Tpe as Hyperopt does it,
 // Evolution); schedulers that stop bad trials early (Asha, MedianStopping); run(), which runs
@@ -157,7 +157,7 @@ struct TpeOptions {
 
 // Tree-structured Parzen estimator as Hyperopt's tpe.suggest: each parameter is modelled on its
 // own, from the trials where it was active (see Note [TPE as Hyperopt does it] in
-// train/tune_search.cpp).
+// search/tune_search.cpp).
 class Tpe : public Searcher {
  public:
   explicit Tpe(TpeOptions o = {}) : o_(o) {}

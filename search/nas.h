@@ -1,4 +1,4 @@
-// train/nas.h: a small architecture search (brisk::nas, issue 19 item 3). A cell space of 1-4
+// search/nas.h: a small architecture search (brisk::nas, issue 19 item 3). A cell space of 1-4
 // conv layers, each with a width, a kernel size (3 or 5), an activation (relu, gelu, silu) and a
 // skip connection; two searches over it: regularized evolution (Real et al. 2019, aging: the
 // oldest member dies each cycle) and a REINFORCE controller, an LSTM policy (Zoph and Le 2017)

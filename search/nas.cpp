@@ -1,6 +1,6 @@
-// train/nas.cpp: the search space, arch building, regularized evolution and REINFORCE of
-// train/nas.h.
-#include "train/nas.h"
+// search/nas.cpp: the search space, arch building, regularized evolution and REINFORCE of
+// search/nas.h.
+#include "search/nas.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,23 +1,23 @@
-// nn/functional_resize.cpp: padding and resizing (declared in nn/functional.h): pad (constant,
-// reflect, replicate, circular), interpolate (nearest, nearest-exact, linear / bilinear /
-// trilinear with and without align_corners), pixel_shuffle and pixel_unshuffle: host-side
-// tables for one op, resample2d (Note [Resizing through resample2d]), cat for constant pads,
+// engine/ops/resize.cpp: the resample2d op and its backward (a separable 2-tap map of the last
+// two dims), and the public padding and resizing functions over it (engine/functions.h): pad
+// (constant, reflect, replicate, circular), interpolate (nearest, nearest-exact, linear /
+// bilinear / trilinear with and without align_corners), pixel_shuffle and pixel_unshuffle:
+// host-side tables for one op (Note [Resizing through resample2d]), cat for constant pads,
 // reshape / permute for the pixel shuffles; gradients and double backward come from those ops.
-// Not here: transposed convolution and pooling (nn/functional_conv.cpp), the modules
+// Not here: the kernels (kernels/cpu/pool.cpp, kernels/cuda/pool.cu), the modules
 // (nn/layers_resize.h).
 #include <cmath>
 #include <limits>
 
-#include "engine/dispatch.h"
-#include "nn/functional.h"
+#include "engine/ops/families.h"
 
-namespace brisk::nn::functional {
+namespace brisk {
 
 // Note [Resizing through resample2d]
 // Every padding and resizing mode is, along one dim, a map from output positions to input
 // positions (reflect: mirror, replicate: clamp, circular: wrap, nearest: floor of a scaled
 // position) or a blend of two such maps (linear: weights 1 - l and l). Those per-dim maps are
-// separable, so the last two dims are resampled by ONE op, resample2d (engine/ops/pool.cpp),
+// separable, so the last two dims are resampled by ONE op, resample2d (below),
 // from two small tables made here on the host (indices and weights of 2 taps per output row
 // and column, copied to x's device): y[i, j] = sum over a, b of wh[i, a] ww[j, b]
 // x[ih[i, a], iw[j, b]], one pass over the output, 1 read per output when every second weight
@@ -33,6 +33,71 @@ namespace brisk::nn::functional {
 // float (double for F64 inputs), so index choices and weights are PyTorch's own.
 
 namespace {
+
+using detail::check_floating;
+using detail::define;
+using detail::mask;
+using detail::with_shape;
+
+// ---- resample2d: (x (*, H, W), ih (Ho, 2), wh (Ho, 2), iw (Wo, 2), ww (Wo, 2)) -> y (*, Ho, Wo)
+// y[.., i, j] = sum over taps a, b in {0, 1} of wh[i, a] * ww[j, b] * x[.., ih[i, a], iw[j, b]].
+// One pass for a separable map of the last two dims, given as tables made on the host by
+// the public functions below (Note [Resizing through resample2d]). Linear in x, so its
+// gradient is the adjoint, resample2d_backward, whose gradient is resample2d again. The tables
+// take no gradient. attrs.shape (backward only) holds x's sizes.
+
+// The tables' checks, shared by both ops; `plane` is (H, W) of x.
+void check_tables(std::span<const Tensor> in, DType t, const char* op) {
+  check_floating(in[0], op);
+  const DType wt = t == DType::F64 ? DType::F64 : DType::F32;
+  for (int k = 1; k < 5; k += 2) {
+    const Tensor &idx = in[size_t(k)], &w = in[size_t(k) + 1];
+    BRISK_CHECK(idx.dtype() == DType::I64 && idx.dim() == 2 && idx.size(1) == 2, op, ": index table ", k / 2,
+                " must be I64 (n, 2), got ", idx.str());
+    BRISK_CHECK(w.dtype() == wt && w.sizes() == idx.sizes(), op, ": weight table ", k / 2, " must be ", dtype_name(wt),
+                " of its index table's sizes ", idx.sizes(), ", got ", w.str());
+  }
+}
+
+Shape resampled(const Shape& x, std::span<const Tensor> in, const char* op) {
+  BRISK_CHECK(x.size() >= 2, op, ": input must have at least 2 dims (*, H, W), got ", x);
+  Shape y = x;
+  y[y.size() - 2] = in[1].size(0);
+  y[y.size() - 1] = in[3].size(0);
+  return y;
+}
+
+void resample2d_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+  check_tables(in, in[0].dtype(), "resample2d");
+  out[0] = {resampled(in[0].sizes(), in, "resample2d"), in[0].dtype()};
+}
+
+void resample2d_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = call1(OpId::Resample2dBackward, {c.grads[0], c.inputs[1], c.inputs[2], c.inputs[3], c.inputs[4]},
+                with_shape(c.attrs, c.in_specs[0].sizes));
+}
+
+const OpDef kResample2d{.infer = resample2d_infer,
+                        .backward = resample2d_bw,
+                        .save_inputs = mask(1, 2, 3, 4),  // the tables
+                        .diff_inputs = mask(0)};
+
+void resample2d_backward_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  const char* op = "resample2d_backward";
+  check_tables(in, in[0].dtype(), op);
+  BRISK_CHECK(in[0].sizes() == resampled(attrs.shape, in, op), op, ": grad ", in[0].sizes(),
+              " does not match the resampled size of input ", attrs.shape);
+  out[0] = {attrs.shape, in[0].dtype()};
+}
+
+void resample2d_backward_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  gi[0] = call1(OpId::Resample2d, {c.grads[0], c.inputs[1], c.inputs[2], c.inputs[3], c.inputs[4]}, c.attrs);
+}
+
+const OpDef kResample2dBackward{.infer = resample2d_backward_infer,
+                                .backward = resample2d_backward_bw,
+                                .save_inputs = mask(1, 2, 3, 4),
+                                .diff_inputs = mask(0)};
 
 bool identity(const std::vector<int64_t>& idx, int64_t n) {
   if (int64_t(idx.size()) != n) return false;
@@ -356,4 +421,13 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
   return reshape(permute(reshape(x, split), dims), out);
 }
 
-}  // namespace brisk::nn::functional
+namespace detail {
+
+void define_resize_ops() {
+  define(OpId::Resample2d, kResample2d);
+  define(OpId::Resample2dBackward, kResample2dBackward);
+}
+
+}  // namespace detail
+
+}  // namespace brisk

@@ -1,4 +1,4 @@
-// train/tune_search.cpp: the searchers (RandomSearch, Grid, Tpe with its Parzen estimator,
+// search/tune_search.cpp: the searchers (RandomSearch, Grid, Tpe with its Parzen estimator,
 // Evolution) and the schedulers (Asha, MedianStopping). Each is a pure function of the space,
 // the history and a counter-based Rng, which is what makes run()'s results independent of
 // timing and a resumed search identical to an uninterrupted one.
@@ -10,11 +10,11 @@
 #include <sstream>
 
 #include "engine/error.h"
-#include "train/tune.h"
+#include "search/tune.h"
 
 namespace brisk::tune {
 
-Value sample_param(const Param& p, Rng& rng);  // train/tune_space.cpp
+Value sample_param(const Param& p, Rng& rng);  // search/tune_space.cpp
 
 namespace {
 

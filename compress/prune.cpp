@@ -1,8 +1,8 @@
-// nn/prune.cpp: the pruning methods of nn/prune.h. Masks are computed on the host in double
+// compress/prune.cpp: the pruning methods of compress/prune.h. Masks are computed on the host in double
 // (a mask is made once per pruning call, never per step), then stored as a tensor of the
-// parameter's dtype and device. See Note [Pruning as PyTorch does it] in nn/prune.h.
-// Not here: physical channel removal (nn/prune_channels.cpp).
-#include "nn/prune.h"
+// parameter's dtype and device. See Note [Pruning as PyTorch does it] in compress/prune.h.
+// Not here: physical channel removal (compress/prune_channels.cpp).
+#include "compress/prune.h"
 
 #include <algorithm>
 #include <cmath>

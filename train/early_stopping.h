@@ -1,7 +1,8 @@
-// optim/early_stopping.h: EarlyStopping: watches a validation metric once per epoch, says when
+// train/early_stopping.h: EarlyStopping: watches a validation metric once per epoch, says when
 // it has not improved (by more than min_delta) for `patience` epochs, and keeps the best
 // weights: a copy of the module's state_dict in memory and, when checkpoint_path is set, a
 // safetensors file written atomically at each improvement. restore_best() puts them back.
+// In train/ (above nn and optim), in namespace brisk::optim as before the move.
 // Not here: the training loop or the choice of metric.
 #pragma once
 

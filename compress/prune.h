@@ -1,7 +1,7 @@
-// nn/prune.h: nn::prune, PyTorch's torch.nn.utils.prune in C++: masks on a module's parameter
+// compress/prune.h: nn::prune, PyTorch's torch.nn.utils.prune in C++: masks on a module's parameter
 // with PyTorch's semantics and state_dict names, global pruning over several modules, custom
 // masks, remove (make permanent), the gradual (cubic) sparsity schedule of Zhu and Gupta, and a
-// per-module sparsity report. Not here: removing channels physically (nn/prune_channels.h).
+// per-module sparsity report. Not here: removing channels physically (compress/prune_channels.h).
 //
 //   nn::prune::l1_unstructured(*conv, "weight", 0.3);        // 30% of the entries, smallest |w|
 //   nn::prune::ln_structured(*conv, "weight", 0.5, 2, 0);    // half the filters, smallest L2 norm

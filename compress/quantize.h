@@ -1,11 +1,11 @@
-// nn/quantize.h: int8 quantization with PyTorch's numerics: observers (min-max, moving-average
+// compress/quantize.h: int8 quantization with PyTorch's numerics: observers (min-max, moving-average
 // min-max, histogram with PyTorch's L2 search or a percentile), per-tensor and per-channel,
 // affine and symmetric qparams; QTensor (int values with scales and zero points); fake
 // quantization with the straight-through estimator; and the three flows on CPU models:
 // dynamic (quantize_dynamic: Linear), static post-training (fuse, prepare, calibrate, convert:
 // Linear, Conv2d, ReLU, conv+bn(+relu) folded) and quantization-aware training (prepare_qat,
 // train, convert); quantized models saved and loaded as safetensors. Note [Quantization] in
-// nn/quantize.cpp. The quantized modules run the int8 ops int8_linear and int8_conv2d
+// compress/quantize.cpp. The quantized modules run the int8 ops int8_linear and int8_conv2d
 // (engine/ops/quantized.cpp) on a weight packed by int8_pack_weight.
 // Not here: int8 kernels themselves (kernels/cpu/quantized.cpp, kernels/cpu/gemm_i8.h), CUDA
 // inference (kernels/cuda/gemm_i8.cu has the GEMM only).

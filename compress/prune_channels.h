@@ -1,9 +1,9 @@
-// nn/prune_channels.h: structured pruning that removes channels physically. A dependency walk
+// compress/prune_channels.h: structured pruning that removes channels physically. A dependency walk
 // finds each Conv2d whose output channels can go (through its BatchNorm2d, activations and
 // pools, into the next Conv2d or, flattened, a Linear), picks the filters to keep by their Ln
 // norm (as nn::prune::ln_structured on dim 0), and rebuilds those modules smaller and dense,
 // weights copied, so the new model computes what the masked one computes.
-// Not here: masks on parameters (nn/prune.h).
+// Not here: masks on parameters (compress/prune.h).
 //
 //   auto plan = nn::prune::plan_channels(*model, {.amount = 0.5, .norm = 1});
 //   nn::prune::remove_channels(*model, plan, example_batch);  // checked against the masked model
@@ -60,7 +60,7 @@ struct ChannelPlan {
 // (weight_orig * weight_mask when pruned), ties pruning the lower index first, at least one kept.
 ChannelPlan plan_channels(Module& model, const ChannelOptions& options = {});
 
-// The masked model: masks (nn/prune.h, custom_from_mask) on each group's conv weight (dim 0)
+// The masked model: masks (compress/prune.h, custom_from_mask) on each group's conv weight (dim 0)
 // and bias and on its batch norm's weight and bias, so a removed channel is exactly zero.
 void mask_channels(Module& model, const ChannelPlan& plan);
 

@@ -1,8 +1,8 @@
-// nn/distill.cpp: the distillation losses (written with engine ops, so their gradients come
+// compress/distill.cpp: the distillation losses (written with engine ops, so their gradients come
 // from those ops) and Distiller: the teacher's no-grad eval pass with its modes restored, the
 // forward hooks that capture the matched features, and their removal.
 // Not here: probability-target cross_entropy and kl_div (nn/functional.cpp).
-#include "nn/distill.h"
+#include "compress/distill.h"
 
 #include <cmath>
 #include <sstream>
