@@ -43,7 +43,10 @@ namespace brisk::dist {
 // parameter two units share) is gathered for the whole forward and freed the same way. At the
 // end of backward the units whose gradients did not all come (unused parameters) are reduced
 // with zeros there, as DDP's find_unused_parameters does. Every rank runs the same graph, so
-// every rank issues the same collectives in the same order.
+// every rank issues the same collectives in the same order (a forward whose units run in
+// another order than the last one's is still right: a unit gathered ahead and not used is freed
+// at the end of the forward). Not supported: brisk::checkpoint (nn/grad_checkpoint.h)
+// inside or around units: its nested backward would end this backward early.
 
 namespace {
 

@@ -129,6 +129,13 @@ TEST_CASE("fsdp: equals DDP + AdamW over 20 steps (F64 1e-12), each unit's param
   // Forward: the gathers of units 2 and 3 (of 3) start early, backward: units 2 and 1; not in
   // the first forward, which has no order to follow yet.
   CHECK(fsdp.prefetched() == 20 * 2 * 4 - 2);
+  {  // evaluation without gradients: the same outputs as DDP's model, nothing left gathered
+    NoGradGuard no_grad;
+    Tensor x = cast(randn({4, 8}), DType::F64);
+    const Tensor a = fsdp(x), b = (*ddp_model)(x);
+    CHECK(max(abs(a - b)).item<double>() < 1e-12);
+    CHECK(fsdp.memory().gathered_params == 0);
+  }
   // full_state_dict leaves every unit as it found it.
   for (const auto& [name, p] : f_model->body->named_parameters()) CHECK(p.storage()->bytes == 0);
   CHECK(fsdp.full_state_dict(true).empty() == (me != 0));
