@@ -37,16 +37,15 @@ namespace brisk::dist {
 // hook fires before any of the unit's backward nodes run; it gathers the unit again and starts
 // the gather of the unit before it. Every node that reads a parameter has an edge to the
 // parameter's AccumulateGrad, so when the last of a unit's parameters has accumulated its
-// gradient nothing needs the unit any more: its gradients are packed into one flat buffer and
-// freed, the unit is freed, and the buffer is reduce-scattered (Avg) into the shard's gradient,
-// one reduce-scatter in flight at a time. The root unit (parameters outside every unit, and any
-// parameter two units share) is gathered for the whole forward and freed the same way. At the
-// end of backward the units whose gradients did not all come (unused parameters) are reduced
-// with zeros there, as DDP's find_unused_parameters does. Every rank runs the same graph, so
-// every rank issues the same collectives in the same order (a forward whose units run in
-// another order than the last one's is still right: a unit gathered ahead and not used is freed
-// at the end of the forward). Not supported: brisk::checkpoint (nn/grad_checkpoint.h)
-// inside or around units: its nested backward would end this backward early.
+// gradient nothing needs the unit any more: the unit is freed and its gradients, which backward
+// accumulated into one flat buffer (the hook made their .grad views of it), are reduce-scattered
+// (Avg) into the shard's gradient, one reduce-scatter in flight at a time. The root unit (parameters outside every
+// unit, and any parameter two units share) is gathered for the whole forward and freed the same way. At the end of
+// backward the units whose gradients did not all come (unused parameters) are reduced with zeros there, as DDP's
+// find_unused_parameters does. Every rank runs the same graph, so every rank issues the same collectives in the same
+// order (a forward whose units run in another order than the last one's is still right: a unit gathered ahead and not
+// used is freed at the end of the forward). Not supported: brisk::checkpoint (nn/grad_checkpoint.h) inside or around
+// units: its nested backward would end this backward early.
 
 namespace {
 
@@ -90,6 +89,7 @@ struct FullyShardedDataParallel::State {
     Device device{};
     Storage storage{};
     Tensor shard_param{};
+    Tensor grad_flat{};  // in backward: the flat gradient the parameters' .grad are views of
     Phase phase = Phase::Sharded;
     WorkPtr gather{};
     std::vector<int> hooks{};  // the module's forward hooks
@@ -179,6 +179,23 @@ struct FullyShardedDataParallel::State {
     reshard(i);
   }
 
+  // The unit's .grad become views of one zeroed flat buffer, so that backward accumulates
+  // straight into what the reduce-scatter sends (AccumulateGrad adds in place to a .grad that
+  // exists): no copy, and no second full-size gradient.
+  void prepare_grads(size_t i) {
+    Unit& u = units[i];
+    if (u.grad_flat.defined()) return;
+    NoGradGuard no_grad;
+    u.grad_flat = zeros({padded(u)}, u.dtype, u.device);
+    add_transient(nbytes(u.grad_flat));
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      const Tensor& p = u.params[k];
+      Tensor slot = reshape(narrow(u.grad_flat, 0, u.offsets[k], p.numel()), p.sizes());
+      if (p.grad().defined()) slot.copy_(p.grad());
+      p.set_grad(slot);
+    }
+  }
+
   void begin_backward() {
     if (in_backward) return;
     in_backward = true;
@@ -187,6 +204,7 @@ struct FullyShardedDataParallel::State {
       u.reduced = false;
       u.seen = false;
     }
+    if (root >= 0) prepare_grads(size_t(root));
     std::weak_ptr<State> weak = self;
     queue_callback([weak] {
       if (std::shared_ptr<State> s = weak.lock()) s->end_backward();
@@ -198,13 +216,17 @@ struct FullyShardedDataParallel::State {
     Unit& u = units[i];
     if (u.reduced) return;
     ensure_full(i);
-    if (u.seen) return;
-    u.seen = true;
-    if (!prefetch) return;
-    auto at = std::find(order.rbegin(), order.rend(), i);
-    if (at == order.rend() || std::next(at) == order.rend()) return;
-    const size_t before = *std::next(at);
-    if (!units[before].reduced) start_gather(before, true);
+    if (!u.seen) {
+      u.seen = true;
+      auto at = std::find(order.rbegin(), order.rend(), i);
+      if (prefetch && at != order.rend() && std::next(at) != order.rend() && !units[*std::next(at)].reduced) {
+        start_gather(*std::next(at), true);
+      }
+    }
+    // The last unit's reduce-scatter lands before this unit's gradient buffer exists: about three
+    // units at a time (this one, its gradients, the next one gathered ahead), not four.
+    drain();
+    prepare_grads(i);
   }
 
   void on_grad(size_t i) {
@@ -220,19 +242,18 @@ struct FullyShardedDataParallel::State {
     NoGradGuard no_grad;
     drain();  // one reduce-scatter in flight at a time
     reshard(i);
-    Tensor flat = zeros({padded(u)}, u.dtype, u.device);
-    int64_t grads = 0;
+    prepare_grads(i);  // a unit whose pre-backward hook did not run: its .grad are copied in
+    Tensor flat = std::move(u.grad_flat);
+    u.grad_flat = Tensor();
     for (size_t k = 0; k < u.params.size(); ++k) {
       const Tensor& p = u.params[k];
       const Tensor g = p.grad();
-      if (g.defined()) {
+      // Replaced rather than added to (a backward with create_graph): copy it in.
+      if (g.defined() && g.storage() != flat.storage()) {
         narrow(flat, 0, u.offsets[k], p.numel()).copy_(reshape(g, {p.numel()}));
-        grads += nbytes(g);
       }
+      p.zero_grad(true);
     }
-    add_transient(grads + nbytes(flat));  // the peak: the unit's gradients and the buffer
-    for (const Tensor& p : u.params) p.zero_grad(true);
-    add_transient(-grads);
     Tensor out = zeros({u.shard}, u.dtype, u.device);
     reducing.push_back({i, group->reduce_scatter(out, flat, ReduceOp::Avg), flat, out});
   }
