@@ -1,7 +1,8 @@
 // tests/dist/test_fsdp.cpp: FullyShardedDataParallel (dist/fsdp.h) on 2 ranks (the suite) and
 // 4 (tests/dist/run.sh and tests/dist/gloo.sh run `fsdp:*` again with -np 4): equal to DDP +
 // AdamW over 20 steps with gradient accumulation (F64, 1e-12), the units' parameters freed
-// outside their forward and backward, prefetch used, memory per rank against 1/N of DDP's, a
+// outside their forward and backward, prefetch used, a weight two units share kept in the root
+// (SGD with momentum against one process), memory per rank against 1/N of DDP's, a
 // sharded checkpoint loaded at half (and back at the full) world size, and the errors.
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "engine/grad_mode.h"
 #include "nn/layers.h"
 #include "optim/adam.h"
+#include "optim/sgd.h"
 #include "tests/test_util.h"
 
 using namespace brisk;
@@ -242,6 +244,40 @@ TEST_CASE("fsdp: a sharded checkpoint saved on N ranks loads on N/2, and one sav
         std::string::npos);
   pg()->barrier()->wait();
   if (me == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fsdp: a weight two units share lives in the root; SGD with momentum equals one process (F64 1e-12)") {
+  const int me = pg()->rank(), n = pg()->size();
+  auto tied = [] {  // body.4's weight is body.2's
+    auto m = make_net(16, 2);
+    nn::Module& b4 = m->body->submodule("4");
+    b4.remove_parameter("weight");
+    b4.register_parameter("weight", m->body->submodule("2").parameter("weight"));
+    return m;
+  };
+  auto ref = tied();
+  auto f_model = tied();
+  dist::FSDP fsdp(f_model, pg(), {.units = linear_units(2)});
+  REQUIRE(fsdp.num_units() == 5);
+  CHECK(fsdp.unit_numel(0) == 4 + 16 * 16);  // scale and the shared weight
+  CHECK(fsdp.unit_name(2) == "body.2");
+  CHECK(fsdp.unit_numel(2) == 16);  // its bias alone
+  optim::SGD opt_ref(ref->named_parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD opt(fsdp.named_parameters(), {.lr = 0.05, .momentum = 0.9});
+  const int64_t rows = 16 / n;
+  manual_seed(17);
+  for (int step = 0; step < 20; ++step) {
+    Tensor x = cast(randn({16, 8}), DType::F64), y = cast(randn({16, 4}), DType::F64);
+    opt_ref.zero_grad();
+    mse_loss((*ref)(x), y).backward();
+    opt_ref.step();
+    opt.zero_grad();
+    mse_loss(fsdp(narrow(x, 0, me * rows, rows)), narrow(y, 0, me * rows, rows)).backward();
+    opt.step();
+  }
+  const double diff = max_diff(fsdp.full_state_dict(), ref->state_dict());
+  MESSAGE("FSDP with a shared weight, SGD momentum, against one process: max weight difference " << diff);
+  CHECK(diff < 1e-12);
 }
 
 TEST_CASE("fsdp: units that nest or do not exist are errors naming them") {
