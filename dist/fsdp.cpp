@@ -81,7 +81,6 @@ struct FullyShardedDataParallel::State {
     std::string name{};            // "" for the root
     nn::Module* module = nullptr;  // null for the root
     std::vector<Tensor> params{};  // trainable, each once, views of `storage`
-    std::vector<std::string> param_names{};
     std::vector<int64_t> offsets{};
     int64_t numel = 0;  // unpadded
     int64_t shard = 0;  // elements per rank
@@ -100,7 +99,7 @@ struct FullyShardedDataParallel::State {
   struct Pending {
     size_t unit = 0;
     WorkPtr work{};
-    Tensor flat{};  // the packed full gradient (freed when the reduce-scatter lands)
+    Tensor flat{};  // the unit's full flat gradient (freed when the reduce-scatter lands)
     Tensor out{};   // this rank's averaged shard of it
   };
 
@@ -366,7 +365,6 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
       u.offsets.push_back(u.numel);
       u.numel += p.numel();
       u.params.push_back(p);
-      u.param_names.push_back(n);
     }
     const int64_t n = group_->size();
     u.shard = (u.numel + n - 1) / n;

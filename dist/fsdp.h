@@ -37,15 +37,16 @@ struct FSDPMemory {
   int64_t full_grads = 0;       // full-size .grad still on the wrapped module's parameters
   int64_t replicated = 0;       // frozen parameters and buffers (not sharded)
   // The largest gathered parameters + full gradients + reduce-scatter staging seen at once
-  // since reset_peak() (the transient cost of a step: about two units, not the model).
+  // since reset_peak() (the transient cost of a step: about three units, not the model).
   int64_t peak_transient = 0;
 };
 
-// The wrapper is a Module whose parameters are the shards, named "shard<i>" (unit i: 0 the
-// root, then the units in the order given), so an optimizer built from fsdp.named_parameters()
-// steps exactly this rank's share. The wrapped module's own parameters keep their identity and
-// shapes, but their storage is empty except while their unit runs (Note [FSDP storage] in
-// dist/fsdp.cpp): read the model through full_state_dict(), not module().state_dict().
+// The wrapper is a Module whose parameters are the shards, named "shard<i>" (unit i: the root
+// first when it holds parameters, then the units in the order given), so an optimizer built
+// from fsdp.named_parameters() steps exactly this rank's share. The wrapped module's own
+// parameters keep their identity and shapes, but their storage is empty except while their
+// unit runs (Note [FSDP storage] in dist/fsdp.cpp): read the model through full_state_dict(),
+// not module().state_dict(), and take it before the wrapper goes (the parameters stay empty).
 class FullyShardedDataParallel : public nn::Module {
  public:
   // Broadcasts rank 0's parameters and buffers, then shards every unit. Collective.
