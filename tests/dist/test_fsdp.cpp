@@ -280,6 +280,26 @@ TEST_CASE("fsdp: a weight two units share lives in the root; SGD with momentum e
   CHECK(diff < 1e-12);
 }
 
+TEST_CASE("fsdp: without prefetch nothing is gathered ahead and the weights are the same, bit for bit") {
+  const int me = pg()->rank(), n = pg()->size();
+  dist::FSDP a(make_net(16), pg(), {.units = kUnits});
+  dist::FSDP b(make_net(16), pg(), {.units = kUnits, .prefetch = false});
+  optim::AdamW oa(a.named_parameters(), adamw()), ob(b.named_parameters(), adamw());
+  const int64_t rows = 16 / n;
+  manual_seed(19);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = cast(randn({16, 8}), DType::F64), y = cast(randn({16, 4}), DType::F64);
+    for (auto [f, o] : {std::pair{&a, &oa}, std::pair{&b, &ob}}) {
+      o->zero_grad();
+      mse_loss((*f)(narrow(x, 0, me * rows, rows)), narrow(y, 0, me * rows, rows)).backward();
+      o->step();
+    }
+  }
+  CHECK(a.prefetched() > 0);
+  CHECK(b.prefetched() == 0);
+  CHECK(max_diff(a.full_state_dict(), b.full_state_dict()) == 0);
+}
+
 TEST_CASE("fsdp: units that nest or do not exist are errors naming them") {
   CHECK(error_text([] {
           dist::FSDP(make_net(4), pg(), {.units = {"body", "body.2"}});
