@@ -5,8 +5,8 @@
 // (dist/mpi_group.cpp), Gloo for CPU tensors without MPI (dist/gloo_group.cpp, builds with
 // libgloo-dev), NCCL for CUDA tensors (dist/nccl_group.cpp, CUDA builds). Every
 // collective has a timeout, so a dead peer ends in a brisk::Error, not a hang (Note [Faults]
-// in dist/mpi_group.cpp). Not here: DistributedDataParallel (dist/ddp.h), ZeRO-1
-// (dist/zero.h), the sampler that shards a dataset (data/sampler.h, DistributedSampler).
+// in dist/mpi_group.cpp). Not here: DistributedDataParallel (dist/ddp.h), ZeRO-1/2
+// (dist/zero.h), ZeRO-3 / FSDP (dist/fsdp.h), the sampler that shards a dataset (data/sampler.h, DistributedSampler).
 #pragma once
 
 #include <chrono>

@@ -46,7 +46,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(optim::NamedTensors params, Pro
                                                  ZeroOptions options)
     : group_(std::move(group)), params_(std::move(params)), options_(options) {
   BRISK_CHECK(options_.stage == 1 || options_.stage == 2, "ZeroRedundancyOptimizer: stage must be 1 or 2, got ",
-              options_.stage, " (stage 3, sharded parameters, is not built)");
+              options_.stage, " (stage 3, sharded parameters, is dist::FullyShardedDataParallel in dist/fsdp.h)");
   BRISK_CHECK(group_ && make, "ZeroRedundancyOptimizer: needs a process group and an optimizer factory");
   BRISK_CHECK(!params_.empty(), "ZeroRedundancyOptimizer: no parameters");
   const Tensor& p0 = params_[0].second;

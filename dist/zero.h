@@ -9,7 +9,7 @@
 // reduce-scattered (averaged) into this rank's shard and the parameters' own gradients are freed,
 // so between steps a rank holds 1/N of the gradients too (the model is then not wrapped in DDP:
 // this does the averaging). Not here: gradient averaging for stage 1 (dist/ddp.h), sharding the
-// parameters themselves (ZeRO-3 / FSDP; not built).
+// parameters themselves (ZeRO-3: dist/fsdp.h, FullyShardedDataParallel).
 #pragma once
 
 #include <functional>

@@ -115,6 +115,7 @@ OWN = {
     ("search/nas.h", "ReinforceOptions"),
     ("dist/pipeline.h", "PipelineOptions"),
     ("dist/zero.h", "ZeroOptions"),  # stage: DeepSpeed's idea; PyTorch's ZeroRedundancyOptimizer has no such keyword
+    ("dist/fsdp.h", "FSDPOptions"),  # units ~ auto_wrap_policy, prefetch ~ backward_ and forward_prefetch (that order)
     ("text/tokenize_files.h", "TokenizeFilesOptions"),
     ("interop/onnx_import.h", "LoadOptions"),
 }

@@ -1,6 +1,6 @@
 // examples/bench/bench_dist.cpp: dist/ measured in one 2-rank run (start it with
 // `mpirun -np 2 --oversubscribe --bind-to none build/examples/bench/bench_dist`; options
-// --allreduce-only, --max-bytes B, --batch B):
+// --allreduce-only, --sharded-only (section 5 alone), --max-bytes B, --batch B):
 //   1. allreduce (sum, F32) of 4 KB to 64 MB through ProcessGroup (MPI) and a Gloo group of the
 //      same ranks against raw MPI_Allreduce on a duplicate of the same communicator, median of
 //      several calls, with bus bandwidth;
@@ -9,17 +9,20 @@
 //      the throughput on two cores; the goal is at least 0.85);
 //   3. a bucket-size sweep of the DDP step: what overlapping communication with backward buys;
 //   4. ZeRO-1 over Adam on the SmallCNN: optimizer state bytes per rank vs unsharded Adam;
-//   5. DDP vs ZeRO-1 vs ZeRO-2 on the SmallCNN: step time and the bytes a rank holds.
+//   5. DDP vs ZeRO-1 vs ZeRO-2 vs FSDP (ZeRO-3, every layer with parameters a unit) on the
+//      SmallCNN: step time and the bytes a rank holds (run it with -np 4 too for N = 4).
 // Not a test: it asserts nothing (tests/dist/test_dist.cpp checks the values).
 #include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <functional>
 #include <vector>
 
 #include "dist/ddp.h"
+#include "dist/fsdp.h"
 #include "dist/process_group.h"
 #include "dist/zero.h"
 #include "engine/functions.h"
@@ -166,8 +169,10 @@ void zero_section(const dist::ProcessGroupPtr& pg) {
 }
 
 // One SmallCNN training step (median ms) and the bytes a rank holds between steps (parameters +
-// gradients + Adam's state) for DDP + Adam, ZeRO-1 (DDP + sharded Adam) and ZeRO-2 (sharded
-// gradients too, no DDP), on the same per-rank batch.
+// gradients + Adam's state) for DDP + Adam, ZeRO-1 (DDP + sharded Adam), ZeRO-2 (sharded
+// gradients too, no DDP) and FSDP (ZeRO-3: parameters sharded too, every layer with parameters a
+// unit), on the same per-rank batch. The variants' steps take turns, round after round, so that
+// a busy machine slows them alike (the median of 15 rounds each).
 void zero2_section(const dist::ProcessGroupPtr& pg, int64_t batch) {
   const int rank = pg->rank(), world = pg->size();
   manual_seed(0);
@@ -183,65 +188,108 @@ void zero2_section(const dist::ProcessGroupPtr& pg, int64_t batch) {
     }
     return b;
   };
-  auto median_ms = [&](const std::function<void()>& step) {
-    step();
-    std::vector<double> t;
-    for (int r = 0; r < 9; ++r) {
+  auto state_bytes = [&](const optim::Optimizer& opt) {
+    std::vector<Tensor> state;
+    for (const auto& [k, t] : opt.state_dict().tensors) state.push_back(t);
+    return bytes(state);
+  };
+  struct Variant {
+    const char* name = "";
+    std::function<void()> step{};
+    std::function<std::array<int64_t, 3>()> held{};  // params, gradients, optimizer state
+    std::vector<double> ms{};
+  };
+  std::vector<Variant> variants;
+  // DDP + Adam
+  auto m_ddp = std::make_shared<nn::models::SmallCNN>();
+  dist::DistributedDataParallel ddp(m_ddp, pg);
+  optim::Adam opt_ddp(ddp.named_parameters(), {.lr = 1e-3});
+  variants.push_back({"DDP + Adam",
+                      [&] {
+                        opt_ddp.zero_grad();
+                        cross_entropy(ddp(x), y).backward();
+                        opt_ddp.step();
+                      },
+                      [&] {
+                        std::vector<Tensor> grads;
+                        for (const Tensor& p : m_ddp->parameters()) grads.push_back(p.grad());
+                        return std::array<int64_t, 3>{bytes(m_ddp->parameters()), bytes(grads), state_bytes(opt_ddp)};
+                      }});
+  // ZeRO-1 and ZeRO-2
+  std::vector<std::shared_ptr<nn::models::SmallCNN>> zm;
+  std::vector<std::shared_ptr<dist::DistributedDataParallel>> zddp;
+  std::vector<std::unique_ptr<dist::ZeroRedundancyOptimizer>> zero;
+  for (int stage : {1, 2}) {
+    zm.push_back(std::make_shared<nn::models::SmallCNN>());
+    if (stage == 1) zddp.push_back(std::make_shared<dist::DistributedDataParallel>(zm.back(), pg));
+    nn::Module* model = stage == 1 ? static_cast<nn::Module*>(zddp.back().get()) : zm.back().get();
+    zero.push_back(std::make_unique<dist::ZeroRedundancyOptimizer>(model->named_parameters(), pg, adam,
+                                                                   dist::ZeroOptions{.stage = stage}));
+    dist::ZeroRedundancyOptimizer* z = zero.back().get();
+    nn::models::SmallCNN* m = zm.back().get();
+    variants.push_back(
+        {stage == 1 ? "ZeRO-1 (DDP + sharded Adam)" : "ZeRO-2 (no DDP)",
+         [=, &x, &y] {
+           z->zero_grad();
+           cross_entropy((*model)(x), y).backward();
+           z->step();
+         },
+         [=, &bytes] {
+           return std::array<int64_t, 3>{bytes(m->parameters()), z->local_grad_bytes(), z->local_state_bytes()};
+         }});
+  }
+  // FSDP, every layer with parameters a unit
+  auto m_fsdp = std::make_shared<nn::models::SmallCNN>();
+  std::vector<std::string> units;
+  for (auto& [path, mod] : m_fsdp->named_modules()) {
+    if (!path.empty() && !mod->named_parameters(false).empty()) units.push_back(path);
+  }
+  dist::FSDP fsdp(m_fsdp, pg, {.units = units});
+  optim::Adam opt_fsdp(fsdp.named_parameters(), {.lr = 1e-3});
+  variants.push_back({"FSDP (ZeRO-3, per layer)",
+                      [&] {
+                        opt_fsdp.zero_grad();
+                        cross_entropy(fsdp(x), y).backward();
+                        opt_fsdp.step();
+                      },
+                      [&] {
+                        const dist::FSDPMemory mem = fsdp.memory();
+                        return std::array<int64_t, 3>{mem.shard_params + mem.gathered_params + mem.replicated,
+                                                      mem.shard_grads + mem.full_grads, state_bytes(opt_fsdp)};
+                      }});
+  for (Variant& v : variants) v.step();  // warm-up, and the optimizers' state exists
+  fsdp.reset_peak();
+  for (int round = 0; round < 15; ++round) {
+    for (Variant& v : variants) {
       pg->barrier()->wait();
       const double t0 = bench::now_s();
-      step();
-      t.push_back(bench::now_s() - t0);
+      v.step();
+      v.ms.push_back(1e3 * (bench::now_s() - t0));
     }
-    std::sort(t.begin(), t.end());
-    return 1e3 * t[t.size() / 2];
-  };
-  struct Row {
-    const char* name;
-    double ms;
-    int64_t params, grads, state;
-  };
-  std::vector<Row> rows;
-  {
-    auto m = std::make_shared<nn::models::SmallCNN>();
-    dist::DistributedDataParallel ddp(m, pg);
-    optim::Adam opt(ddp.named_parameters(), {.lr = 1e-3});
-    const double ms = median_ms([&] {
-      opt.zero_grad();
-      cross_entropy(ddp(x), y).backward();
-      opt.step();
-    });
-    std::vector<Tensor> grads, state;
-    for (const Tensor& p : m->parameters()) grads.push_back(p.grad());
-    for (const auto& [k, t] : opt.state_dict().tensors) state.push_back(t);
-    rows.push_back({"DDP + Adam", ms, bytes(m->parameters()), bytes(grads), bytes(state)});
-  }
-  for (int stage : {1, 2}) {
-    auto m = std::make_shared<nn::models::SmallCNN>();
-    std::shared_ptr<dist::DistributedDataParallel> ddp;
-    if (stage == 1) ddp = std::make_shared<dist::DistributedDataParallel>(m, pg);
-    nn::Module& model = ddp ? static_cast<nn::Module&>(*ddp) : *m;
-    dist::ZeroRedundancyOptimizer zero(model.named_parameters(), pg, adam, {.stage = stage});
-    const double ms = median_ms([&] {
-      zero.zero_grad();
-      cross_entropy(model(x), y).backward();
-      zero.step();
-    });
-    rows.push_back({stage == 1 ? "ZeRO-1 (DDP + sharded Adam)" : "ZeRO-2 (no DDP)", ms, bytes(m->parameters()),
-                    zero.local_grad_bytes(), zero.local_state_bytes()});
   }
   if (rank == 0) {
     std::printf(
-        "\n== SmallCNN step, batch %lld per rank, %d ranks: DDP vs ZeRO-1 vs ZeRO-2 (rank 0's bytes between "
-        "steps)\n",
+        "\n== SmallCNN step, batch %lld per rank, %d ranks: DDP vs ZeRO-1 vs ZeRO-2 vs FSDP (rank 0's bytes between "
+        "steps; the steps interleaved)\n",
         (long long)local, world);
-    std::printf("%-28s %9s %10s %10s %10s %10s %7s\n", "", "ms/step", "params MB", "grads MB", "state MB", "total MB",
-                "vs DDP");
-    const double ddp_total = double(rows[0].params + rows[0].grads + rows[0].state);
-    for (const Row& r : rows) {
-      const double total = double(r.params + r.grads + r.state);
-      std::printf("%-28s %9.1f %10.2f %10.2f %10.2f %10.2f %7.2f\n", r.name, r.ms, double(r.params) / 1e6,
-                  double(r.grads) / 1e6, double(r.state) / 1e6, total / 1e6, total / ddp_total);
+    std::printf("%-28s %9s %7s %10s %10s %10s %10s %7s\n", "", "ms/step", "vs DDP", "params MB", "grads MB", "state MB",
+                "total MB", "vs DDP");
+    double ddp_ms = 0, ddp_total = 0;
+    for (Variant& v : variants) {
+      std::sort(v.ms.begin(), v.ms.end());
+      const double ms = v.ms[v.ms.size() / 2];
+      const std::array<int64_t, 3> h = v.held();
+      const double total = double(h[0] + h[1] + h[2]);
+      if (ddp_ms == 0) {
+        ddp_ms = ms;
+        ddp_total = total;
+      }
+      std::printf("%-28s %9.1f %7.2f %10.2f %10.2f %10.2f %10.2f %7.2f\n", v.name, ms, ms / ddp_ms, double(h[0]) / 1e6,
+                  double(h[1]) / 1e6, double(h[2]) / 1e6, total / 1e6, total / ddp_total);
     }
+    std::printf(
+        "(1/N of DDP: %.3f; FSDP's transient peak within a step, gathered layers and gradient staging: %.2f MB)\n",
+        1.0 / world, double(fsdp.memory().peak_transient) / 1e6);
   }
 }
 
@@ -251,19 +299,24 @@ int main(int argc, char** argv) {
   dist::ProcessGroupPtr pg = dist::init_process_group();
   omp_set_num_threads(1);
   int64_t batch = 128, max_bytes = int64_t(64) << 20;
-  bool only_allreduce = false;
+  bool only_allreduce = false, only_sharded = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--batch" && i + 1 < argc) batch = std::stoll(argv[++i]);
     if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::stoll(argv[++i]);
     if (a == "--allreduce-only") only_allreduce = true;
+    if (a == "--sharded-only") only_sharded = true;  // section 5 alone
   }
   if (pg->size() != 2 && pg->rank() == 0) std::printf("note: written for 2 ranks, running on %d\n", pg->size());
-  allreduce_section(*pg, max_bytes);
-  if (!only_allreduce) {
-    scaling_section(pg, batch);
-    zero_section(pg);
+  if (only_sharded) {
     zero2_section(pg, batch);
+  } else {
+    allreduce_section(*pg, max_bytes);
+    if (!only_allreduce) {
+      scaling_section(pg, batch);
+      zero_section(pg);
+      zero2_section(pg, batch);
+    }
   }
   pg.reset();
   dist::destroy_process_group();

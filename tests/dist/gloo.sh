@@ -31,9 +31,9 @@ else
   fail "gloo suite (brisk-run --nproc-per-node 2)" "$(cat "$work/suite")"
 fi
 export BRISK_TEST_BACKEND=gloo
-if timeout 300 "$run" --nproc-per-node 4 --master-port $(free_port) "$tests" -tc='groups:*,zero: ZeRO-2*,zero: a sharded*' >"$work/groups" 2>&1 &&
+if timeout 300 "$run" --nproc-per-node 4 --master-port $(free_port) "$tests" -tc='groups:*,zero: ZeRO-2*,zero: a sharded*,fsdp:*' >"$work/groups" 2>&1 &&
    grep -q "dist tests on 4 ranks (gloo): passed" "$work/groups"; then
-  echo "PASS gloo on 4 ranks: sub-groups, the mesh, data x pipeline parallelism equal to one process, ZeRO-2"
+  echo "PASS gloo on 4 ranks: sub-groups, the mesh, data x pipeline parallelism equal to one process, ZeRO-2, FSDP"
 else
   fail "gloo groups on 4 ranks" "$(cat "$work/groups")"
 fi

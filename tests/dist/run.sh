@@ -15,8 +15,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 MPIRUN=(mpirun --oversubscribe --bind-to none -np 2)
 status=0
 timeout 600 "${MPIRUN[@]}" "$tests" || status=1
-# Sub-groups, data x pipeline parallelism (tests/dist/test_groups.cpp) and ZeRO-2 on 4 ranks.
-timeout 300 mpirun --oversubscribe --bind-to none -np 4 "$tests" -tc='groups:*,zero: ZeRO-2*,zero: a sharded*' || status=1
+# Sub-groups, data x pipeline parallelism (tests/dist/test_groups.cpp), ZeRO-2 and FSDP on 4 ranks.
+timeout 300 mpirun --oversubscribe --bind-to none -np 4 "$tests" -tc='groups:*,zero: ZeRO-2*,zero: a sharded*,fsdp:*' || status=1
 for what in kill mismatch pipeline_kill; do
   out=$(timeout 120 "${MPIRUN[@]}" --mca orte_abort_on_non_zero_status 0 "$child" "$what" 2>&1)
   rc=$?
