@@ -89,6 +89,7 @@ Tensor logsigmoid(const Tensor& x);                                            /
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor log1p(const Tensor& x);  // log(1 + x), accurate near 0
+Tensor log2(const Tensor& x);   // base-2 logarithm
 Tensor expm1(const Tensor& x);  // e^x - 1, accurate near 0
 Tensor erf(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
@@ -128,6 +129,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = 
 
 // ---- reductions (dims empty: all dims)
 Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor nansum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);  // NaN counts as 0
 Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
@@ -180,11 +182,13 @@ struct SortResult {
 };
 SortResult max(const Tensor& x, int64_t dim, bool keepdim = false);  // the first maximum's index
 SortResult min(const Tensor& x, int64_t dim, bool keepdim = false);
-// ---- scans and sorting (engine/ops/scan.cpp; CPU only for now)
+// ---- scans and sorting (engine/ops/scan.cpp)
 Tensor cumsum(const Tensor& x, int64_t dim);   // integers and Bool give I64
 Tensor cumprod(const Tensor& x, int64_t dim);  // gradient needs an input without zeros
 Tensor prod(const Tensor& x);                  // of all elements
 Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
+// log(cumsum(exp(x))) along dim without overflow, as torch.logcumsumexp (floating inputs)
+Tensor logcumsumexp(const Tensor& x, int64_t dim);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);   // stable; NaN largest
 SortResult sort(const Tensor& x, int64_t dim = -1, bool descending = false);  // values differentiable
 // The k largest (or smallest) along dim, sorted; values differentiable.

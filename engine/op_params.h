@@ -69,6 +69,57 @@ struct ConvParams {
   }
 };
 
+// Note [One conv geometry]
+// One conv2d problem: the sizes of x (B, C, H, W), w (O, C / groups, kh, kw) and y (B, O, Ho,
+// Wo) with its ConvParams, named once. The ops' inference makes it with infer() (every check
+// that names a user error, and the output size); the kernels of both backends read it from
+// their operands (kernels/cpu/conv.h, kernels/cuda/conv.cu; int8_conv2d too), so no backend
+// derives sizes, strides or groups on its own.
+struct ConvGeometry {
+  int64_t B = 0, C = 0, H = 0, W = 0;
+  int64_t O = 0, kh = 0, kw = 0;
+  int64_t Ho = 0, Wo = 0;
+  int64_t groups = 1, Cg = 0, Og = 0;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+
+  ConvGeometry() = default;
+  // From the operands of an inferred op (no checks).
+  ConvGeometry(const Shape& x, const Shape& w, const Shape& y, const ConvParams& p)
+      : B(x[0]),
+        C(x[1]),
+        H(x[2]),
+        W(x[3]),
+        O(w[0]),
+        kh(w[2]),
+        kw(w[3]),
+        Ho(y[2]),
+        Wo(y[3]),
+        groups(p.groups),
+        Cg(w[1]),
+        Og(w[0] / p.groups),
+        sh(p.stride.h),
+        sw(p.stride.w),
+        ph(p.padding.h),
+        pw(p.padding.w),
+        dh(p.dilation.h),
+        dw(p.dilation.w) {}
+  // From x's and w's sizes: checks ranks, params, groups and channels, that the dilated kernel
+  // fits the padded input, and computes (Ho, Wo); errors name `op` and the shapes
+  // (engine/ops/conv.cpp).
+  static ConvGeometry infer(const Shape& x, const Shape& w, const ConvParams& p, const char* op);
+
+  Shape x_sizes() const { return {B, C, H, W}; }
+  Shape w_sizes() const { return {O, Cg, kh, kw}; }
+  Shape y_sizes() const { return {B, O, Ho, Wo}; }
+  int64_t K() const { return Cg * kh * kw; }  // GEMM depth
+  int64_t P() const { return Ho * Wo; }       // output pixels per plane
+  double macs() const { return double(B) * double(O) * double(K()) * double(P()); }
+  // The input plane is the col matrix itself.
+  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+  // One input channel per group (groups == C, as MobileNetV2's): direct loops instead of GEMM.
+  bool depthwise() const { return Cg == 1 && groups > 1; }
+};
+
 // ---- pooling: max_pool2d, avg_pool2d and their backward ops
 // (adaptive_avg_pool2d reads only its output size, attrs.shape). Stored in attrs.geometry,
 // attrs.flag (ceil_mode) and attrs.flag2 (count_include_pad, avg_pool2d only).
@@ -241,6 +292,8 @@ struct Int8Params {
   bool dynamic = false, reduce_range = false, relu = false, pool = false;
   Hw stride{1, 1}, padding{0, 0}, dilation{1, 1};
 
+  // int8_conv2d's geometry parameters (one group).
+  ConvParams conv() const { return {stride, padding, dilation, 1}; }
   static Int8Params from(const Attrs& a) {
     Int8Params p{a.a, a.start, bool(a.end & 1), bool(a.end & 2), bool(a.end & 4), bool(a.end & 8)};
     if (a.geometry.size() == detail::kGeometrySize) {

@@ -95,6 +95,7 @@ struct Softplus {
 struct Sin { template <class T> BRISK_HD T operator()(T x) const { return std::sin(x); } };
 struct Cos { template <class T> BRISK_HD T operator()(T x) const { return std::cos(x); } };
 struct Log1p { template <class T> BRISK_HD T operator()(T x) const { return std::log1p(x); } };
+struct Log2 { template <class T> BRISK_HD T operator()(T x) const { return std::log2(x); } };
 struct Expm1 { template <class T> BRISK_HD T operator()(T x) const { return std::expm1(x); } };
 struct Erf { template <class T> BRISK_HD T operator()(T x) const { return std::erf(x); } };
 struct Reciprocal { template <class T> BRISK_HD T operator()(T x) const { return T(1) / x; } };
@@ -317,6 +318,7 @@ using Kernels = List<
     Unary<OpId::Sin, Sin, Float>,
     Unary<OpId::Cos, Cos, Float>,
     Unary<OpId::Log1p, Log1p, Float>,
+    Unary<OpId::Log2, Log2, Float>,
     Unary<OpId::Expm1, Expm1, Float>,
     Unary<OpId::Erf, Erf, Float>,
     Unary<OpId::Reciprocal, Reciprocal, Float>,

@@ -1,8 +1,9 @@
 // kernels/reduce_ops.h: the reductions' arithmetic, written once for every backend: each op is
 // a BRISK_HD struct (accumulator, identity, step, combine, finish) that the CPU engine
-// (kernels/cpu/reduce.cpp) and the CUDA engine (kernels/cuda/reduce.cu) both run, plus the
-// finishing rule of a row's log-sum-exp that softmax, log_softmax, cross-entropy and logsumexp
-// share. See Note [Reduction contract].
+// (kernels/cpu/reduce.cpp) and the CUDA engine (kernels/cuda/reduce.cu) both run, THE list of
+// one-pass reductions (at the end) that both backends register, and the finishing rule of a
+// row's log-sum-exp that softmax, log_softmax, cross-entropy and logsumexp share. See Note
+// [Reduction contract].
 // Not here: how elements are walked and grouped (the engines, over kernels/reduce_plan.h),
 // loading and rounding of 16-bit dtypes (the backends' load/store), inference and backward.
 #pragma once
@@ -11,8 +12,11 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
+#include "engine/dtype.h"
 #include "engine/macros.h"
+#include "engine/op.h"
 
 namespace brisk::kernels {
 
@@ -64,6 +68,14 @@ struct SumOp {
       return a + b;
     }
   }
+};
+
+// nansum: NaN elements count as zero, as torch.nansum (integers have none). Partials are
+// combined as sums: inf + -inf is NaN, as theirs.
+template <class A>
+struct NansumOp : SumOp<A> {
+  BRISK_INLINE A step(A acc, A v, int64_t) const { return is_nan_value(v) ? acc : SumOp<A>::add(acc, v); }
+  BRISK_INLINE NansumOp at(int64_t) const { return *this; }
 };
 
 // The sum divided by each output's element count (var's first pass).
@@ -164,5 +176,77 @@ struct RowLse {
     return (max == std::numeric_limits<A>::infinity() || max == -std::numeric_limits<A>::infinity()) ? max : lse();
   }
 };
+
+// ---- THE list of one-pass reductions, registered by both backends from this one place
+// (register_reductions in kernels/cpu/reduce.cpp and kernels/cuda/reduce.cu). An entry names
+// the op, the op struct for an input element type T, the input dtypes it has kernels for and
+// where its reduced dims come from:
+//   Reduce<op, OpFor, dtypes, dims>
+// OpFor<T> is the struct of Note [Reduction contract]. The output element is T when finish()
+// gives a floating value (16-bit inputs round back to their dtype) and finish()'s type
+// otherwise: int64 for sums of integers (as torch.sum), the integer itself for max/min of
+// integers, int64 for arg indices (ReduceOut). Not here: var (two passes over a buffer of
+// means), softmax, log_softmax, logsumexp and cross-entropy (row-wise, per backend).
+enum class ReduceDtypes { Float, Numeric, All };
+enum class ReduceDims {
+  List,       // attrs.dims (empty: all dims): reduce_mask (kernels/reduce_plan.h)
+  OneOrFlat,  // attrs.dim, or every dim with attrs.flag: arg_mask (kernels/reduce_plan.h)
+};
+template <OpId Id, template <class> class OpFor, ReduceDtypes Dtypes, ReduceDims Dims>
+struct Reduce {
+  static constexpr OpId id = Id;
+  template <class T>
+  using Op = OpFor<T>;
+  static constexpr ReduceDtypes dtypes = Dtypes;
+  static constexpr ReduceDims dims = Dims;
+};
+template <class... E>
+struct ReduceList {};
+
+// Sums accumulate in the compute type for floating inputs and in int64 for integers and Bool.
+template <class T>
+using sum_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, int64_t>;
+template <class Op>
+using finish_t = decltype(std::declval<const Op&>().finish(std::declval<typename Op::Acc>()));
+template <class Op, class T>
+using ReduceOut = std::conditional_t<std::is_floating_point_v<finish_t<Op>>, T, finish_t<Op>>;
+
+// Calls f(T{}) for the input dtype t within the entry's dtype class (never with bool for
+// Numeric, so that ops without a Bool form need not compile for it).
+template <ReduceDtypes D, class F>
+void dispatch_reduce(DType t, const char* op, F&& f) {
+  if constexpr (D == ReduceDtypes::Float) {
+    dispatch_float(t, op, f);
+  } else if constexpr (D == ReduceDtypes::Numeric) {
+    dispatch_numeric(t, op, [&](auto tag) {
+      if constexpr (!std::is_same_v<decltype(tag), bool>) f(tag);
+    });
+  } else {
+    dispatch_all(t, op, f);
+  }
+}
+
+template <class T>
+using Sum = SumOp<sum_acc_t<T>>;
+template <class T>
+using Nansum = NansumOp<sum_acc_t<T>>;
+template <class T>
+using Amax = ExtremumOp<compute_t<T>, true>;
+template <class T>
+using Amin = ExtremumOp<compute_t<T>, false>;
+template <class T>
+using Argmax = ArgOp<compute_t<T>, true>;
+template <class T>
+using Argmin = ArgOp<compute_t<T>, false>;
+
+// clang-format off
+using Reductions = ReduceList<
+    Reduce<OpId::Sum, Sum, ReduceDtypes::All, ReduceDims::List>,
+    Reduce<OpId::Nansum, Nansum, ReduceDtypes::All, ReduceDims::List>,
+    Reduce<OpId::Amax, Amax, ReduceDtypes::All, ReduceDims::List>,
+    Reduce<OpId::Amin, Amin, ReduceDtypes::All, ReduceDims::List>,
+    Reduce<OpId::Argmax, Argmax, ReduceDtypes::Numeric, ReduceDims::OneOrFlat>,
+    Reduce<OpId::Argmin, Argmin, ReduceDtypes::Numeric, ReduceDims::OneOrFlat>>;
+// clang-format on
 
 }  // namespace brisk::kernels

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 
+#include "engine/op.h"
 #include "engine/tensor.h"
+#include "kernels/reduce_ops.h"
 
 namespace brisk::kernels {
 
@@ -18,6 +20,17 @@ inline uint32_t reduce_mask(const Shape& dims, int ndim, const char* op) {
   uint32_t mask = 0;
   for (int64_t d : dims) mask |= 1u << wrap_dim(d, ndim, op);
   return mask & all;
+}
+
+// The reduced dims of argmax/argmin: attrs.dim, or every dim with attrs.flag (a flat index).
+inline uint32_t arg_mask(int ndim, const Attrs& attrs, const char* op) {
+  const uint32_t all = ndim == 0 ? 0u : (1u << ndim) - 1u;
+  return attrs.flag ? all : (1u << wrap_dim(attrs.dim, ndim, op)) & all;
+}
+
+// The reduced dims of an entry of the reduction list (kernels/reduce_ops.h).
+inline uint32_t entry_mask(ReduceDims dims, int ndim, const Attrs& attrs, const char* op) {
+  return dims == ReduceDims::List ? reduce_mask(attrs.dims, ndim, op) : arg_mask(ndim, attrs, op);
 }
 
 struct Group {

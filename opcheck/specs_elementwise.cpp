@@ -199,6 +199,8 @@ void add_specs(std::vector<OpSpec>& specs) {
   specs.push_back(unary(
       "log1p", OpId::Log1p, log1p, [](double x) { return std::log1p(x); }, -0.5, 2));
   specs.push_back(unary(
+      "log2", OpId::Log2, log2, [](double x) { return std::log2(x); }, 0.25, 4));
+  specs.push_back(unary(
       "expm1", OpId::Expm1, expm1, [](double x) { return std::expm1(x); }, -2, 2));
   specs.push_back(unary(
       "erf", OpId::Erf, erf, [](double x) { return std::erf(x); }, -2, 2));

@@ -1,7 +1,7 @@
-// opcheck/specs_reduce.cpp: specs of the reductions (logsumexp included), softmax and losses (engine/ops/reduce.cpp),
-// each against a plain-loop F64 reference. A reduction case carries its dims and keepdim as two
-// extra I64 inputs, so that one spec covers many dim lists. Not here: what does not fit the
-// table (tests/test_reductions.cpp).
+// opcheck/specs_reduce.cpp: specs of the reductions (nansum and logsumexp included), softmax and losses
+// (engine/ops/reduce.cpp), each against a plain-loop F64 reference. A reduction case carries its dims and keepdim as
+// two extra I64 inputs, so that one spec covers many dim lists. Not here: what does not fit the table
+// (tests/test_reductions.cpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -125,6 +125,11 @@ Tensor along_dim_reference(const Tensor& x, int64_t dim, const std::function<V(c
 
 double ref_sum(const V& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
 double ref_mean(const V& v) { return ref_sum(v) / double(v.size()); }
+double ref_nansum(const V& v) {
+  double s = 0;
+  for (double x : v) s += x != x ? 0 : x;
+  return s;
+}
 double ref_max(const V& v) { return *std::max_element(v.begin(), v.end()); }
 double ref_min(const V& v) { return *std::min_element(v.begin(), v.end()); }
 double ref_var(const V& v, double correction) {
@@ -259,6 +264,17 @@ void add_specs(std::vector<OpSpec>& specs) {
     };
     i.dtypes = {};
     specs.push_back(i);
+    // nansum: as sum without NaN, then NaN among the elements (counted as 0, no gradient)
+    ReduceFn ns = [](const Tensor& x, const Shape& d, bool k) { return nansum(x, d, k); };
+    specs.push_back(reduce_spec("nansum", OpId::Nansum, ns, ref_nansum, concat(general, empty)));
+    OpSpec n = reduce_spec("nansum (NaN elements)", OpId::Nansum, ns, ref_nansum, [] {
+      Tensor x = from_vector({1, kNaN, 3, -2, kNaN, kNaN, 0.5, 4, 2, -1, kNaN, 6}, {3, 4}, DType::F64);
+      return std::vector<OpCase>{reduce_case("(3, 4) over dim 1", x, {1}, false),
+                                 reduce_case("(3, 4) over dim 0, keepdim", x, {0}, true),
+                                 reduce_case("(3, 4) over all dims", x, {}, false)};
+    });
+    n.integers = false;
+    specs.push_back(n);
     specs.push_back(reduce_spec(
         "mean", OpId::Sum, [](const Tensor& x, const Shape& d, bool k) { return mean(x, d, k); }, ref_mean,
         concat(general, no_outputs)));

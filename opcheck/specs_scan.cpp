@@ -1,6 +1,6 @@
-// opcheck/specs_scan.cpp: op specs of the scan family (cumsum, cumprod, argsort) and of the
-// composites a PyTorch port reaches for first: sort, topk, prod, max/min over a dim, flip,
-// roll, repeat/tile, tril/triu, split/chunk/unbind, norms, einsum, bmm/addmm/baddbmm/outer,
+// opcheck/specs_scan.cpp: op specs of the scan family (cumsum, cumprod, logcumsumexp, argsort)
+// and of the composites a PyTorch port reaches for first: sort, topk, prod, max/min over a dim,
+// flip, roll, repeat/tile, tril/triu, split/chunk/unbind, norms, einsum, bmm/addmm/baddbmm/outer,
 // masked_select and tensor indexing. References are plain loops over the values.
 // Not here: the runner that checks every spec (tests/test_op_specs.cpp, tests/test_cuda.cpp).
 #include <algorithm>
@@ -47,6 +47,24 @@ Tensor along_dim(const Tensor& x, int64_t dim, const LineFn& f) {
   os[d] = m;
   if (c.dim() == 0) os = Shape{};
   return from_vector(out, os, DType::F64);
+}
+
+// log(sum_{j <= i} exp(l[j])) for each i, from each prefix's maximum (no overflow); NaN
+// propagates, a prefix whose maximum is infinite gives that infinity.
+V ref_logcumsumexp(const V& l) {
+  V o;
+  for (size_t i = 0; i < l.size(); ++i) {
+    double m = -std::numeric_limits<double>::infinity();
+    bool nan = false;
+    for (size_t j = 0; j <= i; ++j) {
+      nan = nan || l[j] != l[j];
+      m = std::max(m, l[j]);
+    }
+    double s = 0;
+    for (size_t j = 0; j <= i && !std::isinf(m); ++j) s += std::exp(l[j] - m);
+    o.push_back(nan ? l[0] + std::numeric_limits<double>::quiet_NaN() : std::isinf(m) ? m : m + std::log(s));
+  }
+  return o;
 }
 
 std::vector<size_t> stable_order(const V& line, bool descending) {
@@ -104,6 +122,29 @@ void add_scan_op_specs(std::vector<OpSpec>& specs) {
         },
         line_cases(0.5, 1.5));
     specs.push_back(s);
+    s = spec(
+        "logcumsumexp dim " + d, {OpId::Logcumsumexp},
+        [dim](const std::vector<Tensor>& in) { return logcumsumexp(in[0], dim); },
+        [dim](const std::vector<Tensor>& in) { return along_dim(in[0], dim, ref_logcumsumexp); }, line_cases(-3, 3));
+    s.dtypes = {DType::F32, DType::F64, DType::BF16};
+    specs.push_back(s);
+  }
+  {
+    // Edge values: all -inf, +inf, NaN, huge values (exp would overflow), -inf after finite.
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    OpSpec e = spec(
+        "logcumsumexp (edge values)", {OpId::Logcumsumexp},
+        [](const std::vector<Tensor>& in) { return logcumsumexp(in[0], 1); },
+        [](const std::vector<Tensor>& in) { return along_dim(in[0], 1, ref_logcumsumexp); },
+        [inf, nan] {
+          return std::vector<OpCase>{{"rows of edge values",
+                                      {from_vector({-inf, -inf, 1,    -inf, inf,   2,    -inf, inf,  1,    nan,
+                                                    2,    3,    1000, 1001, -1000, 1000, 2,    -inf, -inf, 5},
+                                                   {5, 4}, DType::F64)}}};
+        });
+    e.grad = false;
+    e.integers = false;
+    specs.push_back(e);
   }
   for (bool desc : {false, true}) {
     OpSpec s = spec(

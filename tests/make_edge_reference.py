@@ -107,6 +107,7 @@ OPS = {
     "neg": lambda x, p: torch.neg(x[0]),
     "exp": lambda x, p: torch.exp(x[0]),
     "log": lambda x, p: torch.log(x[0]),
+    "log2": lambda x, p: torch.log2(x[0]),
     "sqrt": lambda x, p: torch.sqrt(x[0]),
     "rsqrt": lambda x, p: torch.rsqrt(x[0]),
     "abs": lambda x, p: torch.abs(x[0]),
@@ -138,6 +139,8 @@ OPS = {
     "where": lambda x, p: torch.where(x[0], x[1], x[2]),
     "masked_fill": lambda x, p: x[0].masked_fill(x[1], p["value"]),
     "sum": lambda x, p: torch.sum(x[0], p["dims"], keepdim=p["keepdim"]) if p["dims"] else torch.sum(x[0]),
+    "nansum": lambda x, p: torch.nansum(x[0], p["dims"], keepdim=p["keepdim"]) if p["dims"] else torch.nansum(x[0]),
+    "logcumsumexp": lambda x, p: torch.logcumsumexp(x[0], p["dim"]),
     "mean": lambda x, p: torch.mean(x[0], p["dims"], keepdim=p["keepdim"]) if p["dims"] else torch.mean(x[0]),
     "amax": lambda x, p: torch.amax(x[0], p["dims"], keepdim=p["keepdim"]),
     "amin": lambda x, p: torch.amin(x[0], p["dims"], keepdim=p["keepdim"]),
@@ -225,7 +228,7 @@ PAIRS_B = [b for _ in B for b in B]
 
 def elementwise_cases():
     cases = []
-    unary = ["neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign", "square", "relu", "gelu", "gelu_tanh", "sigmoid",
+    unary = ["neg", "exp", "log", "log2", "sqrt", "rsqrt", "abs", "sign", "square", "relu", "gelu", "gelu_tanh", "sigmoid",
              "tanh", "silu"]
     for op in unary:
         cases.append(run_case(op, "edge values", [inp(U)]))
@@ -319,6 +322,21 @@ def reduce_cases():
         cases.append(run_case(op, "rows of edge values, dim 1", [inp(sm_flat, [9, 3])], {"dim": 1}))
         cases.append(run_case(op, "transposed (3, 9), dim 0", [inp(sm_flat, [9, 3], layout="t")], {"dim": 0}))
         cases.append(run_case(op, "dim -1 of (3, 2, 3)", [inp(sm_flat[:18], [3, 2, 3])], {"dim": -1}))
+    # the exercise ops of issue 47 (docs/DECISIONS.md, Note [Adding an op, counted])
+    for dims, keep in [([1], False), ([0], True), ([], False)]:
+        cases.append(run_case("nansum", f"(6, 5) over {dims} keepdim {keep}", [inp(R_FLAT, [6, 5])],
+                              {"dims": dims, "keepdim": keep}))
+    cases.append(run_case("nansum", "transposed (5, 6) over [0]", [inp(R_FLAT, [6, 5], layout="t")],
+                          {"dims": [0], "keepdim": False}))
+    cases.append(run_case("nansum", "only NaN", [inp([NAN, NAN, NAN])], {"dims": [], "keepdim": False}))
+    lc = [[1.0, 2.0, 3.0], [-INF, 0.0, 1.0], [-INF, -INF, -INF], [INF, 0.0, 1.0], [NAN, 0.0, 1.0],
+          [1e30, -1e30, 0.0], [88.0, 89.0, 90.0], [0.0, 0.0, 0.0], [-100.0, 0.0, DEN], [3e38, 3e38, 1.0]]
+    lc_flat = [v for row in lc for v in row]
+    cases.append(run_case("logcumsumexp", "rows of edge values, dim 1", [inp(lc_flat, [10, 3])], {"dim": 1}))
+    cases.append(run_case("logcumsumexp", "transposed (3, 10), dim 0", [inp(lc_flat, [10, 3], layout="t")],
+                          {"dim": 0}))
+    cases.append(run_case("logcumsumexp", "dim -1 of (3, 2, 3)", [inp(lc_flat[:18], [3, 2, 3])],
+                          {"dim": -1}))
     return cases
 
 

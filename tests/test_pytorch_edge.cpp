@@ -79,6 +79,7 @@ const std::map<std::string, Tolerance>& tolerances() {
       {"max_pool2d", kExact},
       {"exp", kMath},
       {"log", kMath},
+      {"log2", kMath},
       {"sqrt", kMath},
       {"rsqrt", kMath},
       {"sigmoid", kMath},
@@ -217,7 +218,7 @@ const std::map<std::string, OpFn>& op_table() {
     return OpFn([f](const In& x, const json& p) { return std::vector<Tensor>{f(x, p)}; });
   };
   static const std::map<std::string, OpFn> table = {
-      {"neg", u(neg)}, {"exp", u(exp)}, {"log", u(log)}, {"sqrt", u(sqrt)}, {"rsqrt", u(rsqrt)},
+      {"neg", u(neg)}, {"exp", u(exp)}, {"log", u(log)}, {"log2", u(log2)}, {"sqrt", u(sqrt)}, {"rsqrt", u(rsqrt)},
       {"abs", u(abs)}, {"sign", u(sign)}, {"square", u(square)}, {"relu", u(relu)},
       {"gelu", one([](const In& x, const json&) { return gelu(x[0]); })},
       {"gelu_tanh", one([](const In& x, const json&) { return gelu(x[0], true); })},
@@ -235,6 +236,8 @@ const std::map<std::string, OpFn>& op_table() {
       {"where", one([](const In& x, const json&) { return where(x[0], x[1], x[2]); })},
       {"masked_fill", one([](const In& x, const json& p) { return masked_fill(x[0], x[1], number(p["value"])); })},
       {"sum", one([](const In& x, const json& p) { return sum(x[0], dims_of(p), p["keepdim"].get<bool>()); })},
+      {"nansum", one([](const In& x, const json& p) { return nansum(x[0], dims_of(p), p["keepdim"].get<bool>()); })},
+      {"logcumsumexp", one([](const In& x, const json& p) { return logcumsumexp(x[0], p["dim"].get<int64_t>()); })},
       {"mean", one([](const In& x, const json& p) { return mean(x[0], dims_of(p), p["keepdim"].get<bool>()); })},
       {"amax", one([](const In& x, const json& p) { return amax(x[0], dims_of(p), p["keepdim"].get<bool>()); })},
       {"amin", one([](const In& x, const json& p) { return amin(x[0], dims_of(p), p["keepdim"].get<bool>()); })},

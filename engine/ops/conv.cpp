@@ -24,29 +24,9 @@ using detail::mask;
 using detail::unbatch;
 
 // The output sizes of conv2d for input sizes x (B, C, H, W) and weight sizes w (O, C / groups,
-// kh, kw); every check that names a user error lives here.
+// kh, kw): ConvGeometry::infer, below.
 Shape conv_output(const Shape& x, const Shape& w, const Attrs& attrs, const char* op) {
-  check_4d(x, op, "input");
-  check_4d(w, op, "weight");
-  const ConvParams p = ConvParams::from(attrs, op);
-  const Hw s = p.stride, pad = p.padding, d = p.dilation;
-  BRISK_CHECK(s.h > 0 && s.w > 0, op, ": stride must be positive, got (", s.h, ", ", s.w, ")");
-  BRISK_CHECK(pad.h >= 0 && pad.w >= 0, op, ": padding must be non-negative, got (", pad.h, ", ", pad.w, ")");
-  BRISK_CHECK(d.h > 0 && d.w > 0, op, ": dilation must be positive, got (", d.h, ", ", d.w, ")");
-  const int64_t groups = p.groups;
-  BRISK_CHECK(groups >= 1, op, ": groups must be positive, got ", groups);
-  BRISK_CHECK(x[1] % groups == 0, op, ": groups (", groups, ") must divide the input channels, input ", x);
-  BRISK_CHECK(w[0] % groups == 0, op, ": groups (", groups, ") must divide the output channels, weight ", w);
-  BRISK_CHECK(w[1] * groups == x[1], op, ": input ", x, " has ", x[1], " channels but weight ", w, " expects ",
-              w[1] * groups, " (", w[1], " per group x ", groups, " groups)");
-  const int64_t eff_h = checked_term(d.h, w[2] - 1, 1, op, "dilated kernel height");
-  const int64_t eff_w = checked_term(d.w, w[3] - 1, 1, op, "dilated kernel width");
-  const int64_t in_h = checked_term(pad.h, 2, x[2], op, "padded input height");
-  const int64_t in_w = checked_term(pad.w, 2, x[3], op, "padded input width");
-  BRISK_CHECK(w[2] > 0 && w[3] > 0 && eff_h <= in_h && eff_w <= in_w, op, ": kernel (", w[2], ", ", w[3],
-              ") with dilation (", d.h, ", ", d.w, ") is larger than the padded input (", in_h, ", ", in_w, "); input ",
-              x, ", weight ", w);
-  return {x[0], w[0], (in_h - eff_h) / s.h + 1, (in_w - eff_w) / s.w + 1};
+  return ConvGeometry::infer(x, w, ConvParams::from(attrs, op), op).y_sizes();
 }
 
 // The calls the backward formulas make; attrs carry the ConvParams of the forward op.
@@ -148,6 +128,30 @@ Tensor conv2d_backward_weight(const Tensor& g, const Tensor& x, const Attrs& att
 }
 
 }  // namespace
+
+// Every check that names a user error lives here (Note [One conv geometry] in engine/op_params.h).
+ConvGeometry ConvGeometry::infer(const Shape& x, const Shape& w, const ConvParams& p, const char* op) {
+  check_4d(x, op, "input");
+  check_4d(w, op, "weight");
+  const Hw s = p.stride, pad = p.padding, d = p.dilation;
+  BRISK_CHECK(s.h > 0 && s.w > 0, op, ": stride must be positive, got (", s.h, ", ", s.w, ")");
+  BRISK_CHECK(pad.h >= 0 && pad.w >= 0, op, ": padding must be non-negative, got (", pad.h, ", ", pad.w, ")");
+  BRISK_CHECK(d.h > 0 && d.w > 0, op, ": dilation must be positive, got (", d.h, ", ", d.w, ")");
+  const int64_t groups = p.groups;
+  BRISK_CHECK(groups >= 1, op, ": groups must be positive, got ", groups);
+  BRISK_CHECK(x[1] % groups == 0, op, ": groups (", groups, ") must divide the input channels, input ", x);
+  BRISK_CHECK(w[0] % groups == 0, op, ": groups (", groups, ") must divide the output channels, weight ", w);
+  BRISK_CHECK(w[1] * groups == x[1], op, ": input ", x, " has ", x[1], " channels but weight ", w, " expects ",
+              w[1] * groups, " (", w[1], " per group x ", groups, " groups)");
+  const int64_t eff_h = checked_term(d.h, w[2] - 1, 1, op, "dilated kernel height");
+  const int64_t eff_w = checked_term(d.w, w[3] - 1, 1, op, "dilated kernel width");
+  const int64_t in_h = checked_term(pad.h, 2, x[2], op, "padded input height");
+  const int64_t in_w = checked_term(pad.w, 2, x[3], op, "padded input width");
+  BRISK_CHECK(w[2] > 0 && w[3] > 0 && eff_h <= in_h && eff_w <= in_w, op, ": kernel (", w[2], ", ", w[3],
+              ") with dilation (", d.h, ", ", d.w, ") is larger than the padded input (", in_h, ", ", in_w, "); input ",
+              x, ", weight ", w);
+  return ConvGeometry(x, w, {x[0], w[0], (in_h - eff_h) / s.h + 1, (in_w - eff_w) / s.w + 1}, p);
+}
 
 namespace detail {
 

@@ -219,6 +219,13 @@ constexpr OpDef kDef<OpId::Log1p>{
     .infer = same_as_input, .backward = log1p_bw, .save_inputs = mask(0), .autocast = CastPolicy::Fp32};
 Tensor log1p(const Tensor& x) { return unary(OpId::Log1p, as_float(x)); }
 
+// ---- log2(x); derivative 1 / (x ln 2), as PyTorch's
+static void log2_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = g0(c) / (c.inputs[0] * 0.6931471805599453); }
+template <>
+constexpr OpDef kDef<OpId::Log2>{
+    .infer = same_as_input, .backward = log2_bw, .save_inputs = mask(0), .autocast = CastPolicy::Fp32};
+Tensor log2(const Tensor& x) { return unary(OpId::Log2, as_float(x)); }
+
 // ---- expm1(x) = e^x - 1, accurate near 0; derivative e^x = y + 1, from the output
 static void expm1_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = g0(c) * (c.outputs[0] + 1.0); }
 template <>

@@ -82,10 +82,8 @@ void conv_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor
               w.size(1), ", H, W), got ", x.str());
   check_weight_inputs(in, w.size(0), w.numel() / std::max<int64_t>(w.size(0), 1), "int8_conv2d");
   BRISK_CHECK(!p.dynamic, "int8_conv2d: dynamic input qparams are for int8_linear only");
-  const int64_t kh = w.size(2), kw = w.size(3);
-  const int64_t ho = (x.size(2) + 2 * p.padding.h - p.dilation.h * (kh - 1) - 1) / p.stride.h + 1;
-  const int64_t wo = (x.size(3) + 2 * p.padding.w - p.dilation.w * (kw - 1) - 1) / p.stride.w + 1;
-  BRISK_CHECK(ho > 0 && wo > 0, "int8_conv2d: input ", x.str(), " is smaller than the kernel");
+  const ConvGeometry g = ConvGeometry::infer(x.sizes(), w.sizes(), p.conv(), "int8_conv2d");
+  const int64_t ho = g.Ho, wo = g.Wo;
   BRISK_CHECK(!p.pool || (ho >= 2 && wo >= 2), "int8_conv2d: output (", ho, ", ", wo, ") too small to pool 2x2");
   out[0] = {Shape{x.size(0), w.size(0), p.pool ? ho / 2 : ho, p.pool ? wo / 2 : wo}, DType::F32};
 }

@@ -1,4 +1,4 @@
-// engine/ops/reduce.cpp: the reductions (sum, amax/amin, var, argmax/argmin, logsumexp),
+// engine/ops/reduce.cpp: the reductions (sum, nansum, amax/amin, var, argmax/argmin, logsumexp),
 // softmax/log_softmax and the losses (cross_entropy, fused with log_softmax, and mse_loss), one
 // block per op: inference, backward formula, OpDef row, public function. Backward formulas are
 // written with ordinary ops, so they run on every device and differentiate again; mean, std,
@@ -102,18 +102,29 @@ Tensor as_keepdim(const BackwardCtx& c, const Tensor& t, const char* op) {
 }
 
 // ---- sum: integers and Bool sum to I64
+template <OpId Id>
 void sum_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
   const Tensor& x = in[0];
-  out[0] = reduced_spec(x, a, "sum", is_floating(x.dtype()) ? x.dtype() : DType::I64);
+  out[0] = reduced_spec(x, a, op_name(Id), is_floating(x.dtype()) ? x.dtype() : DType::I64);
 }
 
 void sum_bw(const BackwardCtx& c, std::span<Tensor> gi) { gi[0] = expand(as_keepdim(c, g0(c), "sum"), input_sizes(c)); }
 
-const OpDef kSum{.infer = sum_infer, .backward = sum_bw, .autocast = P::Fp32};
+const OpDef kSum{.infer = sum_infer<OpId::Sum>, .backward = sum_bw, .autocast = P::Fp32};
+
+// ---- nansum: sum's shape and dtype; NaN elements count as 0 and get no gradient (as PyTorch:
+// the gradient times x == x)
+void nansum_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& x = c.inputs[0];
+  gi[0] = expand(as_keepdim(c, g0(c), "nansum"), input_sizes(c)) * cast(eq(x, x), x.dtype());
+}
+const OpDef kNansum{
+    .infer = sum_infer<OpId::Nansum>, .backward = nansum_bw, .save_inputs = mask(0), .autocast = P::Fp32};
 
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Sum, x, dims, keepdim); }
+Tensor nansum(const Tensor& x, const Shape& dims, bool keepdim) { return reduce_call(OpId::Nansum, x, dims, keepdim); }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   BRISK_CHECK(x.defined(), "mean: undefined input");
@@ -580,6 +591,7 @@ namespace detail {
 
 void define_reduce_ops() {
   define(OpId::Sum, kSum);
+  define(OpId::Nansum, kNansum);
   define(OpId::Amax, kExtremum<OpId::Amax>);
   define(OpId::Amin, kExtremum<OpId::Amin>);
   define(OpId::Var, kVar);

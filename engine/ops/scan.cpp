@@ -1,10 +1,11 @@
-// engine/ops/scan.cpp: scans and sorting along one dim, one block per op: cumsum, cumprod and
-// argsort (inference, backward formula, OpDef row, public function), then the composites built
-// on them: sort and topk (argsort's indices, the values gathered so that gradients flow through
-// gather), prod (the last element of a cumprod) and flip. Semantics follow PyTorch: negative
-// dims, a 0-dim tensor scans as one element, integer cumsum/cumprod give I64.
-// Not here: the kernels (kernels/cpu/scan.cpp; no CUDA kernels yet: using these ops on CUDA is
-// the dispatcher's "no kernel for device cuda" error).
+// engine/ops/scan.cpp: scans and sorting along one dim, one block per op: cumsum, cumprod,
+// logcumsumexp and argsort (inference, backward formula, OpDef row, public function), then the
+// composites built on them: sort and topk (argsort's indices, the values gathered so that
+// gradients flow through gather), prod (the last element of a cumprod) and flip. Semantics
+// follow PyTorch: negative dims, a 0-dim tensor scans as one element, integer cumsum/cumprod
+// give I64.
+// Not here: the kernels (kernels/cpu/scan.cpp, kernels/cuda/scan.cu) and the scans' arithmetic
+// (kernels/scan_ops.h).
 #include <algorithm>
 
 #include "engine/ops/families.h"
@@ -63,6 +64,42 @@ const OpDef kCumprod{.infer = scan_infer,
                      .save_outputs = mask(0),
                      .autocast = CastPolicy::Fp32};
 
+// ---- logcumsumexp: out[i] = log(sum_{j <= i} exp(x[j])), floating only (kernels/scan_ops.h).
+// dx[i] = sum_{j >= i} g[j] exp(x[i] - y[j]), taken in log space with g split by sign (exp of a
+// reverse logcumsumexp of log|g| - y, plus x), so nothing overflows; as PyTorch's formula.
+void logcumsumexp_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
+  BRISK_CHECK(is_floating(in[0].dtype()), "logcumsumexp: needs a floating input, got ", in[0].str());
+  wrap_dim(a.dim, in[0].dim(), "logcumsumexp");
+  out[0] = {in[0].sizes(), in[0].dtype()};
+}
+double lowest_finite(DType t) {
+  switch (t) {
+    case DType::F64: return -1.7976931348623157e308;
+    case DType::F16: return -65504.0;
+    case DType::BF16: return -3.3895313892515355e38;
+    default: return -3.4028234663852886e38;
+  }
+}
+void logcumsumexp_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor &x = c.inputs[0], &y = c.outputs[0], &g = g0(c);
+  if (g.dim() == 0) {
+    gi[0] = g;
+    return;
+  }
+  const int64_t d = c.attrs.dim;
+  const Tensor zero = zeros_like(g), log_g = log(abs(g));
+  auto part = [&](const Tensor& drop) {
+    const Tensor t = masked_fill(log_g, drop, lowest_finite(g.dtype())) - y;
+    return exp(flip(logcumsumexp(flip(t, {d}), d), {d}) + x);
+  };
+  gi[0] = part(le(g, zero)) - part(ge(g, zero));
+}
+const OpDef kLogcumsumexp{.infer = logcumsumexp_infer,
+                          .backward = logcumsumexp_bw,
+                          .save_inputs = mask(0),
+                          .save_outputs = mask(0),
+                          .autocast = CastPolicy::Fp32};
+
 // ---- argsort: the indices that sort x along dim (stable: equal values keep their order);
 // not differentiable (sort's values are gathered through it).
 void argsort_infer(std::span<const Tensor> in, const Attrs& a, std::span<TensorSpec> out) {
@@ -82,6 +119,11 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
 Tensor cumprod(const Tensor& x, int64_t dim) {
   Tensor in = scan_input(x, "cumprod");
   return call1(OpId::Cumprod, {in}, dim_attrs(in, dim, "cumprod"));
+}
+
+Tensor logcumsumexp(const Tensor& x, int64_t dim) {
+  BRISK_CHECK(x.defined(), "logcumsumexp: undefined input");
+  return call1(OpId::Logcumsumexp, {x}, dim_attrs(x, dim, "logcumsumexp"));
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
@@ -152,6 +194,7 @@ namespace detail {
 void define_scan_ops() {
   define(OpId::Cumsum, kCumsum);
   define(OpId::Cumprod, kCumprod);
+  define(OpId::Logcumsumexp, kLogcumsumexp);
   define(OpId::Argsort, kArgsort);
 }
 

@@ -1,6 +1,6 @@
-// kernels/cpu/conv.h: what the CPU conv2d files share (internal to kernels/cpu): one conv2d
-// problem read from the operands' sizes and ConvParams, where a kernel tap reads, the per-thread
-// workspace, the threading rule, and the depthwise entry points. See Note [CPU conv] in
+// kernels/cpu/conv.h: what the CPU conv2d files share (internal to kernels/cpu): the conv2d
+// problem (ConvGeometry, engine/op_params.h) under its CPU name, where a kernel tap reads, the
+// per-thread workspace, the threading rule, and the depthwise entry points. See Note [CPU conv] in
 // kernels/cpu/conv.cpp.
 // Not here: the GEMM path (kernels/cpu/conv.cpp), the depthwise loops
 // (kernels/cpu/conv_depthwise.cpp), the direct and Winograd kernels (kernels/cpu/conv_direct.cpp,
@@ -43,43 +43,9 @@ void dispatch_work(DType t, F&& run) {
   }
 }
 
-// One conv2d problem, read from the sizes of x (B, C, H, W), w (O, Cg, kh, kw), y (B, O, Ho, Wo).
-struct Conv {
-  int64_t B, C, H, W;
-  int64_t O, kh, kw;
-  int64_t Ho, Wo;
-  int64_t groups, Cg, Og;
-  int64_t sh, sw, ph, pw, dh, dw;
-
-  Conv(const Shape& x, const Shape& w, const Shape& y, const ConvParams& p)
-      : B(x[0]),
-        C(x[1]),
-        H(x[2]),
-        W(x[3]),
-        O(w[0]),
-        kh(w[2]),
-        kw(w[3]),
-        Ho(y[2]),
-        Wo(y[3]),
-        groups(p.groups),
-        Cg(w[1]),
-        Og(w[0] / p.groups),
-        sh(p.stride.h),
-        sw(p.stride.w),
-        ph(p.padding.h),
-        pw(p.padding.w),
-        dh(p.dilation.h),
-        dw(p.dilation.w) {}
-
-  int64_t K() const { return Cg * kh * kw; }  // GEMM depth
-  int64_t P() const { return Ho * Wo; }       // output pixels per plane
-  double macs() const { return double(B) * double(O) * double(K()) * double(P()); }
-  // The input plane is the col matrix itself.
-  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
-  // One input channel per group (groups == C, as MobileNetV2's): the direct loops of
-  // kernels/cpu/conv_depthwise.cpp instead of GEMM.
-  bool depthwise() const { return Cg == 1 && groups > 1; }
-};
+// One conv2d problem (Note [One conv geometry] in engine/op_params.h), read from the sizes of
+// x, w, y and the ConvParams as both backends read it.
+using Conv = ConvGeometry;
 
 // Where kernel tap (i, j) reads: output (oh, ow) meets input (oh * sh + off_h, ow * sw + off_w);
 // output rows [oh_lo, oh_hi) and columns [lo, hi) meet the input, the rest meets padding.

@@ -77,11 +77,9 @@ void conv_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   const Int8Params p = Int8Params::from(attrs);
   const Tensor x = in[0].contiguous();
   const Tensor& w = in[1];
-  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0);
-  const int64_t kh = w.size(2), kw = w.size(3);
-  const int64_t sh = p.stride.h, sw = p.stride.w, ph = p.padding.h, pw = p.padding.w;
-  const int64_t dh = p.dilation.h, dw = p.dilation.w;
-  const int64_t Ho = (H + 2 * ph - dh * (kh - 1) - 1) / sh + 1, Wo = (W + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  const ConvGeometry g = ConvGeometry::infer(x.sizes(), w.sizes(), p.conv(), "int8_conv2d");
+  const int64_t B = g.B, C = g.C, H = g.H, W = g.W, O = g.O, kh = g.kh, kw = g.kw, Ho = g.Ho, Wo = g.Wo;
+  const int64_t sh = g.sh, sw = g.sw, ph = g.ph, pw = g.pw, dh = g.dh, dw = g.dw;
   const bool pool = p.pool, relu = p.relu;
   const int64_t Hq = pool ? Ho / 2 : Ho, Wq = pool ? Wo / 2 : Wo;
   const InputQ q{float(p.input_scale), int32_t(p.input_zero_point), 0, 255};

@@ -1,9 +1,9 @@
-// kernels/cpu/reduce.cpp: the CPU reduction engine and the kernels on it: sum, amax/amin, var,
-// argmax/argmin run the ops of kernels/reduce_ops.h over one engine (Note [Reduction plan]);
-// softmax, log_softmax, logsumexp and the fused cross-entropy forward and backward share one
-// row-wise log-sum-exp (row_lse). Sums are pairwise over blocks so that F32 sums of millions of
-// elements stay accurate, and results do not depend on the number of threads. F16/BF16
-// compute in float, F64 in double, integers in int64.
+// kernels/cpu/reduce.cpp: the CPU reduction engine and the kernels on it: the list of
+// kernels/reduce_ops.h (sum, nansum, amax/amin, argmax/argmin) and var run its ops over one
+// engine (Note [Reduction plan]); softmax, log_softmax, logsumexp and the fused cross-entropy
+// forward and backward share one row-wise log-sum-exp (row_lse). Sums are pairwise over blocks
+// so that F32 sums of millions of elements stay accurate, and results do not depend on the
+// number of threads. F16/BF16 compute in float, F64 in double, integers in int64.
 // Not here: the ops' arithmetic (kernels/reduce_ops.h), inference, dims checking and backward
 // formulas (engine/ops/reduce.cpp).
 #include <omp.h>
@@ -44,10 +44,6 @@ template <class A, class T>
 BRISK_INLINE A load_as(const T* p) {
   return static_cast<A>(static_cast<compute_t<T>>(*p));
 }
-
-// Accumulator of a sum: double for F64, float for F32/F16/BF16, int64 for integers and Bool.
-template <class T>
-using sum_acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, int64_t>;
 
 // Note [Reduction plan]
 // The input's dims split into two groups: kept (they index the output) and reduced. Each group
@@ -278,27 +274,23 @@ void reduce_into(const Tensor& x, const Tensor& out, uint32_t mask, const Op& op
   reduce(p, static_cast<const T*>(x.data_ptr()), op, store);
 }
 
-// ---- kernels: sum, amax/amin, var, argmax/argmin
-void sum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+// ---- kernels: the list of one-pass reductions (kernels/reduce_ops.h), then var
+// The kernel of one entry: its op struct for the input's element type, over the engine.
+template <class E>
+void list_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
-  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), "sum");
-  dispatch_all(x.dtype(), "sum", [&](auto tag) {
+  const char* name = op_name(E::id);
+  const uint32_t mask = kernels::entry_mask(E::dims, x.dim(), attrs, name);
+  kernels::dispatch_reduce<E::dtypes>(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    using A = sum_acc_t<T>;
-    using O = std::conditional_t<std::is_floating_point_v<compute_t<T>>, T, int64_t>;  // integers sum to I64
-    reduce_into<T, O>(x, out[0], mask, kernels::SumOp<A>{});
+    using Op = typename E::template Op<T>;
+    reduce_into<T, kernels::ReduceOut<Op, T>>(x, out[0], mask, Op{});
   });
 }
 
-template <bool IsMax>
-void extremum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  const char* name = IsMax ? "amax" : "amin";
-  const Tensor& x = in[0];
-  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), name);
-  dispatch_all(x.dtype(), name, [&](auto tag) {
-    using T = decltype(tag);
-    reduce_into<T, T>(x, out[0], mask, kernels::ExtremumOp<compute_t<T>, IsMax>{});
-  });
+template <class... E>
+void register_reductions(kernels::ReduceList<E...>) {
+  (register_kernel(E::id, DeviceType::CPU, list_kernel<E>), ...);
 }
 
 // Two passes: the mean of each output (MeanOp), then the squared deviations from it.
@@ -314,23 +306,6 @@ void var_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
            [&](int64_t o, int64_t, A m) { mean[o] = m; });
     const A divisor = A(std::max(0.0, double(p.n_red) - attrs.a));
     reduce_into<T, T>(x, out[0], mask, kernels::SquaredDeviationOp<A>{mean.get(), A(0), divisor});
-  });
-}
-
-// The reduced dims of argmax/argmin: attrs.dim, or every dim with attrs.flag (a flat index).
-uint32_t arg_mask(const Tensor& x, const Attrs& attrs, const char* op) {
-  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
-  return attrs.flag ? all : (1u << wrap_dim(attrs.dim, x.dim(), op)) & all;
-}
-
-template <bool IsMax>
-void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  const char* name = IsMax ? "argmax" : "argmin";
-  const Tensor& x = in[0];
-  const uint32_t mask = arg_mask(x, attrs, name);
-  dispatch_numeric(x.dtype(), name, [&](auto tag) {
-    using T = decltype(tag);
-    reduce_into<T, int64_t>(x, out[0], mask, kernels::ArgOp<compute_t<T>, IsMax>{});
   });
 }
 
@@ -598,12 +573,8 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
 
 void register_reduce() {
   constexpr DeviceType cpu = DeviceType::CPU;
-  register_kernel(OpId::Sum, cpu, sum_kernel);
-  register_kernel(OpId::Amax, cpu, extremum_kernel<true>);
-  register_kernel(OpId::Amin, cpu, extremum_kernel<false>);
+  register_reductions(kernels::Reductions{});
   register_kernel(OpId::Var, cpu, var_kernel);
-  register_kernel(OpId::Argmax, cpu, arg_kernel<true>);
-  register_kernel(OpId::Argmin, cpu, arg_kernel<false>);
   register_kernel(OpId::Softmax, cpu, softmax_kernel<false>);
   register_kernel(OpId::LogSoftmax, cpu, softmax_kernel<true>);
   register_kernel(OpId::Logsumexp, cpu, logsumexp_kernel);

@@ -1,8 +1,10 @@
-// kernels/cpu/scan.cpp: CPU kernels of the scan family (engine/ops/scan.cpp): cumsum and
-// cumprod (accumulated in double for floats, as PyTorch's CPU kernels, in int64 for I64) and a
-// stable argsort, each along attrs.dim of a tensor with any strides. One line (all indices but
-// dim fixed) is one task; lines run in parallel when there are enough of them.
-// Not here: the ops' inference and gradients (engine/ops/scan.cpp).
+// kernels/cpu/scan.cpp: CPU kernels of the scan family (engine/ops/scan.cpp): the list of scans
+// of kernels/scan_ops.h (cumsum, cumprod, logcumsumexp; accumulated in double for floats, as
+// PyTorch's CPU kernels, in int64 for I64) and a stable argsort, each along attrs.dim of a
+// tensor with any strides. One line (all indices but dim fixed) is one task; lines run in
+// parallel when there are enough of them.
+// Not here: the scans' arithmetic (kernels/scan_ops.h), the ops' inference and gradients
+// (engine/ops/scan.cpp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -11,6 +13,7 @@
 #include "engine/dispatch.h"
 #include "engine/op.h"
 #include "kernels/cpu/register.h"
+#include "kernels/scan_ops.h"
 
 namespace brisk::kernels::cpu {
 
@@ -60,9 +63,6 @@ void for_each_line(const Lines& lines, F&& f) {
   }
 }
 
-template <class T>
-using acc_t = std::conditional_t<std::is_floating_point_v<T> || !std::is_integral_v<T>, double, int64_t>;
-
 template <class T, class A>
 T store(A v) {
   if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
@@ -72,27 +72,37 @@ T store(A v) {
   }
 }
 
-template <bool Product>
+// The kernel of one entry of the scan list: its op over every line, in order.
+template <class E>
 void scan_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
   Tensor& y = out[0];
-  const char* op = Product ? "cumprod" : "cumsum";
   if (y.numel() == 0) return;
   const Lines lines(x, y, int(attrs.dim));
-  dispatch_numeric(x.dtype(), op, [&](auto tag) {
+  auto run = [&](auto tag) {
     using T = decltype(tag);
-    using A = acc_t<T>;
+    using A = kernels::scan_acc_t<T>;
+    const typename E::template Op<A> op;
     const T* src = static_cast<const T*>(x.data_ptr());
     T* dst = static_cast<T*>(y.data_ptr());
     for_each_line(lines, [&](int64_t i0, int64_t o0) {
-      A acc = Product ? A(1) : A(0);
+      A acc = op.identity();
       for (int64_t k = 0; k < lines.n; ++k) {
-        const A v = A(static_cast<double>(src[i0 + k * lines.in_step]));
-        acc = Product ? acc * v : acc + v;
+        acc = op.step(acc, A(static_cast<double>(src[i0 + k * lines.in_step])));
         dst[o0 + k * lines.out_step] = store<T>(acc);
       }
     });
-  });
+  };
+  if constexpr (E::dtypes == kernels::ScanDtypes::Float) {
+    dispatch_float(x.dtype(), op_name(E::id), run);
+  } else {
+    dispatch_numeric(x.dtype(), op_name(E::id), run);
+  }
+}
+
+template <class... E>
+void register_scans(kernels::ScanList<E...>) {
+  (register_kernel(E::id, DeviceType::CPU, scan_kernel<E>), ...);
 }
 
 // NaN sorts as the largest value (first when descending), as torch.sort.
@@ -135,8 +145,7 @@ void argsort_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Att
 
 void register_scan() {
   constexpr DeviceType cpu = DeviceType::CPU;
-  register_kernel(OpId::Cumsum, cpu, scan_kernel<false>);
-  register_kernel(OpId::Cumprod, cpu, scan_kernel<true>);
+  register_scans(kernels::Scans{});
   register_kernel(OpId::Argsort, cpu, argsort_kernel);
 }
 

@@ -61,18 +61,17 @@ const char* kind_name(ConvKind k) {
   return "conv2d";
 }
 
-// One conv geometry: sizes of x (B, C, H, W), w (O, C / groups, kh, kw), y (B, O, Ho, Wo).
-struct ConvGeometry {
-  Shape x, w, y;
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
-
-using PlanKey = std::array<int64_t, 24>;
+// One conv geometry (ConvGeometry, engine/op_params.h: the CPU kernels read the same struct):
+// sizes of x (B, C, H, W), w (O, C / groups, kh, kw), y (B, O, Ho, Wo), stride, padding,
+// dilation, groups.
+using PlanKey = std::array<int64_t, 21>;
 
 PlanKey plan_key(ConvKind kind, DType dtype, bool tf32, int device, const ConvGeometry& g) {
-  return {int64_t(kind), int64_t(dtype), tf32 ? 1 : 0, device, g.x[0], g.x[1], g.x[2],   g.x[3],
-          g.w[0],        g.w[1],         g.w[2],       g.w[3], g.y[0], g.y[1], g.y[2],   g.y[3],
-          g.sh,          g.sw,           g.ph,         g.pw,   g.dh,   g.dw,   g.groups, 0};
+  // clang-format off
+  return {int64_t(kind), int64_t(dtype), tf32 ? 1 : 0, device,
+          g.B, g.C, g.H, g.W, g.O, g.Cg, g.kh, g.kw, g.Ho, g.Wo,
+          g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+  // clang-format on
 }
 
 // An algorithm (a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t, by kind) with its math type.
@@ -99,8 +98,8 @@ void destroy(ConvPlan& p) {
 }
 
 int to_int(int64_t v, ConvKind kind, const ConvGeometry& g) {
-  BRISK_CHECK(v <= int64_t(INT32_MAX), kind_name(kind), ": a size of input ", g.x, ", weight ", g.w, ", output ", g.y,
-              " exceeds cuDNN's 32-bit limit");
+  BRISK_CHECK(v <= int64_t(INT32_MAX), kind_name(kind), ": a size of input ", g.x_sizes(), ", weight ", g.w_sizes(),
+              ", output ", g.y_sizes(), " exceeds cuDNN's 32-bit limit");
   return int(v);
 }
 
@@ -180,13 +179,14 @@ ConvPlan& conv_plan(ConvKind kind, DType t, int device, const ConvGeometry& g, c
     BRISK_CUDNN_CHECK(cudnn().cudnnCreateFilterDescriptor(&p.w));
     BRISK_CUDNN_CHECK(cudnn().cudnnCreateConvolutionDescriptor(&p.conv));
     auto i = [&](int64_t v) { return to_int(v, kind, g); };
-    for (int64_t n : {g.x.numel(), g.w.numel(), g.y.numel()}) to_int(n, kind, g);  // cuDNN's strides are int
+    for (int64_t n : {g.x_sizes().numel(), g.w_sizes().numel(), g.y_sizes().numel()}) {
+      to_int(n, kind, g);  // cuDNN's strides are int
+    }
+    BRISK_CUDNN_CHECK(cudnn().cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(g.B), i(g.C), i(g.H), i(g.W)));
     BRISK_CUDNN_CHECK(
-        cudnn().cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i(g.x[0]), i(g.x[1]), i(g.x[2]), i(g.x[3])));
+        cudnn().cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i(g.B), i(g.O), i(g.Ho), i(g.Wo)));
     BRISK_CUDNN_CHECK(
-        cudnn().cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i(g.y[0]), i(g.y[1]), i(g.y[2]), i(g.y[3])));
-    BRISK_CUDNN_CHECK(
-        cudnn().cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(g.w[0]), i(g.w[1]), i(g.w[2]), i(g.w[3])));
+        cudnn().cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i(g.O), i(g.Cg), i(g.kh), i(g.kw)));
     BRISK_CUDNN_CHECK(cudnn().cudnnSetConvolution2dDescriptor(p.conv, i(g.ph), i(g.pw), i(g.sh), i(g.sw), i(g.dh),
                                                               i(g.dw), CUDNN_CROSS_CORRELATION, compute));
     BRISK_CUDNN_CHECK(cudnn().cudnnSetConvolutionGroupCount(p.conv, i(g.groups)));
@@ -242,9 +242,7 @@ void run_conv(ConvKind kind, const Tensor& x_in, const Tensor& w_in, const Tenso
   const Tensor x = kind == ConvKind::BackwardData ? out : dense(x_in);
   const Tensor w = kind == ConvKind::BackwardFilter ? out : dense(w_in);
   const Tensor y = kind == ConvKind::Forward ? out : dense(y_in);
-  const ConvParams cp = ConvParams::from(attrs, kind_name(kind));
-  const ConvGeometry g{x.sizes(),    w.sizes(),    y.sizes(),     cp.stride.h,   cp.stride.w,
-                       cp.padding.h, cp.padding.w, cp.dilation.h, cp.dilation.w, cp.groups};
+  const ConvGeometry g(x.sizes(), w.sizes(), y.sizes(), ConvParams::from(attrs, kind_name(kind)));
   const int device = target.device().index;
   DeviceGuard guard(device);
   cudnnHandle_t h = cudnn_handle(device, kind_name(kind));
@@ -297,8 +295,9 @@ void run_conv(ConvKind kind, const Tensor& x_in, const Tensor& w_in, const Tenso
   }
   if (st != CUDNN_STATUS_SUCCESS) {
     BRISK_FAIL(kind_name(kind), ": cuDNN failed with ", cudnn().cudnnGetErrorString(st), " (", int(st), ") for input ",
-               g.x, ", weight ", g.w, ", output ", g.y, ", stride (", g.sh, ", ", g.sw, "), padding (", g.ph, ", ",
-               g.pw, "), dilation (", g.dh, ", ", g.dw, "), groups ", g.groups, ", dtype ", t, " on cuda:", device);
+               g.x_sizes(), ", weight ", g.w_sizes(), ", output ", g.y_sizes(), ", stride (", g.sh, ", ", g.sw,
+               "), padding (", g.ph, ", ", g.pw, "), dilation (", g.dh, ", ", g.dw, "), groups ", g.groups, ", dtype ",
+               t, " on cuda:", device);
   }
   if (out.impl() != target.impl()) copy_into(target, out);
 }

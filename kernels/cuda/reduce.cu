@@ -1,10 +1,10 @@
-// kernels/cuda/reduce.cu: the CUDA reduction engine and the kernels on it: sum, amax/amin, var,
-// argmax/argmin run the ops of kernels/reduce_ops.h (the same structs as the CPU engine) over
-// one kernel; softmax, log_softmax, logsumexp and the fused cross-entropy forward and backward
-// share one row-wise log-sum-exp (row_lse). The CPU reference is kernels/cpu/reduce.cpp: same
-// plan (kept and reduced dims, each coalesced), same arithmetic (F16/BF16 in float, F64 in
-// double, integers in int64, NaN wins in max/min, first index wins in argmax), so results
-// agree up to summation order.
+// kernels/cuda/reduce.cu: the CUDA reduction engine and the kernels on it: the list of
+// kernels/reduce_ops.h (sum, nansum, amax/amin, argmax/argmin, registered from the same list
+// as the CPU's) and var run its ops over one kernel; softmax, log_softmax, logsumexp and the
+// fused cross-entropy forward and backward share one row-wise log-sum-exp (row_lse). The CPU
+// reference is kernels/cpu/reduce.cpp: same plan (kept and reduced dims, each coalesced), same
+// arithmetic (F16/BF16 in float, F64 in double, integers in int64, NaN wins in max/min, first
+// index wins in argmax), so results agree up to summation order.
 // Not here: inference, dims checking and backward formulas (engine/ops/reduce.cpp); block
 // reductions (kernels/cuda/block_reduce.cuh).
 #include <algorithm>
@@ -178,44 +178,23 @@ void reduce_into(const Tensor& x, const Tensor& out, uint32_t mask, Op op) {
   run_reduce(p, static_cast<const T*>(x.data_ptr()), static_cast<O*>(out.data_ptr()), out.device().index, op);
 }
 
-// ---- kernels: sum, amax/amin, var, argmax/argmin
-template <class F>
-void dispatch_integral(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::I8: return f(int8_t{});
-    case DType::U8: return f(uint8_t{});
-    case DType::I32: return f(int32_t{});
-    case DType::I64: return f(int64_t{});
-    case DType::Bool: return f(bool{});
-    default: BRISK_FAIL(op, ": unexpected dtype ", t);
-  }
-}
-
-void sum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+// ---- kernels: the list of one-pass reductions (kernels/reduce_ops.h, the same as the CPU's),
+// then var
+template <class E>
+void list_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
-  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), "sum");
-  if (is_floating(x.dtype())) {
-    dispatch_float(x.dtype(), "sum", [&](auto tag) {
-      using T = decltype(tag);
-      reduce_into<T, T>(x, out[0], mask, kernels::SumOp<compute_t<T>>{});
-    });
-  } else {
-    dispatch_integral(x.dtype(), "sum", [&](auto tag) {  // integers and Bool sum to I64
-      using T = decltype(tag);
-      reduce_into<T, int64_t>(x, out[0], mask, kernels::SumOp<int64_t>{});
-    });
-  }
-}
-
-template <bool IsMax>
-void extremum_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  const char* name = IsMax ? "amax" : "amin";
-  const Tensor& x = in[0];
-  const uint32_t mask = reduce_mask(attrs.dims, x.dim(), name);
-  dispatch_all(x.dtype(), name, [&](auto tag) {
+  const char* name = op_name(E::id);
+  const uint32_t mask = kernels::entry_mask(E::dims, x.dim(), attrs, name);
+  kernels::dispatch_reduce<E::dtypes>(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    reduce_into<T, T>(x, out[0], mask, kernels::ExtremumOp<compute_t<T>, IsMax>{});
+    using Op = typename E::template Op<T>;
+    reduce_into<T, kernels::ReduceOut<Op, T>>(x, out[0], mask, Op{});
   });
+}
+
+template <class... E>
+void register_reductions(kernels::ReduceList<E...>) {
+  (register_kernel(E::id, DeviceType::CUDA, list_kernel<E>), ...);
 }
 
 // Two passes, as on the CPU: each output's mean (MeanOp, into a flat buffer), then the squared
@@ -233,20 +212,6 @@ void var_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
     run_reduce(kernels::with_flat_output(p), xp, mp, device, kernels::MeanOp<A>{{}, A(p.n_red)});
     const A divisor = A(std::max(0.0, double(p.n_red) - attrs.a));
     run_reduce(p, xp, static_cast<T*>(out[0].data_ptr()), device, kernels::SquaredDeviationOp<A>{mp, A(0), divisor});
-  });
-}
-
-template <bool IsMax>
-void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  const char* name = IsMax ? "argmax" : "argmin";
-  const Tensor& x = in[0];
-  const uint32_t all = x.dim() == 0 ? 0u : (1u << x.dim()) - 1u;
-  const uint32_t mask = attrs.flag ? all : (1u << wrap_dim(attrs.dim, x.dim(), name)) & all;
-  dispatch_numeric(x.dtype(), name, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, bool>) {  // dispatch_numeric rejects Bool at run time
-      reduce_into<T, int64_t>(x, out[0], mask, kernels::ArgOp<compute_t<T>, IsMax>{});
-    }
   });
 }
 
@@ -602,12 +567,8 @@ void cross_entropy_backward_kernel(std::span<const Tensor> in, std::span<Tensor>
 
 void register_reduce() {
   constexpr DeviceType gpu = DeviceType::CUDA;
-  register_kernel(OpId::Sum, gpu, sum_kernel);
-  register_kernel(OpId::Amax, gpu, extremum_kernel<true>);
-  register_kernel(OpId::Amin, gpu, extremum_kernel<false>);
+  register_reductions(kernels::Reductions{});
   register_kernel(OpId::Var, gpu, var_kernel);
-  register_kernel(OpId::Argmax, gpu, arg_kernel<true>);
-  register_kernel(OpId::Argmin, gpu, arg_kernel<false>);
   register_kernel(OpId::Softmax, gpu, softmax_kernel<false>);
   register_kernel(OpId::LogSoftmax, gpu, softmax_kernel<true>);
   register_kernel(OpId::Logsumexp, gpu, logsumexp_cuda_kernel);

@@ -1,7 +1,8 @@
-// kernels/cuda/scan.cu: CUDA kernels of the scan family (engine/ops/scan.cpp). cumsum and
-// cumprod: one thread per line (all indices but dim fixed), walking the line in order and
-// accumulating in double for floats and in int64 for integers, exactly as the CPU kernels
-// (kernels/cpu/scan.cpp) do, so both backends give the same bits for the same order of adds.
+// kernels/cuda/scan.cu: CUDA kernels of the scan family (engine/ops/scan.cpp). The list of scans
+// of kernels/scan_ops.h (cumsum, cumprod, logcumsumexp): one thread per line (all indices but
+// dim fixed), walking the line in order with the same op structs and accumulators (double for
+// floats, int64 for integers) as the CPU kernels (kernels/cpu/scan.cpp), so both backends give
+// the same bits for the same order of steps.
 // argsort has no device sort yet: it copies the input to the host, runs the CPU kernel (stable,
 // NaN as the largest) and copies the indices back (Note [argsort on CUDA]).
 // Not here: the ops' inference and gradients (engine/ops/scan.cpp).
@@ -14,33 +15,31 @@
 #include "engine/op.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/register.h"
+#include "kernels/scan_ops.h"
 
 namespace brisk::kernels::cuda {
 
 namespace {
 
-template <class T>
-using scan_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
-
 // lines: offsets of each line's first element in x and y (OffsetCalc over the other dims).
-template <bool Product, class T>
+template <class T, class Op>
 __global__ void scan_lines_kernel(int64_t count, OffsetCalc<2> lines, int64_t n, int64_t in_step, int64_t out_step,
-                                  const T* x, T* y) {
-  using A = scan_acc_t<T>;
+                                  const T* x, T* y, Op op) {
+  using A = kernels::scan_acc_t<T>;
   for (int64_t line = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; line < count;
        line += int64_t(gridDim.x) * blockDim.x) {
     int64_t off[2];
     lines.get(line, off);
-    A acc = Product ? A(1) : A(0);
+    A acc = op.identity();
     for (int64_t k = 0; k < n; ++k) {
-      const A v = A(load_value(x + off[0] + k * in_step));
-      acc = Product ? acc * v : acc + v;
+      acc = op.step(acc, A(load_value(x + off[0] + k * in_step)));
       y[off[1] + k * out_step] = Store<T>::to(acc);
     }
   }
 }
 
-template <bool Product>
+// The kernel of one entry of the scan list (kernels/scan_ops.h).
+template <class E>
 void scan_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const Tensor& x = in[0];
   Tensor& y = out[0];
@@ -63,12 +62,23 @@ void scan_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   const OffsetCalc<2> lines = make_offset_calc<2>(sizes, strides);
   const int64_t count = sizes.numel();
   const cudaStream_t stream = stream_handle(x.device().index);
-  dispatch_numeric(x.dtype(), Product ? "cumprod" : "cumsum", [&](auto tag) {
+  auto run = [&](auto tag) {
     using T = decltype(tag);
-    scan_lines_kernel<Product, T><<<grid_for(count), kBlock, 0, stream>>>(
-        count, lines, n, in_step, out_step, static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()));
+    using Op = typename E::template Op<kernels::scan_acc_t<T>>;
+    scan_lines_kernel<T, Op><<<grid_for(count), kBlock, 0, stream>>>(
+        count, lines, n, in_step, out_step, static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), Op{});
     BRISK_CUDA_CHECK_LAUNCH();
-  });
+  };
+  if constexpr (E::dtypes == kernels::ScanDtypes::Float) {
+    dispatch_float(x.dtype(), op_name(E::id), run);
+  } else {
+    dispatch_numeric(x.dtype(), op_name(E::id), run);
+  }
+}
+
+template <class... E>
+void register_scans(kernels::ScanList<E...>) {
+  (register_kernel(E::id, DeviceType::CUDA, scan_kernel<E>), ...);
 }
 
 // Note [argsort on CUDA]
@@ -93,8 +103,7 @@ void argsort_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Att
 
 void register_scan() {
   constexpr DeviceType gpu = DeviceType::CUDA;
-  register_kernel(OpId::Cumsum, gpu, scan_kernel<false>);
-  register_kernel(OpId::Cumprod, gpu, scan_kernel<true>);
+  register_scans(kernels::Scans{});
   register_kernel(OpId::Argsort, gpu, argsort_kernel);
 }
 
