@@ -79,7 +79,15 @@ class Exporter {
     for (const auto& [dim, label] : dynamic) {
       BRISK_CHECK(dim >= 0 && dim < t.dim(), "export_model: dynamic axis ", dim, " of '", name, "' ", shape_text(t),
                   " is out of range");
-      if (dim == 0) batch_ = t.size(0);
+      const int64_t size = t.size(dim);
+      BRISK_CHECK(size > 1, "export_model: dynamic axis ", dim, " ('", label, "') of '", name, "' ", shape_text(t),
+                  " is traced at size ", size, ", which cannot be told from a broadcast: trace at a size > 1");
+      for (const DynamicDim& other : dynamic_)
+        BRISK_CHECK(other.size != size || other.label == label, "export_model: dynamic axes '", other.label, "' and '",
+                    label, "' are both traced at size ", size,
+                    "; trace them at different sizes (see Note [Dynamic sizes])");
+      if (std::none_of(dynamic_.begin(), dynamic_.end(), [&](const DynamicDim& d) { return d.size == size; }))
+        dynamic_.push_back({size, label, name, dim, ""});
     }
   }
 
@@ -97,6 +105,13 @@ class Exporter {
 
  private:
   std::string emit_int8(const trace::OpRecord& r, const std::vector<std::string>& in);
+  void emit_dynamic_factory(const trace::OpRecord& r);
+  std::string causal_mask(const std::string& q, const std::string& k, DType dt);
+  std::string cast_to(const std::string& v, DType to) {
+    const std::string c = fresh("Cast_out");
+    attr(node("Cast", {v}, {c}), "to", int64_t(onnx_type(to)));
+    return c;
+  }
   std::pair<std::string, std::string> dynamic_qparams(const std::string& x, bool reduce_range);
   enum class Kind { Param, Value, Const };
   using Key = const void*;
@@ -212,19 +227,144 @@ class Exporter {
     return out;
   }
 
-  // Reshape's target: the traced sizes, except at dim 0 of a value computed from the inputs
-  // when the batch is dynamic: 0 (copy the input's dim) where the batch sat at dim 0 of both,
-  // -1 (infer) where dim 0 holds a multiple of it (B * T flattened for an embedding, or
-  // unflattened back); the other dims are the traced ones.
-  std::vector<int64_t> reshape_target(const Tensor& in, const Shape& target) const {
-    std::vector<int64_t> v(target.begin(), target.end());
-    if (batch_ <= 0 || v.empty() || !depends_on_input_.count(key(in)) || v[0] % batch_ != 0) return v;
-    if (in.dim() > 0 && in.size(0) == batch_ && v[0] == batch_)
-      v[0] = 0;
-    else if (std::find(v.begin(), v.end(), -1) == v.end())
-      v[0] = -1;
+  // Note [Dynamic sizes]
+  // A forward reads sizes as plain integers, so the trace holds the traced batch and sequence
+  // length wherever the forward used them: in reshape targets, in the sizes of the factories it
+  // called (arange(T) for position ids, zeros((T, T)) and two aranges for a causal mask), in an
+  // expand's target, in the end of a slice of a max-size table. The exporter knows each dynamic
+  // axis's traced size (add_input refuses two axes traced at the same size, or at size 1) and
+  // writes such sizes as the graph computes them: Shape(input, start=axis, end=axis+1), what
+  // torch.onnx writes for a symbolic size, concatenated with the fixed ones. Where it does so:
+  //  - arange and fill whose length / shape holds a dynamic size become Range and
+  //    ConstantOfShape over that size, and what is computed from them becomes nodes (no longer
+  //    folded), so a position-id arange or a causal mask follows the input's T;
+  //  - attention's causal flag builds its (T, S) mask from q's and k's own shapes;
+  //  - expand's target and the end of a slice of a value that does not depend on the inputs
+  //    (a max-size table cut to T) take the size where it equals a dynamic one;
+  //  - a reshape of a value computed from the inputs copies its input's dim (Reshape's 0) where
+  //    the traced sizes agree at the same position, takes a dynamic size (or a product of two:
+  //    B * T) where the input holds that size not yet used, and infers one other multiple (-1).
+  // Matching by value is the cost of keeping sizes plain integers (no symbolic size through the
+  // engine): a fixed size equal to a traced dynamic one is taken for it. Export with example
+  // sizes that no fixed size of the model equals (odd sizes, unlike head counts and widths);
+  // the tests check each model at other sizes, in ONNX Runtime and through the importer.
+  struct DynamicDim {
+    int64_t size = 0;     // as traced
+    std::string label{};  // dim_param
+    std::string input{};  // the graph input and axis it is read from
+    int64_t axis = 0;
+    std::string value{};  // the ONNX name of the size as a (1,) I64 tensor, once made
+  };
+  int dynamic_index(int64_t size) const {
+    for (size_t k = 0; k < dynamic_.size(); ++k)
+      if (dynamic_[k].size == size) return int(k);
+    return -1;
+  }
+  // The dynamic sizes whose product is `size` (one, or two different ones: B * T); empty if none.
+  std::vector<int> dynamic_factors(int64_t size) const {
+    if (int k = dynamic_index(size); k >= 0) return {k};
+    for (size_t k = 0; k < dynamic_.size(); ++k)
+      for (size_t l = k + 1; l < dynamic_.size(); ++l)
+        if (dynamic_[k].size * dynamic_[l].size == size) return {int(k), int(l)};
+    return {};
+  }
+  std::string dynamic_value(int k) {
+    DynamicDim& d = dynamic_[size_t(k)];
+    if (d.value.empty()) {
+      d.value = fresh("size_" + d.label);
+      NodeProto* n = node("Shape", {d.input}, {d.value});
+      attr(n, "start", d.axis);
+      attr(n, "end", d.axis + 1);
+    }
+    return d.value;
+  }
+  // A (1,) I64 value: the product of the given dynamic sizes.
+  std::string dynamic_product(const std::vector<int>& factors) {
+    std::string v = dynamic_value(factors[0]);
+    for (size_t i = 1; i < factors.size(); ++i) v = op("Mul", {v, dynamic_value(factors[i])});
     return v;
   }
+  // A 1-D I64 shape: `sizes`, where symbolic[i] names the dynamic factors of sizes[i] (empty:
+  // the fixed size). Constants alone when nothing is symbolic.
+  std::string shape_value(const std::vector<int64_t>& sizes, const std::vector<std::vector<int>>& symbolic) {
+    if (std::all_of(symbolic.begin(), symbolic.end(), [](const auto& f) { return f.empty(); })) return ints(sizes);
+    std::vector<std::string> parts;
+    std::vector<int64_t> run;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (symbolic[i].empty()) {
+        run.push_back(sizes[i]);
+        continue;
+      }
+      if (!run.empty()) parts.push_back(ints(run));
+      run.clear();
+      parts.push_back(dynamic_product(symbolic[i]));
+    }
+    if (!run.empty()) parts.push_back(ints(run));
+    const std::string out = fresh("Concat_out");
+    attr(node("Concat", parts, {out}), "axis", int64_t(0));
+    return out;
+  }
+  // A factory's or an expand's shape: every size equal to a dynamic one is taken for it.
+  std::string factory_shape(const Shape& sizes) {
+    std::vector<std::vector<int>> sym;
+    for (int64_t s : sizes)
+      sym.push_back(dynamic_index(s) >= 0 ? std::vector<int>{dynamic_index(s)} : std::vector<int>{});
+    return shape_value(std::vector<int64_t>(sizes.begin(), sizes.end()), sym);
+  }
+  bool has_dynamic_size(const Shape& sizes) const {
+    return std::any_of(sizes.begin(), sizes.end(), [&](int64_t s) { return dynamic_index(s) >= 0; });
+  }
+
+  // Reshape's target (Note [Dynamic sizes]): for a value computed from the inputs, a dim whose
+  // traced size equals the input's at the same position and is dynamic is copied (0); one that
+  // is a dynamic size, or a product of two, that the input holds and no copy took becomes that
+  // size from the graph; one other multiple of a dynamic size the input holds is inferred (-1).
+  // A single non-fixed dim is always inferred (-1), which needs no Shape node.
+  std::string reshape_target(const Tensor& in, const Shape& target) {
+    std::vector<int64_t> v(target.begin(), target.end());
+    if (dynamic_.empty() || !depends_on_input_.count(key(in))) return ints(v);
+    std::vector<int> held(dynamic_.size(), 0);  // how often each dynamic size is a factor of the input's dims
+    for (int64_t d = 0; d < in.dim(); ++d)
+      for (int k : dynamic_factors(in.size(d))) ++held[size_t(k)];
+    auto take = [&](const std::vector<int>& f) {
+      if (f.empty() || std::any_of(f.begin(), f.end(), [&](int k) { return held[size_t(k)] == 0; })) return false;
+      for (int k : f) --held[size_t(k)];
+      return true;
+    };
+    enum Kind { Fixed, Copy, Symbolic, Infer };
+    std::vector<Kind> kind(v.size(), Fixed);
+    std::vector<std::vector<int>> sym(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      if (int64_t(i) < in.dim() && v[i] == in.size(int64_t(i)) && take(dynamic_factors(v[i]))) kind[i] = Copy;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (kind[i] != Fixed) continue;
+      std::vector<int> f = dynamic_factors(v[i]);
+      if (take(f)) {
+        kind[i] = Symbolic;
+        sym[i] = f;
+      }
+    }
+    const bool has_infer = std::find(v.begin(), v.end(), -1) != v.end();
+    for (size_t i = 0; i < v.size() && !has_infer; ++i) {
+      if (kind[i] != Fixed) continue;
+      bool multiple = false;
+      for (size_t k = 0; k < dynamic_.size(); ++k) multiple = multiple || (held[k] > 0 && v[i] % dynamic_[k].size == 0);
+      if (multiple) {
+        kind[i] = Infer;
+        break;
+      }
+    }
+    const auto open = std::count_if(kind.begin(), kind.end(), [](Kind k) { return k == Symbolic || k == Infer; });
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (kind[i] == Copy) v[i] = 0;
+      if (kind[i] == Infer || (kind[i] == Symbolic && open == 1 && !has_infer)) {
+        v[i] = -1;
+        sym[i].clear();
+      }
+    }
+    return shape_value(v, sym);
+  }
+  std::vector<DynamicDim> dynamic_;
   std::unordered_map<Key, bool> depends_on_input_;
 
   ::onnx::GraphProto& g_;
@@ -233,8 +373,8 @@ class Exporter {
   std::unordered_map<Key, Tensor> params_, consts_;
   std::unordered_map<Key, bool> written_;
   std::unordered_map<Key, const char*> unavailable_;  // outputs after the first: their op's name
+  std::unordered_map<Key, bool> zero_state_;  // zeros of a dynamic shape and their views (recurrent initial states)
   int64_t counter_ = 0;
-  int64_t batch_ = -1;
 };
 
 void Exporter::emit(const trace::OpRecord& r, size_t index) {
@@ -245,6 +385,12 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     BRISK_FAIL("export_model: op ", index, " of the forward, ", def.name, " (", in.str(),
                "), is not exportable: ", why);
   };
+  // A factory of a dynamic size is computed in the graph (Note [Dynamic sizes]).
+  if ((r.id == OpId::Arange && r.attrs.shape.size() == 1 && dynamic_index(r.attrs.shape[0]) >= 0) ||
+      (r.id == OpId::Fill && r.inputs.empty() && has_dynamic_size(r.attrs.shape))) {
+    emit_dynamic_factory(r);
+    return;
+  }
   // Constant folding: an op of constants only is a constant (its traced value).
   bool all_const = true;
   for (const Tensor& t : r.inputs) all_const = all_const && is_const(t);
@@ -400,7 +546,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     case OpId::View: {
       const Shape& sizes = r.outputs[0].sizes();
       if (std::find(sizes.begin(), sizes.end(), 0) == sizes.end()) {
-        y = op("Reshape", {in[0], ints(reshape_target(r.inputs[0], sizes))});
+        y = op("Reshape", {in[0], reshape_target(r.inputs[0], sizes)});
       } else {  // an empty dim: Reshape's 0 would copy the input's, so allowzero and the sizes as traced
         y = fresh("Reshape_out");
         attr(node("Reshape", {in[0], ints(std::vector<int64_t>(sizes.begin(), sizes.end()))}, {y}), "allowzero",
@@ -418,7 +564,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       const int64_t lead = int64_t(shape.size()) - r.inputs[0].dim();
       for (int64_t d = 0; d < r.inputs[0].dim(); ++d)
         if (r.inputs[0].size(d) == shape[size_t(lead + d)]) shape[size_t(lead + d)] = 1;
-      y = op("Expand", {in[0], ints(shape)});
+      y = op("Expand", {in[0], factory_shape(Shape(shape))});
       break;
     }
     case OpId::Slice: {
@@ -533,7 +679,9 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       attr(node("Transpose", {in[1]}, {kt}), "perm", perm);
       std::string scores = op("Mul", {op("MatMul", {in[0], kt}), scalar(a.b, dt)});
       const double neg_inf = -std::numeric_limits<double>::infinity();
-      if (a.flag) {  // top-left causal diagonal, a constant (T, S) additive mask
+      if (a.flag && (dynamic_index(t) >= 0 || dynamic_index(s) >= 0)) {
+        scores = op("Add", {scores, causal_mask(in[0], in[1], dt)});
+      } else if (a.flag) {  // top-left causal diagonal, a constant (T, S) additive mask
         std::vector<float> m(size_t(t * s));
         for (int64_t i = 0; i < t; ++i)
           for (int64_t j = 0; j < s; ++j) m[size_t(i * s + j)] = j <= i ? 0.0f : float(neg_inf);
@@ -581,7 +729,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       // batch stays dynamic; any other goes in as (1, B, H).
       auto state = [&](size_t i) -> std::string {
         const Tensor& s = r.inputs[i];
-        if (is_const(s) && max(abs(s)).item<double>() == 0) return "";
+        if (zero_state_.count(key(s)) || (is_const(s) && max(abs(s)).item<double>() == 0)) return "";
         return op("Unsqueeze", {in[i], ints({0})});
       };
       std::vector<std::string> args = {in[0], w, rr, bias, "", state(lstm ? 2 : 3)};
@@ -615,6 +763,59 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
   known_[key(r.outputs[0])] = Kind::Value;
   written_[key(r.outputs[0])] = true;
   for (size_t i = 1; i < r.outputs.size(); ++i) unavailable_[key(r.outputs[i])] = def.name;
+  const bool reshapes = r.id == OpId::View || r.id == OpId::Slice || r.id == OpId::Permute || r.id == OpId::Expand ||
+                        r.id == OpId::Cast || r.id == OpId::ToDevice;
+  if (reshapes && zero_state_.count(key(r.inputs[0]))) zero_state_[key(r.outputs[0])] = true;
+}
+
+// arange(start, start + n * step) or full(shape, value) where n or a dim of shape is a dynamic
+// size: Range over the size read from the graph input (then scaled and shifted in the dtype, so
+// the length is exactly n), or ConstantOfShape.
+void Exporter::emit_dynamic_factory(const trace::OpRecord& r) {
+  const Attrs& a = r.attrs;
+  const Tensor& out = r.outputs[0];
+  std::string y;
+  if (r.id == OpId::Arange) {
+    const std::string n = op("Squeeze", {dynamic_value(dynamic_index(a.shape[0])), ints({0})});
+    y = op("Range",
+           {constant(scalar_tensor(0.0, DType::I64), "zero"), n, constant(scalar_tensor(1.0, DType::I64), "one")});
+    if (a.dtype != DType::I64) y = cast_to(y, a.dtype);
+    if (a.b != 1) y = op("Mul", {y, scalar(a.b, a.dtype)});
+    if (a.a != 0) y = op("Add", {y, scalar(a.a, a.dtype)});
+  } else {
+    y = fresh("ConstantOfShape_out");
+    NodeProto* n = node("ConstantOfShape", {factory_shape(a.shape)}, {y});
+    AttributeProto* v = n->add_attribute();
+    v->set_name("value");
+    v->set_type(AttributeProto::TENSOR);
+    TensorProto* t = v->mutable_t();
+    const Tensor one = full({1}, a.a, out.dtype());
+    t->set_data_type(onnx_type(out.dtype()));
+    t->add_dims(1);
+    t->set_raw_data(std::string(static_cast<const char*>(one.data_ptr()), size_t(one.element_size())));
+    if (a.a == 0) zero_state_[key(out)] = true;
+  }
+  names_[key(out)] = y;
+  known_[key(out)] = Kind::Value;
+  written_[key(out)] = true;
+  depends_on_input_[key(out)] = true;
+}
+
+// Attention's causal flag over dynamic sizes: key j is allowed for query i when j <= i, with T
+// and S read from q's and k's shapes: (T, S), 0 or -inf.
+std::string Exporter::causal_mask(const std::string& q, const std::string& k, DType dt) {
+  auto positions = [&](const std::string& v, int64_t axis) {
+    const std::string size = fresh("Shape_out");
+    NodeProto* n = node("Shape", {v}, {size});
+    attr(n, "start", int64_t(-2));
+    attr(n, "end", int64_t(-1));
+    const std::string len = op("Squeeze", {size, ints({0})});
+    const std::string range = op("Range", {constant(scalar_tensor(0.0, DType::I64), "zero"), len,
+                                           constant(scalar_tensor(1.0, DType::I64), "one")});
+    return op("Unsqueeze", {range, ints({axis})});
+  };
+  const std::string future = op("Greater", {positions(k, 0), positions(q, 1)});  // (T, S)
+  return op("Where", {future, scalar(-std::numeric_limits<double>::infinity(), dt), scalar(0, dt)});
 }
 
 // Note [Int8 export]
