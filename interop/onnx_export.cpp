@@ -410,7 +410,8 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
   const DType dt = x.dtype();
   std::vector<std::string> in;
   for (const Tensor& t : r.inputs) in.push_back(use(t));
-  std::string y;  // the name of output 0
+  std::string y;                  // the name of output 0
+  std::vector<std::string> more;  // of outputs 1, 2, ... where the mapping gives them
   auto same = [&](const char* type) { y = op(type, {in[0]}); };
   auto binary = [&](const char* type) { y = op(type, {in[0], in[1]}); };
   switch (r.id) {
@@ -598,6 +599,85 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     }
     case OpId::Cumsum: y = op("CumSum", {in[0], constant(scalar_tensor(double(a.dim), DType::I64), "axis")}); break;
+    case OpId::Cumprod: {
+      // Opset 17 has no CumProd: y_i = prod_{j <= i} x_j as a ReduceProd over a new axis of
+      // x_j where j <= i and 1 elsewhere ((n, n) lower-triangular mask at dims d, d + 1).
+      const int64_t d = a.dim < 0 ? a.dim + x.dim() : a.dim, n = x.size(d);
+      std::vector<uint8_t> m(size_t(n * n));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) m[size_t(i * n + j)] = j <= i;
+      Shape mask_shape = Shape::filled(x.dim() - d + 1, 1);
+      mask_shape[0] = mask_shape[1] = n;
+      const Tensor mask = cast(from_data(m.data(), {n, n}).view(mask_shape), DType::Bool);
+      const std::string rows = op("Unsqueeze", {in[0], ints({d})});  // (..., 1, n, ...): x_j along d + 1
+      const std::string picked = op("Where", {constant(mask, "lower"), rows, scalar(1, dt)});
+      y = fresh("ReduceProd_out");
+      NodeProto* n_ = node("ReduceProd", {picked}, {y});
+      attr(n_, "axes", std::vector<int64_t>{d + 1});
+      attr(n_, "keepdims", int64_t(0));
+      break;
+    }
+    case OpId::IndexAdd: {  // ScatterElements(add) with the index along dim, broadcast to src
+      const Tensor& src = r.inputs[2];
+      const int64_t d = a.dim < 0 ? a.dim + src.dim() : a.dim;
+      Shape idx_shape = Shape::filled(src.dim(), 1);
+      idx_shape[d] = r.inputs[1].numel();
+      const std::string idx =
+          op("Expand", {op("Reshape", {in[1], ints(std::vector<int64_t>(idx_shape.begin(), idx_shape.end()))}),
+                        op("Shape", {in[2]})});
+      y = fresh("ScatterElements_out");
+      NodeProto* n = node("ScatterElements", {in[0], idx, in[2]}, {y});
+      attr(n, "axis", d);
+      AttributeProto* red = n->add_attribute();
+      red->set_name("reduction");
+      red->set_type(AttributeProto::STRING);
+      red->set_s("add");
+      break;
+    }
+    case OpId::LinalgSlogdet: {  // (sign, log |det|) of ONNX's Det
+      const std::string det = op("Det", {in[0]});
+      y = op("Sign", {det});
+      more.push_back(op("Log", {op("Abs", {det})}));
+      break;
+    }
+    case OpId::Resample2d: {
+      // Separable: rows first, t[.., i, w] = sum_a wh[i, a] x[.., ih[i, a], w], then columns the
+      // same way (the sum over a and b in another order: equal to rounding).
+      auto along = [&](const std::string& v, const std::string& index, const std::string& weight, const Tensor& w,
+                       int64_t axis) {
+        const std::string g = fresh("Gather_out");
+        attr(node("Gather", {v, index}, {g}), "axis", axis);  // (.., Ho, 2, W) or (.., Ho, Wo, 2)
+        std::string wv = weight;
+        if (w.dtype() != dt) wv = cast_to(wv, dt);
+        if (axis == -2) wv = op("Unsqueeze", {wv, ints({-1})});  // (Ho, 2, 1)
+        const std::string sum = fresh("ReduceSum_out");
+        attr(node("ReduceSum", {op("Mul", {g, wv}), ints({axis == -2 ? int64_t(-2) : int64_t(-1)})}, {sum}), "keepdims",
+             int64_t(0));
+        return sum;
+      };
+      y = along(along(in[0], in[1], in[2], r.inputs[2], -2), in[3], in[4], r.inputs[4], -1);
+      break;
+    }
+    case OpId::Conv2dBackwardInput: {  // conv_transpose2d (Note [Transposed convolution] in nn/functional_conv.cpp)
+      const ConvParams p = ConvParams::from(a, def.name);
+      const Tensor& w = r.inputs[1];
+      std::vector<int64_t> out_pad;
+      for (int64_t i = 0; i < 2; ++i) {
+        const int64_t s = i ? p.stride.w : p.stride.h, pad = i ? p.padding.w : p.padding.h;
+        const int64_t dil = i ? p.dilation.w : p.dilation.h;
+        const int64_t natural = (x.size(2 + i) - 1) * s + (w.size(2 + i) - 1) * dil + 1 - 2 * pad;
+        out_pad.push_back(a.shape[size_t(2 + i)] - natural);
+      }
+      y = fresh("ConvTranspose_out");
+      NodeProto* n = node("ConvTranspose", {in[0], in[1]}, {y});
+      attr(n, "kernel_shape", std::vector<int64_t>{w.size(2), w.size(3)});
+      attr(n, "strides", std::vector<int64_t>{p.stride.h, p.stride.w});
+      attr(n, "pads", std::vector<int64_t>{p.padding.h, p.padding.w, p.padding.h, p.padding.w});
+      attr(n, "dilations", std::vector<int64_t>{p.dilation.h, p.dilation.w});
+      attr(n, "group", p.groups);
+      if (out_pad[0] != 0 || out_pad[1] != 0) attr(n, "output_padding", out_pad);
+      break;
+    }
     case OpId::Argsort: {  // a full TopK's indices: ties keep their order, as the stable sort
       const int64_t dim = a.dim < 0 ? a.dim + x.dim() : a.dim;
       const std::string values = fresh("TopK_values");
@@ -757,12 +837,18 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     default: fail("no ONNX mapping for this op yet");
   }
-  // Output 0 is y; the others (max pool's indices, layer norm's statistics, dropout's mask) are
-  // not graph values: using one later fails as an unknown value.
-  names_[key(r.outputs[0])] = y;
-  known_[key(r.outputs[0])] = Kind::Value;
-  written_[key(r.outputs[0])] = true;
-  for (size_t i = 1; i < r.outputs.size(); ++i) unavailable_[key(r.outputs[i])] = def.name;
+  // Output 0 is y, and output i is more[i - 1] where the mapping wrote it (slogdet's); the others
+  // (max pool's indices, layer norm's statistics, dropout's mask) are not graph values: using
+  // one later fails as an unknown value.
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    if (i > more.size()) {
+      unavailable_[key(r.outputs[i])] = def.name;
+      continue;
+    }
+    names_[key(r.outputs[i])] = i == 0 ? y : more[i - 1];
+    known_[key(r.outputs[i])] = Kind::Value;
+    written_[key(r.outputs[i])] = true;
+  }
   const bool reshapes = r.id == OpId::View || r.id == OpId::Slice || r.id == OpId::Permute || r.id == OpId::Expand ||
                         r.id == OpId::Cast || r.id == OpId::ToDevice;
   if (reshapes && zero_state_.count(key(r.inputs[0]))) zero_state_[key(r.outputs[0])] = true;
@@ -905,7 +991,9 @@ std::string Exporter::emit_int8(const trace::OpRecord& r, const std::vector<std:
 namespace {
 
 ::onnx::ModelProto build_model(nn::Module& model, const std::vector<Tensor>& inputs, const ExportOptions& o) {
-  BRISK_CHECK(!inputs.empty(), "export_model: needs example inputs");
+  // An imported graph may have no inputs (ONNX's constant-only graphs); a module's forward has one.
+  const bool imported = dynamic_cast<OnnxModel*>(&model) != nullptr;
+  BRISK_CHECK(!inputs.empty() || imported, "export_model: needs example inputs");
   BRISK_CHECK(o.opset_version >= 17 && o.opset_version <= 17, "export_model: opset ", o.opset_version,
               " is not supported (17)");
   BRISK_CHECK(!autocast_state().depth, "export_model: cannot trace under autocast (export the model in one dtype)");
@@ -945,7 +1033,7 @@ namespace {
   // graph: the dict call, every output it returns.
   std::vector<std::pair<std::string, Tensor>> outs;
   std::vector<trace::OpRecord> records;
-  const bool dict_call = inputs.size() > 1 || o.output_names.size() > 1 || dynamic_cast<OnnxModel*>(&model) != nullptr;
+  const bool dict_call = inputs.size() > 1 || o.output_names.size() > 1 || imported;
   {
     NoGradGuard no_grad;
     trace::Recorder rec;

@@ -19,8 +19,8 @@
 // that no other dynamic axis and no fixed size of the model has (an odd length, say), and check
 // the exported model at other sizes (the tests do, with the importer and with ONNX Runtime).
 // Not exportable (a brisk::Error naming the op, its position in the forward and its inputs):
-// training-mode batch norm and dropout, random ops, the recurrent sequence ops, losses, and ops
-// run under autocast, int8 modules (their kernels run outside dispatch).
+// training-mode batch norm and dropout, random ops, losses, ops run under autocast. int8
+// modules export as QuantizeLinear / DequantizeLinear graphs (Note [Int8 export]).
 // Not here: reading ONNX (interop/onnx_import.h), the op recorder (engine/trace.h).
 #pragma once
 
