@@ -830,6 +830,22 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     }
     case OpId::Int8Linear:
     case OpId::Int8Conv2d: y = emit_int8(r, in); break;
+    case OpId::QuantizeAffine:
+    case OpId::DequantizeAffine: {
+      // (x, scale (C) F32, zero_point (C) I64): ONNX takes a scalar scale and zero point per
+      // tensor, a 1-D pair along `axis` per channel, the zero point in the quantized dtype.
+      const bool quantize = r.id == OpId::QuantizeAffine;
+      const DType q = quantize ? a.dtype : x.dtype();
+      std::string scale = in[1], zp = cast_to(in[2], q);
+      if (a.dim < 0) {
+        scale = op("Squeeze", {scale, ints({0})});
+        zp = op("Squeeze", {zp, ints({0})});
+      }
+      y = fresh(quantize ? "QuantizeLinear_out" : "DequantizeLinear_out");
+      NodeProto* n = node(quantize ? "QuantizeLinear" : "DequantizeLinear", {in[0], scale, zp}, {y});
+      if (a.dim >= 0) attr(n, "axis", a.dim);
+      break;
+    }
     case OpId::Dropout: fail("dropout in training mode (call model.eval() before exporting)"); break;
     case OpId::Fill:
     case OpId::Arange:
@@ -917,7 +933,8 @@ std::string Exporter::causal_mask(const std::string& q, const std::string& k, DT
 // quantizes, are only clamped. What ONNX Runtime may compute differently is an activation at a
 // rounding tie (x / scale against brisk's x * (1 / scale)) and the float sum of the
 // dequantized products against brisk's exact int32 one: outputs agree within one quantization
-// step (tests/onnx_ort_check.py).
+// step (tests/onnx_ort_check.py). quantize_affine and dequantize_affine (QTensor's quantize and
+// dequantize inside a forward) are QuantizeLinear and DequantizeLinear one to one.
 std::pair<std::string, std::string> Exporter::dynamic_qparams(const std::string& x, bool reduce_range) {
   const int64_t qmin = 0, qmax = reduce_range ? 127 : 255;
   auto to = [&](const std::string& v, DType t) {

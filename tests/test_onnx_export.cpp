@@ -151,6 +151,22 @@ double rel_err(const Tensor& got, const Tensor& want) {
 
 }  // namespace
 
+// A linear layer whose forward quantizes and dequantizes its input (quint8, per tensor) and its
+// weight (qint8, per output channel) through quantize_affine / dequantize_affine, as a
+// fake-quantized layer runs.
+class QdqLinear : public nn::Module {
+ public:
+  QdqLinear() : Module("QdqLinear") { register_module("fc", std::make_shared<nn::Linear>(12, 6)); }
+  Tensor forward(const Tensor& x) override {
+    namespace q = nn::quantize;
+    const Tensor& w = submodule("fc").parameter("weight");
+    const Tensor scales = amax(abs(w), {1}) / 127.0;
+    const Tensor xq = q::quantize_per_tensor(x, 0.03f, 128, q::QDType::QUInt8).dequantize();
+    const Tensor wq = q::quantize_per_channel(w, scales, zeros({6}, DType::I64), 0, q::QDType::QInt8).dequantize();
+    return nn::functional::linear(xq, wq, submodule("fc").parameter("bias"));
+  }
+};
+
 // The compression toolkit's int8 models (names ending "_int8": tests/onnx_ort_check.py allows
 // them one quantization step): an MLP through quantize_dynamic, a conv net through static PTQ
 // (fuse conv + batch norm + ReLU + 2x2 max pool, calibrate, convert).
@@ -182,6 +198,10 @@ std::vector<ZooCase> int8_zoo() {
        },
        [](int64_t b, int64_t) {
          return randn({b, 1, 28, 28});
+       }},
+      {"qdq_linear_int8", [] { return std::make_shared<QdqLinear>(); },
+       [](int64_t b, int64_t) {
+         return randn({b, 12});
        }},
   };
 }
@@ -276,10 +296,47 @@ TEST_CASE("onnx export: int8 models become QDQ graphs with the int8 weights as i
       ++int8_weights;
       CHECK(t.name().ends_with("weight"));  // the quantized module's buffer, under its state_dict name
     }
+    if (c.name == "qdq_linear_int8") {  // quantize_affine and dequantize_affine, of x and of the weight
+      CHECK(quantize == 2);
+      CHECK(dequantize == 2);
+      continue;
+    }
     const int layers = 3;             // Linear x 3, or Conv2d x 2 and Linear
     CHECK(quantize == layers);        // one per layer's input
     CHECK(dequantize == 2 * layers);  // its input and its weight
     CHECK(int8_weights == layers);
+  }
+}
+
+// One quantization step of an output: quint8 over its range, as a requantizing module would
+// take it ((max(0, hi) - min(0, lo)) / 255), the tolerance tests/onnx_ort_check.py gives ONNX
+// Runtime on the same models.
+double quantization_step(const Tensor& y) {
+  return (std::max(0.0, max(y).item<double>()) - std::min(0.0, min(y).item<double>())) / 255;
+}
+
+TEST_CASE("onnx export: int8 QDQ graphs import again and agree within one quantization step") {
+  for (const ZooCase& c : int8_zoo()) {
+    CAPTURE(c.name);
+    manual_seed(3);
+    auto model = c.make();
+    const auto dir = std::filesystem::temp_directory_path();
+    const std::string path = (dir / ("brisk_qdq_" + c.name + ".onnx")).string();
+    brisk::onnx::export_model(*model, {c.input(kTraceBatch, kTraceSeq)}, path,
+                              {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+    auto imported = brisk::onnx::load_model(path);
+    const auto types = imported->op_types();
+    CHECK(std::find(types.begin(), types.end(), "QuantizeLinear") != types.end());
+    NoGradGuard no_grad;
+    for (int64_t batch : {2, 5}) {
+      CAPTURE(batch);
+      Tensor x = c.input(batch, kTraceSeq);
+      const Tensor want = (*model)(x);
+      const double steps = max(abs((*imported)(x)-want)).item<double>() / quantization_step(want);
+      CAPTURE(steps);
+      CHECK(steps <= 1.0);
+    }
+    std::filesystem::remove(path);
   }
 }
 
@@ -357,6 +414,9 @@ TEST_CASE("onnx export: sample models") {
     model->eval();
     brisk::onnx::export_model(*model, {c.input(kTraceBatch, kTraceSeq)}, std::string(out) + "/" + c.name + ".onnx",
                               dynamic_options(c));
+    // An int8 model's QDQ graph imported again into brisk: ONNX Runtime must agree with it too.
+    std::shared_ptr<brisk::onnx::OnnxModel> reimported;
+    if (c.name.ends_with("_int8")) reimported = brisk::onnx::load_model(std::string(out) + "/" + c.name + ".onnx");
     NoGradGuard no_grad;
     NamedTensors io;
     for (const auto& [batch, seq] : kCheckSizes) {
@@ -365,6 +425,7 @@ TEST_CASE("onnx export: sample models") {
       const std::string size = c.sequence ? std::to_string(batch) + "x" + std::to_string(seq) : std::to_string(batch);
       io.emplace_back("input_" + size, x);
       io.emplace_back("output_" + size, (*model)(x).contiguous());
+      if (reimported) io.emplace_back("reimported_" + size, (*reimported)(x).contiguous());
     }
     save_safetensors(std::string(out) + "/" + c.name + ".safetensors", io);
     if (c.name == "resnet18") {  // also with its weights as external data, which ONNX Runtime reads too
