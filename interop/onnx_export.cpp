@@ -239,8 +239,9 @@ class Exporter {
   //    ConstantOfShape over that size, and what is computed from them becomes nodes (no longer
   //    folded), so a position-id arange or a causal mask follows the input's T;
   //  - attention's causal flag builds its (T, S) mask from q's and k's own shapes;
-  //  - expand's target and the end of a slice of a value that does not depend on the inputs
-  //    (a max-size table cut to T) take the size where it equals a dynamic one;
+  //  - expand's target takes the size where it equals a dynamic one, and so does the end of a
+  //    prefix slice x[:T] of a dim whose fixed size is larger (a position table or a max-size
+  //    causal mask cut to T, folded constant or not);
   //  - a reshape of a value computed from the inputs copies its input's dim (Reshape's 0) where
   //    the traced sizes agree at the same position, takes a dynamic size (or a product of two:
   //    B * T) where the input holds that size not yet used, and infers one other multiple (-1).
@@ -310,6 +311,14 @@ class Exporter {
     for (int64_t s : sizes)
       sym.push_back(dynamic_index(s) >= 0 ? std::vector<int>{dynamic_index(s)} : std::vector<int>{});
     return shape_value(std::vector<int64_t>(sizes.begin(), sizes.end()), sym);
+  }
+  // x[:T] along a dim whose traced size is fixed and larger (a position table, a max-size causal
+  // mask), T a dynamic size.
+  bool dynamic_prefix(const trace::OpRecord& r) const {
+    if (r.id != OpId::Slice) return false;
+    const Attrs& a = r.attrs;
+    const int64_t size = r.inputs[0].size(a.dim);
+    return a.start == 0 && a.step == 1 && a.end < size && dynamic_index(a.end) >= 0 && dynamic_index(size) < 0;
   }
   bool has_dynamic_size(const Shape& sizes) const {
     return std::any_of(sizes.begin(), sizes.end(), [&](int64_t s) { return dynamic_index(s) >= 0; });
@@ -391,8 +400,9 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     emit_dynamic_factory(r);
     return;
   }
-  // Constant folding: an op of constants only is a constant (its traced value).
-  bool all_const = true;
+  // Constant folding: an op of constants only is a constant (its traced value), unless its size
+  // follows a dynamic one.
+  bool all_const = !dynamic_prefix(r);
   for (const Tensor& t : r.inputs) all_const = all_const && is_const(t);
   if (all_const && r.id != OpId::Rand && r.id != OpId::Randn && r.id != OpId::Dropout && r.id != OpId::Bernoulli &&
       r.id != OpId::Multinomial) {
@@ -571,6 +581,11 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     case OpId::Slice: {
       const int64_t size = r.inputs[0].size(a.dim);
       const int64_t end = a.end >= size ? std::numeric_limits<int64_t>::max() : a.end;
+      if (dynamic_prefix(r)) {  // a max-size table cut to a dynamic size
+        y = op("Slice", {in[0], ints({0}), dynamic_value(dynamic_index(a.end)), ints({a.dim})});
+        depends_on_input_[key(r.outputs[0])] = true;
+        break;
+      }
       y = op("Slice", {in[0], ints({a.start}), ints({end}), ints({a.dim}), ints({a.step})});
       break;
     }

@@ -13,8 +13,8 @@
 //
 // Dynamic axes: a dim named in dynamic_axes gets a dim_param in the graph's inputs and
 // outputs, and wherever the trace used its traced size (reshape targets, the length of an
-// arange for position ids, the shape of a causal mask's zeros, an expand, attention's causal
-// flag) the graph reads the size from the input's shape instead (Note [Dynamic sizes] in
+// arange for position ids, the shape of a causal mask's zeros, an expand, a table cut to T,
+// attention's causal flag) the graph reads the size from the input's shape instead (Note [Dynamic sizes] in
 // interop/onnx_export.cpp). Sizes are matched by value: trace each dynamic axis at a size > 1
 // that no other dynamic axis and no fixed size of the model has (an odd length, say), and check
 // the exported model at other sizes (the tests do, with the importer and with ONNX Runtime).

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,24 @@ class CausalEncoder : public nn::Module {
   Tensor forward(const Tensor& x) override {
     Tensor mask = nn::generate_square_subsequent_mask(x.size(1));
     return static_cast<nn::TransformerEncoder&>(submodule("encoder"))(x, mask);
+  }
+};
+
+// A learned position table and a max-size causal mask (a buffer), each cut to the input's
+// length T as many language models do: x (B, T, 16) + table[:T], then attention of x on itself
+// under mask[:T, :T].
+class TableCut : public nn::Module {
+ public:
+  TableCut() : Module("TableCut") {
+    register_parameter("table", randn({12, 16}));
+    Tensor above = gt(arange(12).unsqueeze(0), arange(12).unsqueeze(1));
+    register_buffer("mask", masked_fill(zeros({12, 12}), above, -std::numeric_limits<double>::infinity()));
+  }
+  Tensor forward(const Tensor& x) override {
+    const int64_t t = x.size(1);
+    Tensor h = x + parameter("table").narrow(0, 0, t);
+    Tensor scores = matmul(h, h.transpose(1, 2)) * 0.25 + buffer("mask").narrow(0, 0, t).narrow(1, 0, t);
+    return matmul(softmax(scores, -1), h);
   }
 };
 
@@ -134,6 +153,11 @@ std::vector<ZooCase> zoo() {
        },
        [](int64_t b, int64_t t) {
          return randn({b, t, 32});
+       },
+       true},
+      {"table_cut", [] { return std::make_shared<TableCut>(); },
+       [](int64_t b, int64_t t) {
+         return randn({b, t, 16});
        },
        true},
       {"causal_encoder", [] { return std::make_shared<CausalEncoder>(); },
