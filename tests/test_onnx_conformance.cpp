@@ -5,7 +5,8 @@
 // UnsupportedError); tests/data/onnx/conformance_expected.txt lists every case that does not
 // pass with its reason, and any change either way fails the test, naming the cases.
 // Writes to $TMPDIR: onnx_conformance_actual.txt (the list as it now is: copy it over the
-// expected file after a deliberate change) and onnx.md (the supported-op table: copy it to
+// expected file after a deliberate change; onnx_roundtrip_actual.txt the same for
+// tests/data/onnx/roundtrip_expected.txt) and onnx.md (the supported-op table: copy it to
 // docs/onnx.md).
 #include <doctest/doctest.h>
 
