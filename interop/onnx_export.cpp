@@ -79,7 +79,15 @@ class Exporter {
     for (const auto& [dim, label] : dynamic) {
       BRISK_CHECK(dim >= 0 && dim < t.dim(), "export_model: dynamic axis ", dim, " of '", name, "' ", shape_text(t),
                   " is out of range");
-      if (dim == 0) batch_ = t.size(0);
+      const int64_t size = t.size(dim);
+      BRISK_CHECK(size > 1, "export_model: dynamic axis ", dim, " ('", label, "') of '", name, "' ", shape_text(t),
+                  " is traced at size ", size, ", which cannot be told from a broadcast: trace at a size > 1");
+      for (const DynamicDim& other : dynamic_)
+        BRISK_CHECK(other.size != size || other.label == label, "export_model: dynamic axes '", other.label, "' and '",
+                    label, "' are both traced at size ", size,
+                    "; trace them at different sizes (see Note [Dynamic sizes])");
+      if (std::none_of(dynamic_.begin(), dynamic_.end(), [&](const DynamicDim& d) { return d.size == size; }))
+        dynamic_.push_back({size, label, name, dim, ""});
     }
   }
 
@@ -97,6 +105,13 @@ class Exporter {
 
  private:
   std::string emit_int8(const trace::OpRecord& r, const std::vector<std::string>& in);
+  void emit_dynamic_factory(const trace::OpRecord& r);
+  std::string causal_mask(const std::string& q, const std::string& k, DType dt);
+  std::string cast_to(const std::string& v, DType to) {
+    const std::string c = fresh("Cast_out");
+    attr(node("Cast", {v}, {c}), "to", int64_t(onnx_type(to)));
+    return c;
+  }
   std::pair<std::string, std::string> dynamic_qparams(const std::string& x, bool reduce_range);
   enum class Kind { Param, Value, Const };
   using Key = const void*;
@@ -212,19 +227,153 @@ class Exporter {
     return out;
   }
 
-  // Reshape's target: the traced sizes, except at dim 0 of a value computed from the inputs
-  // when the batch is dynamic: 0 (copy the input's dim) where the batch sat at dim 0 of both,
-  // -1 (infer) where dim 0 holds a multiple of it (B * T flattened for an embedding, or
-  // unflattened back); the other dims are the traced ones.
-  std::vector<int64_t> reshape_target(const Tensor& in, const Shape& target) const {
-    std::vector<int64_t> v(target.begin(), target.end());
-    if (batch_ <= 0 || v.empty() || !depends_on_input_.count(key(in)) || v[0] % batch_ != 0) return v;
-    if (in.dim() > 0 && in.size(0) == batch_ && v[0] == batch_)
-      v[0] = 0;
-    else if (std::find(v.begin(), v.end(), -1) == v.end())
-      v[0] = -1;
+  // Note [Dynamic sizes]
+  // A forward reads sizes as plain integers, so the trace holds the traced batch and sequence
+  // length wherever the forward used them: in reshape targets, in the sizes of the factories it
+  // called (arange(T) for position ids, zeros((T, T)) and two aranges for a causal mask), in an
+  // expand's target, in the end of a slice of a max-size table. The exporter knows each dynamic
+  // axis's traced size (add_input refuses two axes traced at the same size, or at size 1) and
+  // writes such sizes as the graph computes them: Shape(input, start=axis, end=axis+1), what
+  // torch.onnx writes for a symbolic size, concatenated with the fixed ones. Where it does so:
+  //  - arange and fill whose length / shape holds a dynamic size become Range and
+  //    ConstantOfShape over that size, and what is computed from them becomes nodes (no longer
+  //    folded), so a position-id arange or a causal mask follows the input's T;
+  //  - attention's causal flag builds its (T, S) mask from q's and k's own shapes;
+  //  - expand's target takes the size where it equals a dynamic one, and so does the end of a
+  //    prefix slice x[:T] of a dim whose fixed size is larger (a position table or a max-size
+  //    causal mask cut to T, folded constant or not);
+  //  - a reshape of a value computed from the inputs copies its input's dim (Reshape's 0) where
+  //    the traced sizes agree at the same position, takes a dynamic size (or a product of two:
+  //    B * T) where the input holds that size not yet used, and infers one other multiple (-1).
+  // Matching by value is the cost of keeping sizes plain integers (no symbolic size through the
+  // engine): a fixed size equal to a traced dynamic one is taken for it. Export with example
+  // sizes that no fixed size of the model equals (odd sizes, unlike head counts and widths);
+  // the tests check each model at other sizes, in ONNX Runtime and through the importer.
+  struct DynamicDim {
+    int64_t size = 0;     // as traced
+    std::string label{};  // dim_param
+    std::string input{};  // the graph input and axis it is read from
+    int64_t axis = 0;
+    std::string value{};  // the ONNX name of the size as a (1,) I64 tensor, once made
+  };
+  int dynamic_index(int64_t size) const {
+    for (size_t k = 0; k < dynamic_.size(); ++k)
+      if (dynamic_[k].size == size) return int(k);
+    return -1;
+  }
+  // The dynamic sizes whose product is `size` (one, or two different ones: B * T); empty if none.
+  std::vector<int> dynamic_factors(int64_t size) const {
+    if (int k = dynamic_index(size); k >= 0) return {k};
+    for (size_t k = 0; k < dynamic_.size(); ++k)
+      for (size_t l = k + 1; l < dynamic_.size(); ++l)
+        if (dynamic_[k].size * dynamic_[l].size == size) return {int(k), int(l)};
+    return {};
+  }
+  std::string dynamic_value(int k) {
+    DynamicDim& d = dynamic_[size_t(k)];
+    if (d.value.empty()) {
+      d.value = fresh("size_" + d.label);
+      NodeProto* n = node("Shape", {d.input}, {d.value});
+      attr(n, "start", d.axis);
+      attr(n, "end", d.axis + 1);
+    }
+    return d.value;
+  }
+  // A (1,) I64 value: the product of the given dynamic sizes.
+  std::string dynamic_product(const std::vector<int>& factors) {
+    std::string v = dynamic_value(factors[0]);
+    for (size_t i = 1; i < factors.size(); ++i) v = op("Mul", {v, dynamic_value(factors[i])});
     return v;
   }
+  // A 1-D I64 shape: `sizes`, where symbolic[i] names the dynamic factors of sizes[i] (empty:
+  // the fixed size). Constants alone when nothing is symbolic.
+  std::string shape_value(const std::vector<int64_t>& sizes, const std::vector<std::vector<int>>& symbolic) {
+    if (std::all_of(symbolic.begin(), symbolic.end(), [](const auto& f) { return f.empty(); })) return ints(sizes);
+    std::vector<std::string> parts;
+    std::vector<int64_t> run;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (symbolic[i].empty()) {
+        run.push_back(sizes[i]);
+        continue;
+      }
+      if (!run.empty()) parts.push_back(ints(run));
+      run.clear();
+      parts.push_back(dynamic_product(symbolic[i]));
+    }
+    if (!run.empty()) parts.push_back(ints(run));
+    const std::string out = fresh("Concat_out");
+    attr(node("Concat", parts, {out}), "axis", int64_t(0));
+    return out;
+  }
+  // A factory's or an expand's shape: every size equal to a dynamic one is taken for it.
+  std::string factory_shape(const Shape& sizes) {
+    std::vector<std::vector<int>> sym;
+    for (int64_t s : sizes)
+      sym.push_back(dynamic_index(s) >= 0 ? std::vector<int>{dynamic_index(s)} : std::vector<int>{});
+    return shape_value(std::vector<int64_t>(sizes.begin(), sizes.end()), sym);
+  }
+  // x[:T] along a dim whose traced size is fixed and larger (a position table, a max-size causal
+  // mask), T a dynamic size.
+  bool dynamic_prefix(const trace::OpRecord& r) const {
+    if (r.id != OpId::Slice) return false;
+    const Attrs& a = r.attrs;
+    const int64_t size = r.inputs[0].size(a.dim);
+    return a.start == 0 && a.step == 1 && a.end < size && dynamic_index(a.end) >= 0 && dynamic_index(size) < 0;
+  }
+  bool has_dynamic_size(const Shape& sizes) const {
+    return std::any_of(sizes.begin(), sizes.end(), [&](int64_t s) { return dynamic_index(s) >= 0; });
+  }
+
+  // Reshape's target (Note [Dynamic sizes]): for a value computed from the inputs, a dim whose
+  // traced size equals the input's at the same position and is dynamic is copied (0); one that
+  // is a dynamic size, or a product of two, that the input holds and no copy took becomes that
+  // size from the graph; one other multiple of a dynamic size the input holds is inferred (-1).
+  // A single non-fixed dim is always inferred (-1), which needs no Shape node.
+  std::string reshape_target(const Tensor& in, const Shape& target) {
+    std::vector<int64_t> v(target.begin(), target.end());
+    if (dynamic_.empty() || !depends_on_input_.count(key(in))) return ints(v);
+    std::vector<int> held(dynamic_.size(), 0);  // how often each dynamic size is a factor of the input's dims
+    for (int64_t d = 0; d < in.dim(); ++d)
+      for (int k : dynamic_factors(in.size(d))) ++held[size_t(k)];
+    auto take = [&](const std::vector<int>& f) {
+      if (f.empty() || std::any_of(f.begin(), f.end(), [&](int k) { return held[size_t(k)] == 0; })) return false;
+      for (int k : f) --held[size_t(k)];
+      return true;
+    };
+    enum Kind { Fixed, Copy, Symbolic, Infer };
+    std::vector<Kind> kind(v.size(), Fixed);
+    std::vector<std::vector<int>> sym(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      if (int64_t(i) < in.dim() && v[i] == in.size(int64_t(i)) && take(dynamic_factors(v[i]))) kind[i] = Copy;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (kind[i] != Fixed) continue;
+      std::vector<int> f = dynamic_factors(v[i]);
+      if (take(f)) {
+        kind[i] = Symbolic;
+        sym[i] = f;
+      }
+    }
+    const bool has_infer = std::find(v.begin(), v.end(), -1) != v.end();
+    for (size_t i = 0; i < v.size() && !has_infer; ++i) {
+      if (kind[i] != Fixed) continue;
+      bool multiple = false;
+      for (size_t k = 0; k < dynamic_.size(); ++k) multiple = multiple || (held[k] > 0 && v[i] % dynamic_[k].size == 0);
+      if (multiple) {
+        kind[i] = Infer;
+        break;
+      }
+    }
+    const auto open = std::count_if(kind.begin(), kind.end(), [](Kind k) { return k == Symbolic || k == Infer; });
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (kind[i] == Copy) v[i] = 0;
+      if (kind[i] == Infer || (kind[i] == Symbolic && open == 1 && !has_infer)) {
+        v[i] = -1;
+        sym[i].clear();
+      }
+    }
+    return shape_value(v, sym);
+  }
+  std::vector<DynamicDim> dynamic_;
   std::unordered_map<Key, bool> depends_on_input_;
 
   ::onnx::GraphProto& g_;
@@ -233,8 +382,8 @@ class Exporter {
   std::unordered_map<Key, Tensor> params_, consts_;
   std::unordered_map<Key, bool> written_;
   std::unordered_map<Key, const char*> unavailable_;  // outputs after the first: their op's name
+  std::unordered_map<Key, bool> zero_state_;  // zeros of a dynamic shape and their views (recurrent initial states)
   int64_t counter_ = 0;
-  int64_t batch_ = -1;
 };
 
 void Exporter::emit(const trace::OpRecord& r, size_t index) {
@@ -245,8 +394,15 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     BRISK_FAIL("export_model: op ", index, " of the forward, ", def.name, " (", in.str(),
                "), is not exportable: ", why);
   };
-  // Constant folding: an op of constants only is a constant (its traced value).
-  bool all_const = true;
+  // A factory of a dynamic size is computed in the graph (Note [Dynamic sizes]).
+  if ((r.id == OpId::Arange && r.attrs.shape.size() == 1 && dynamic_index(r.attrs.shape[0]) >= 0) ||
+      (r.id == OpId::Fill && r.inputs.empty() && has_dynamic_size(r.attrs.shape))) {
+    emit_dynamic_factory(r);
+    return;
+  }
+  // Constant folding: an op of constants only is a constant (its traced value), unless its size
+  // follows a dynamic one.
+  bool all_const = !dynamic_prefix(r);
   for (const Tensor& t : r.inputs) all_const = all_const && is_const(t);
   if (all_const && r.id != OpId::Rand && r.id != OpId::Randn && r.id != OpId::Dropout && r.id != OpId::Bernoulli &&
       r.id != OpId::Multinomial) {
@@ -264,7 +420,8 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
   const DType dt = x.dtype();
   std::vector<std::string> in;
   for (const Tensor& t : r.inputs) in.push_back(use(t));
-  std::string y;  // the name of output 0
+  std::string y;                  // the name of output 0
+  std::vector<std::string> more;  // of outputs 1, 2, ... where the mapping gives them
   auto same = [&](const char* type) { y = op(type, {in[0]}); };
   auto binary = [&](const char* type) { y = op(type, {in[0], in[1]}); };
   switch (r.id) {
@@ -415,7 +572,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     case OpId::View: {
       const Shape& sizes = r.outputs[0].sizes();
       if (std::find(sizes.begin(), sizes.end(), 0) == sizes.end()) {
-        y = op("Reshape", {in[0], ints(reshape_target(r.inputs[0], sizes))});
+        y = op("Reshape", {in[0], reshape_target(r.inputs[0], sizes)});
       } else {  // an empty dim: Reshape's 0 would copy the input's, so allowzero and the sizes as traced
         y = fresh("Reshape_out");
         attr(node("Reshape", {in[0], ints(std::vector<int64_t>(sizes.begin(), sizes.end()))}, {y}), "allowzero",
@@ -433,12 +590,17 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       const int64_t lead = int64_t(shape.size()) - r.inputs[0].dim();
       for (int64_t d = 0; d < r.inputs[0].dim(); ++d)
         if (r.inputs[0].size(d) == shape[size_t(lead + d)]) shape[size_t(lead + d)] = 1;
-      y = op("Expand", {in[0], ints(shape)});
+      y = op("Expand", {in[0], factory_shape(Shape(shape))});
       break;
     }
     case OpId::Slice: {
       const int64_t size = r.inputs[0].size(a.dim);
       const int64_t end = a.end >= size ? std::numeric_limits<int64_t>::max() : a.end;
+      if (dynamic_prefix(r)) {  // a max-size table cut to a dynamic size
+        y = op("Slice", {in[0], ints({0}), dynamic_value(dynamic_index(a.end)), ints({a.dim})});
+        depends_on_input_[key(r.outputs[0])] = true;
+        break;
+      }
       y = op("Slice", {in[0], ints({a.start}), ints({end}), ints({a.dim}), ints({a.step})});
       break;
     }
@@ -467,6 +629,85 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     }
     case OpId::Cumsum: y = op("CumSum", {in[0], constant(scalar_tensor(double(a.dim), DType::I64), "axis")}); break;
+    case OpId::Cumprod: {
+      // Opset 17 has no CumProd: y_i = prod_{j <= i} x_j as a ReduceProd over a new axis of
+      // x_j where j <= i and 1 elsewhere ((n, n) lower-triangular mask at dims d, d + 1).
+      const int64_t d = a.dim < 0 ? a.dim + x.dim() : a.dim, n = x.size(d);
+      std::vector<uint8_t> m(size_t(n * n));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) m[size_t(i * n + j)] = j <= i;
+      Shape mask_shape = Shape::filled(x.dim() - d + 1, 1);
+      mask_shape[0] = mask_shape[1] = n;
+      const Tensor mask = cast(from_data(m.data(), {n, n}).view(mask_shape), DType::Bool);
+      const std::string rows = op("Unsqueeze", {in[0], ints({d})});  // (..., 1, n, ...): x_j along d + 1
+      const std::string picked = op("Where", {constant(mask, "lower"), rows, scalar(1, dt)});
+      y = fresh("ReduceProd_out");
+      NodeProto* n_ = node("ReduceProd", {picked}, {y});
+      attr(n_, "axes", std::vector<int64_t>{d + 1});
+      attr(n_, "keepdims", int64_t(0));
+      break;
+    }
+    case OpId::IndexAdd: {  // ScatterElements(add) with the index along dim, broadcast to src
+      const Tensor& src = r.inputs[2];
+      const int64_t d = a.dim < 0 ? a.dim + src.dim() : a.dim;
+      Shape idx_shape = Shape::filled(src.dim(), 1);
+      idx_shape[d] = r.inputs[1].numel();
+      const std::string idx =
+          op("Expand", {op("Reshape", {in[1], ints(std::vector<int64_t>(idx_shape.begin(), idx_shape.end()))}),
+                        op("Shape", {in[2]})});
+      y = fresh("ScatterElements_out");
+      NodeProto* n = node("ScatterElements", {in[0], idx, in[2]}, {y});
+      attr(n, "axis", d);
+      AttributeProto* red = n->add_attribute();
+      red->set_name("reduction");
+      red->set_type(AttributeProto::STRING);
+      red->set_s("add");
+      break;
+    }
+    case OpId::LinalgSlogdet: {  // (sign, log |det|) of ONNX's Det
+      const std::string det = op("Det", {in[0]});
+      y = op("Sign", {det});
+      more.push_back(op("Log", {op("Abs", {det})}));
+      break;
+    }
+    case OpId::Resample2d: {
+      // Separable: rows first, t[.., i, w] = sum_a wh[i, a] x[.., ih[i, a], w], then columns the
+      // same way (the sum over a and b in another order: equal to rounding).
+      auto along = [&](const std::string& v, const std::string& index, const std::string& weight, const Tensor& w,
+                       int64_t axis) {
+        const std::string g = fresh("Gather_out");
+        attr(node("Gather", {v, index}, {g}), "axis", axis);  // (.., Ho, 2, W) or (.., Ho, Wo, 2)
+        std::string wv = weight;
+        if (w.dtype() != dt) wv = cast_to(wv, dt);
+        if (axis == -2) wv = op("Unsqueeze", {wv, ints({-1})});  // (Ho, 2, 1)
+        const std::string sum = fresh("ReduceSum_out");
+        attr(node("ReduceSum", {op("Mul", {g, wv}), ints({axis == -2 ? int64_t(-2) : int64_t(-1)})}, {sum}), "keepdims",
+             int64_t(0));
+        return sum;
+      };
+      y = along(along(in[0], in[1], in[2], r.inputs[2], -2), in[3], in[4], r.inputs[4], -1);
+      break;
+    }
+    case OpId::Conv2dBackwardInput: {  // conv_transpose2d (Note [Transposed convolution] in nn/functional_conv.cpp)
+      const ConvParams p = ConvParams::from(a, def.name);
+      const Tensor& w = r.inputs[1];
+      std::vector<int64_t> out_pad;
+      for (int64_t i = 0; i < 2; ++i) {
+        const int64_t s = i ? p.stride.w : p.stride.h, pad = i ? p.padding.w : p.padding.h;
+        const int64_t dil = i ? p.dilation.w : p.dilation.h;
+        const int64_t natural = (x.size(2 + i) - 1) * s + (w.size(2 + i) - 1) * dil + 1 - 2 * pad;
+        out_pad.push_back(a.shape[size_t(2 + i)] - natural);
+      }
+      y = fresh("ConvTranspose_out");
+      NodeProto* n = node("ConvTranspose", {in[0], in[1]}, {y});
+      attr(n, "kernel_shape", std::vector<int64_t>{w.size(2), w.size(3)});
+      attr(n, "strides", std::vector<int64_t>{p.stride.h, p.stride.w});
+      attr(n, "pads", std::vector<int64_t>{p.padding.h, p.padding.w, p.padding.h, p.padding.w});
+      attr(n, "dilations", std::vector<int64_t>{p.dilation.h, p.dilation.w});
+      attr(n, "group", p.groups);
+      if (out_pad[0] != 0 || out_pad[1] != 0) attr(n, "output_padding", out_pad);
+      break;
+    }
     case OpId::Argsort: {  // a full TopK's indices: ties keep their order, as the stable sort
       const int64_t dim = a.dim < 0 ? a.dim + x.dim() : a.dim;
       const std::string values = fresh("TopK_values");
@@ -548,7 +789,9 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       attr(node("Transpose", {in[1]}, {kt}), "perm", perm);
       std::string scores = op("Mul", {op("MatMul", {in[0], kt}), scalar(a.b, dt)});
       const double neg_inf = -std::numeric_limits<double>::infinity();
-      if (a.flag) {  // top-left causal diagonal, a constant (T, S) additive mask
+      if (a.flag && (dynamic_index(t) >= 0 || dynamic_index(s) >= 0)) {
+        scores = op("Add", {scores, causal_mask(in[0], in[1], dt)});
+      } else if (a.flag) {  // top-left causal diagonal, a constant (T, S) additive mask
         std::vector<float> m(size_t(t * s));
         for (int64_t i = 0; i < t; ++i)
           for (int64_t j = 0; j < s; ++j) m[size_t(i * s + j)] = j <= i ? 0.0f : float(neg_inf);
@@ -596,7 +839,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       // batch stays dynamic; any other goes in as (1, B, H).
       auto state = [&](size_t i) -> std::string {
         const Tensor& s = r.inputs[i];
-        if (is_const(s) && max(abs(s)).item<double>() == 0) return "";
+        if (zero_state_.count(key(s)) || (is_const(s) && max(abs(s)).item<double>() == 0)) return "";
         return op("Unsqueeze", {in[i], ints({0})});
       };
       std::vector<std::string> args = {in[0], w, rr, bias, "", state(lstm ? 2 : 3)};
@@ -617,6 +860,22 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
     }
     case OpId::Int8Linear:
     case OpId::Int8Conv2d: y = emit_int8(r, in); break;
+    case OpId::QuantizeAffine:
+    case OpId::DequantizeAffine: {
+      // (x, scale (C) F32, zero_point (C) I64): ONNX takes a scalar scale and zero point per
+      // tensor, a 1-D pair along `axis` per channel, the zero point in the quantized dtype.
+      const bool quantize = r.id == OpId::QuantizeAffine;
+      const DType q = quantize ? a.dtype : x.dtype();
+      std::string scale = in[1], zp = cast_to(in[2], q);
+      if (a.dim < 0) {
+        scale = op("Squeeze", {scale, ints({0})});
+        zp = op("Squeeze", {zp, ints({0})});
+      }
+      y = fresh(quantize ? "QuantizeLinear_out" : "DequantizeLinear_out");
+      NodeProto* n = node(quantize ? "QuantizeLinear" : "DequantizeLinear", {in[0], scale, zp}, {y});
+      if (a.dim >= 0) attr(n, "axis", a.dim);
+      break;
+    }
     case OpId::Dropout: fail("dropout in training mode (call model.eval() before exporting)"); break;
     case OpId::Fill:
     case OpId::Arange:
@@ -624,12 +883,71 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     default: fail("no ONNX mapping for this op yet");
   }
-  // Output 0 is y; the others (max pool's indices, layer norm's statistics, dropout's mask) are
-  // not graph values: using one later fails as an unknown value.
-  names_[key(r.outputs[0])] = y;
-  known_[key(r.outputs[0])] = Kind::Value;
-  written_[key(r.outputs[0])] = true;
-  for (size_t i = 1; i < r.outputs.size(); ++i) unavailable_[key(r.outputs[i])] = def.name;
+  // Output 0 is y, and output i is more[i - 1] where the mapping wrote it (slogdet's); the others
+  // (max pool's indices, layer norm's statistics, dropout's mask) are not graph values: using
+  // one later fails as an unknown value.
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    if (i > more.size()) {
+      unavailable_[key(r.outputs[i])] = def.name;
+      continue;
+    }
+    names_[key(r.outputs[i])] = i == 0 ? y : more[i - 1];
+    known_[key(r.outputs[i])] = Kind::Value;
+    written_[key(r.outputs[i])] = true;
+  }
+  const bool reshapes = r.id == OpId::View || r.id == OpId::Slice || r.id == OpId::Permute || r.id == OpId::Expand ||
+                        r.id == OpId::Cast || r.id == OpId::ToDevice;
+  if (reshapes && zero_state_.count(key(r.inputs[0]))) zero_state_[key(r.outputs[0])] = true;
+}
+
+// arange(start, start + n * step) or full(shape, value) where n or a dim of shape is a dynamic
+// size: Range over the size read from the graph input (then scaled and shifted in the dtype, so
+// the length is exactly n), or ConstantOfShape.
+void Exporter::emit_dynamic_factory(const trace::OpRecord& r) {
+  const Attrs& a = r.attrs;
+  const Tensor& out = r.outputs[0];
+  std::string y;
+  if (r.id == OpId::Arange) {
+    const std::string n = op("Squeeze", {dynamic_value(dynamic_index(a.shape[0])), ints({0})});
+    y = op("Range",
+           {constant(scalar_tensor(0.0, DType::I64), "zero"), n, constant(scalar_tensor(1.0, DType::I64), "one")});
+    if (a.dtype != DType::I64) y = cast_to(y, a.dtype);
+    if (a.b != 1) y = op("Mul", {y, scalar(a.b, a.dtype)});
+    if (a.a != 0) y = op("Add", {y, scalar(a.a, a.dtype)});
+  } else {
+    y = fresh("ConstantOfShape_out");
+    NodeProto* n = node("ConstantOfShape", {factory_shape(a.shape)}, {y});
+    AttributeProto* v = n->add_attribute();
+    v->set_name("value");
+    v->set_type(AttributeProto::TENSOR);
+    TensorProto* t = v->mutable_t();
+    const Tensor one = full({1}, a.a, out.dtype());
+    t->set_data_type(onnx_type(out.dtype()));
+    t->add_dims(1);
+    t->set_raw_data(std::string(static_cast<const char*>(one.data_ptr()), size_t(one.element_size())));
+    if (a.a == 0) zero_state_[key(out)] = true;
+  }
+  names_[key(out)] = y;
+  known_[key(out)] = Kind::Value;
+  written_[key(out)] = true;
+  depends_on_input_[key(out)] = true;
+}
+
+// Attention's causal flag over dynamic sizes: key j is allowed for query i when j <= i, with T
+// and S read from q's and k's shapes: (T, S), 0 or -inf.
+std::string Exporter::causal_mask(const std::string& q, const std::string& k, DType dt) {
+  auto positions = [&](const std::string& v, int64_t axis) {
+    const std::string size = fresh("Shape_out");
+    NodeProto* n = node("Shape", {v}, {size});
+    attr(n, "start", int64_t(-2));
+    attr(n, "end", int64_t(-1));
+    const std::string len = op("Squeeze", {size, ints({0})});
+    const std::string range = op("Range", {constant(scalar_tensor(0.0, DType::I64), "zero"), len,
+                                           constant(scalar_tensor(1.0, DType::I64), "one")});
+    return op("Unsqueeze", {range, ints({axis})});
+  };
+  const std::string future = op("Greater", {positions(k, 0), positions(q, 1)});  // (T, S)
+  return op("Where", {future, scalar(-std::numeric_limits<double>::infinity(), dt), scalar(0, dt)});
 }
 
 // Note [Int8 export]
@@ -645,7 +963,8 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
 // quantizes, are only clamped. What ONNX Runtime may compute differently is an activation at a
 // rounding tie (x / scale against brisk's x * (1 / scale)) and the float sum of the
 // dequantized products against brisk's exact int32 one: outputs agree within one quantization
-// step (tests/onnx_ort_check.py).
+// step (tests/onnx_ort_check.py). quantize_affine and dequantize_affine (QTensor's quantize and
+// dequantize inside a forward) are QuantizeLinear and DequantizeLinear one to one.
 std::pair<std::string, std::string> Exporter::dynamic_qparams(const std::string& x, bool reduce_range) {
   const int64_t qmin = 0, qmax = reduce_range ? 127 : 255;
   auto to = [&](const std::string& v, DType t) {
@@ -719,7 +1038,9 @@ std::string Exporter::emit_int8(const trace::OpRecord& r, const std::vector<std:
 namespace {
 
 ::onnx::ModelProto build_model(nn::Module& model, const std::vector<Tensor>& inputs, const ExportOptions& o) {
-  BRISK_CHECK(!inputs.empty(), "export_model: needs example inputs");
+  // An imported graph may have no inputs (ONNX's constant-only graphs); a module's forward has one.
+  const bool imported = dynamic_cast<OnnxModel*>(&model) != nullptr;
+  BRISK_CHECK(!inputs.empty() || imported, "export_model: needs example inputs");
   BRISK_CHECK(o.opset_version >= 17 && o.opset_version <= 17, "export_model: opset ", o.opset_version,
               " is not supported (17)");
   BRISK_CHECK(!autocast_state().depth, "export_model: cannot trace under autocast (export the model in one dtype)");
@@ -759,7 +1080,7 @@ namespace {
   // graph: the dict call, every output it returns.
   std::vector<std::pair<std::string, Tensor>> outs;
   std::vector<trace::OpRecord> records;
-  const bool dict_call = inputs.size() > 1 || o.output_names.size() > 1 || dynamic_cast<OnnxModel*>(&model) != nullptr;
+  const bool dict_call = inputs.size() > 1 || o.output_names.size() > 1 || imported;
   {
     NoGradGuard no_grad;
     trace::Recorder rec;

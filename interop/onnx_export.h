@@ -12,13 +12,15 @@
 // result passes ONNX's checker and shape inference before it is written (atomically).
 //
 // Dynamic axes: a dim named in dynamic_axes gets a dim_param in the graph's inputs and
-// outputs, and reshapes copy it from their input (Reshape's 0) where the traced size sat at
-// that position; what the forward computed from the traced size itself (a tensor it made of
-// that size) stays fixed, and the error names nothing then: check the exported model at another
-// size (the tests do, with the importer and with ONNX Runtime).
+// outputs, and wherever the trace used its traced size (reshape targets, the length of an
+// arange for position ids, the shape of a causal mask's zeros, an expand, a table cut to T,
+// attention's causal flag) the graph reads the size from the input's shape instead (Note [Dynamic sizes] in
+// interop/onnx_export.cpp). Sizes are matched by value: trace each dynamic axis at a size > 1
+// that no other dynamic axis and no fixed size of the model has (an odd length, say), and check
+// the exported model at other sizes (the tests do, with the importer and with ONNX Runtime).
 // Not exportable (a brisk::Error naming the op, its position in the forward and its inputs):
-// training-mode batch norm and dropout, random ops, the recurrent sequence ops, losses, and ops
-// run under autocast, int8 modules (their kernels run outside dispatch).
+// training-mode batch norm and dropout, random ops, losses, ops run under autocast. int8
+// modules export as QuantizeLinear / DequantizeLinear graphs (Note [Int8 export]).
 // Not here: reading ONNX (interop/onnx_import.h), the op recorder (engine/trace.h).
 #pragma once
 

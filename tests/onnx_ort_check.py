@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """tests/onnx_ort_check.py DIR: for each DIR/<model>.onnx (exported by brisk at batch 2 with a
-dynamic batch axis) and DIR/<model>.safetensors (input_B and output_B for B = 2 and 5, brisk's
-outputs), checks the model with onnx.checker.check_model(full_check=True), runs it in ONNX
-Runtime at both batch sizes and compares with brisk's outputs:
+dynamic batch axis; a sequence model at length 7 with a dynamic sequence axis too) and
+DIR/<model>.safetensors (input_S and output_S, brisk's outputs, for each size S: "5" is batch 5,
+"5x11" batch 5 and length 11), checks the model with onnx.checker.check_model(full_check=True),
+runs it in ONNX Runtime at every size and compares with brisk's outputs:
 max |ort - brisk| / max(1, max |brisk|) <= 1e-5; for the int8 models (names ending "_int8", QDQ
 graphs) max |ort - brisk| <= one quantization step of the output (quint8 over the output's range,
-as a requantizing module would take it). The safetensors files are read by hand (JSON
+as a requantizing module would take it), also against the QDQ graph imported again into brisk
+(reimported_S). The safetensors files are read by hand (JSON
 header + little-endian data), so only onnxruntime and numpy are needed. Exit 1 on a mismatch."""
 import glob
 import json
@@ -81,19 +83,24 @@ for model in models:
     onnx.checker.check_model(onnx.load(model), full_check=True)
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     errs = []
-    for batch in (2, 5):
+    sizes = [k[len("input_"):] for k in io if k.startswith("input_")]
+    assert len(sizes) >= 2, f"{name}: brisk's outputs at fewer than two sizes"
+    for batch in sizes:  # "5" (batch 5) or "5x11" (batch 5, length 11)
         got = sess.run(None, {"input": io[f"input_{batch}"]})[0]
         want = io[f"output_{batch}"]
         if got.shape != want.shape:
             errs.append(f"batch {batch}: shape {got.shape} vs {want.shape}")
+            failed += 1
             continue
         if name.endswith("_int8"):
             # int8 models (QDQ): within one quantization step of the output, the step of quint8
             # over the output's range as a requantizing module would take it (max(0, hi) - min(0, lo)) / 255.
             step = (max(0.0, float(np.max(want))) - min(0.0, float(np.min(want)))) / 255
             err = float(np.max(np.abs(got.astype(np.float64) - want))) / step
-            errs.append(f"batch {batch}: {err:.3f} steps")
-            if not err <= 1.0:
+            # The same graph imported again into brisk (brisk::onnx::load_model).
+            again = float(np.max(np.abs(got.astype(np.float64) - io[f"reimported_{batch}"]))) / step
+            errs.append(f"batch {batch}: {err:.3f} steps (brisk's import: {again:.3f})")
+            if not (err <= 1.0 and again <= 1.0):
                 failed += 1
             continue
         err = float(np.max(np.abs(got.astype(np.float64) - want)) / max(1.0, float(np.max(np.abs(want)))))
@@ -104,4 +111,4 @@ for model in models:
 if failed:
     print(f"onnx_ort_check: {failed} mismatches")
     sys.exit(1)
-print(f"onnx_ort_check: {len(models)} models agree with ONNX Runtime {ort.__version__} at batch 2 and 5")
+print(f"onnx_ort_check: {len(models)} models agree with ONNX Runtime {ort.__version__} at every size")

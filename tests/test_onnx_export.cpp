@@ -1,6 +1,7 @@
 // tests/test_onnx_export.cpp: ONNX export (interop/onnx_export.h). Zoo models exported at one
 // batch size pass ONNX's checker and shape inference (inside export) and, imported back with
-// brisk's own importer (interop/onnx_import.h), give the module's outputs at another batch size;
+// brisk's own importer (interop/onnx_import.h), give the module's outputs at another batch size
+// (and, for the sequence models, with a dynamic sequence axis, at other lengths);
 // initializers keep the parameters' names; errors name the op. The ONNX Runtime side is
 // tests/onnx_ort_check.sh (the case "onnx export: sample models" writes the models it runs).
 #include <doctest/doctest.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,11 +43,59 @@ class RecurrentLM : public nn::Module {
   }
 };
 
+// nn::TransformerEncoder under a causal mask made in the forward from the input's length, as
+// PyTorch's generate_square_subsequent_mask(x.size(1)) is used.
+class CausalEncoder : public nn::Module {
+ public:
+  CausalEncoder() : Module("CausalEncoder") {
+    nn::TransformerOptions o;
+    o.dim_feedforward = 64;
+    o.batch_first = true;
+    o.dropout = 0.0;
+    register_module("encoder", std::make_shared<nn::TransformerEncoder>(
+                                   std::make_shared<nn::TransformerEncoderLayer>(32, 4, o), 2));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor mask = nn::generate_square_subsequent_mask(x.size(1));
+    return static_cast<nn::TransformerEncoder&>(submodule("encoder"))(x, mask);
+  }
+};
+
+// A learned position table and a max-size causal mask (a buffer), each cut to the input's
+// length T as many language models do: x (B, T, 16) + table[:T], then attention of x on itself
+// under mask[:T, :T].
+class TableCut : public nn::Module {
+ public:
+  TableCut() : Module("TableCut") {
+    register_parameter("table", randn({12, 16}));
+    Tensor above = gt(arange(12).unsqueeze(0), arange(12).unsqueeze(1));
+    register_buffer("mask", masked_fill(zeros({12, 12}), above, -std::numeric_limits<double>::infinity()));
+  }
+  Tensor forward(const Tensor& x) override {
+    const int64_t t = x.size(1);
+    Tensor h = x + parameter("table").narrow(0, 0, t);
+    Tensor scores = matmul(h, h.transpose(1, 2)) * 0.25 + buffer("mask").narrow(0, 0, t).narrow(1, 0, t);
+    return matmul(softmax(scores, -1), h);
+  }
+};
+
 struct ZooCase {
   std::string name;
   std::function<std::shared_ptr<nn::Module>()> make;
-  std::function<Tensor(int64_t batch)> input;
+  std::function<Tensor(int64_t batch, int64_t seq)> input;  // seq: the length of a sequence model's input
+  bool sequence = false;  // dim 1 of the input and the output is the sequence (dynamic too)
 };
+
+// Traced at batch 2 and length 7; checked there and at sizes the trace did not see (a sequence
+// model's at other lengths too).
+constexpr int64_t kTraceBatch = 2, kTraceSeq = 7;
+const std::vector<std::pair<int64_t, int64_t>> kCheckSizes = {{2, 7}, {5, 7}, {5, 11}, {3, 4}};
+
+brisk::onnx::ExportOptions dynamic_options(const ZooCase& c) {
+  std::map<int64_t, std::string> axes = {{0, "batch"}};
+  if (c.sequence) axes[1] = "seq";
+  return {.dynamic_axes = {{"input", axes}, {"output", axes}}};
+}
 
 std::vector<ZooCase> zoo() {
   using namespace nn::models;
@@ -54,23 +104,23 @@ std::vector<ZooCase> zoo() {
        [] {
          return std::make_shared<MLP>(std::vector<int64_t>{20, 32, 16, 5});
        },
-       [](int64_t b) {
+       [](int64_t b, int64_t) {
          return randn({b, 20});
        }},
       {"small_cnn", [] { return std::make_shared<SmallCNN>(); },
-       [](int64_t b) {
+       [](int64_t b, int64_t) {
          return randn({b, 1, 28, 28});
        }},
       {"resnet18", [] { return resnet18(10); },
-       [](int64_t b) {
+       [](int64_t b, int64_t) {
          return randn({b, 3, 64, 64});
        }},
       {"vgg11", [] { return vgg11(10); },
-       [](int64_t b) {
+       [](int64_t b, int64_t) {
          return randn({b, 3, 32, 32});
        }},
       {"mobilenet_v2", [] { return std::make_shared<MobileNetV2>(10); },
-       [](int64_t b) {
+       [](int64_t b, int64_t) {
          return randn({b, 3, 32, 32});
        }},
       {"gpt2_small",
@@ -78,17 +128,20 @@ std::vector<ZooCase> zoo() {
          return std::make_shared<GPT2>(
              GPT2Config{.vocab_size = 97, .n_positions = 16, .n_embd = 32, .n_layer = 2, .n_head = 4, .dropout = 0.0});
        },
-       [](int64_t b) {
-         return randint(0, 97, {b, 16}, DType::I64);
-       }},
+       [](int64_t b, int64_t t) {
+         return randint(0, 97, {b, t}, DType::I64);
+       },
+       true},
       {"lstm_lm", [] { return std::make_shared<RecurrentLM>(true); },
-       [](int64_t b) {
-         return randint(0, 50, {b, 9}, DType::I64);
-       }},
+       [](int64_t b, int64_t t) {
+         return randint(0, 50, {b, t}, DType::I64);
+       },
+       true},
       {"gru_lm", [] { return std::make_shared<RecurrentLM>(false); },
-       [](int64_t b) {
-         return randint(0, 50, {b, 9}, DType::I64);
-       }},
+       [](int64_t b, int64_t t) {
+         return randint(0, 50, {b, t}, DType::I64);
+       },
+       true},
       {"transformer_encoder",
        [] {
          nn::TransformerOptions o;
@@ -98,9 +151,20 @@ std::vector<ZooCase> zoo() {
          auto layer = std::make_shared<nn::TransformerEncoderLayer>(32, 4, o);
          return std::make_shared<nn::TransformerEncoder>(layer, 2);
        },
-       [](int64_t b) {
-         return randn({b, 7, 32});
-       }},
+       [](int64_t b, int64_t t) {
+         return randn({b, t, 32});
+       },
+       true},
+      {"table_cut", [] { return std::make_shared<TableCut>(); },
+       [](int64_t b, int64_t t) {
+         return randn({b, t, 16});
+       },
+       true},
+      {"causal_encoder", [] { return std::make_shared<CausalEncoder>(); },
+       [](int64_t b, int64_t t) {
+         return randn({b, t, 32});
+       },
+       true},
   };
 }
 
@@ -110,6 +174,22 @@ double rel_err(const Tensor& got, const Tensor& want) {
 }
 
 }  // namespace
+
+// A linear layer whose forward quantizes and dequantizes its input (quint8, per tensor) and its
+// weight (qint8, per output channel) through quantize_affine / dequantize_affine, as a
+// fake-quantized layer runs.
+class QdqLinear : public nn::Module {
+ public:
+  QdqLinear() : Module("QdqLinear") { register_module("fc", std::make_shared<nn::Linear>(12, 6)); }
+  Tensor forward(const Tensor& x) override {
+    namespace q = nn::quantize;
+    const Tensor& w = submodule("fc").parameter("weight");
+    const Tensor scales = amax(abs(w), {1}) / 127.0;
+    const Tensor xq = q::quantize_per_tensor(x, 0.03f, 128, q::QDType::QUInt8).dequantize();
+    const Tensor wq = q::quantize_per_channel(w, scales, zeros({6}, DType::I64), 0, q::QDType::QInt8).dequantize();
+    return nn::functional::linear(xq, wq, submodule("fc").parameter("bias"));
+  }
+};
 
 // The compression toolkit's int8 models (names ending "_int8": tests/onnx_ort_check.py allows
 // them one quantization step): an MLP through quantize_dynamic, a conv net through static PTQ
@@ -123,7 +203,7 @@ std::vector<ZooCase> int8_zoo() {
          mlp->eval();
          return q::quantize_dynamic(mlp);
        },
-       [](int64_t b) {
+       [](int64_t b, int64_t) {
          return randn({b, 20});
        }},
       {"cnn_static_int8",
@@ -140,8 +220,12 @@ std::vector<ZooCase> int8_zoo() {
          for (int i = 0; i < 4; ++i) (*m)(randn({8, 1, 28, 28}));
          return q::convert(m);
        },
-       [](int64_t b) {
+       [](int64_t b, int64_t) {
          return randn({b, 1, 28, 28});
+       }},
+      {"qdq_linear_int8", [] { return std::make_shared<QdqLinear>(); },
+       [](int64_t b, int64_t) {
+         return randn({b, 12});
        }},
   };
 }
@@ -155,8 +239,7 @@ TEST_CASE("onnx export: zoo models round-trip through the importer at another ba
     auto model = c.make();
     model->eval();
     const std::string path = (dir / (c.name + ".onnx")).string();
-    brisk::onnx::export_model(*model, {c.input(2)}, path,
-                              {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+    brisk::onnx::export_model(*model, {c.input(kTraceBatch, kTraceSeq)}, path, dynamic_options(c));
     auto imported = brisk::onnx::load_model(path);
     // The initializers are the parameters, by name.
     auto state = imported->state_dict();
@@ -180,9 +263,11 @@ TEST_CASE("onnx export: zoo models round-trip through the importer at another ba
       CHECK(std::find(types.begin(), types.end(), "Tanh") == types.end());
     }
     NoGradGuard no_grad;
-    for (int64_t batch : {2, 5}) {
+    for (const auto& [batch, seq] : kCheckSizes) {
+      if (!c.sequence && seq != kTraceSeq) continue;
       CAPTURE(batch);
-      Tensor x = c.input(batch);
+      CAPTURE(seq);
+      Tensor x = c.input(batch, seq);
       const double err = rel_err((*imported)(x), (*model)(x));
       CAPTURE(err);
       CHECK(err < 1e-5);
@@ -206,6 +291,16 @@ TEST_CASE("onnx export: what cannot be exported is named") {
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {}), doctest::Contains("needs example inputs"), Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {randn({2, 4})}, {.opset_version = 9}),
                        doctest::Contains("opset 9"), Error);
+  // Dynamic sizes are matched by value (Note [Dynamic sizes]): two axes at one size, or one at 1,
+  // cannot be told apart.
+  auto lm = std::make_shared<nn::models::GPT2>(
+      nn::models::GPT2Config{.vocab_size = 11, .n_positions = 8, .n_embd = 8, .n_layer = 1, .n_head = 2});
+  lm->eval();
+  const brisk::onnx::ExportOptions both{.dynamic_axes = {{"input", {{0, "batch"}, {1, "seq"}}}}};
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*lm, {zeros({3, 3}, DType::I64)}, both),
+                       doctest::Contains("dynamic axes 'batch' and 'seq' are both traced at size 3"), Error);
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*lm, {zeros({1, 3}, DType::I64)}, both),
+                       doctest::Contains("is traced at size 1"), Error);
 }
 
 TEST_CASE("onnx export: int8 models become QDQ graphs with the int8 weights as initializers") {
@@ -214,7 +309,7 @@ TEST_CASE("onnx export: int8 models become QDQ graphs with the int8 weights as i
     manual_seed(2);
     auto model = c.make();
     ::onnx::ModelProto m;
-    REQUIRE(m.ParseFromString(brisk::onnx::export_model_bytes(*model, {c.input(2)})));
+    REQUIRE(m.ParseFromString(brisk::onnx::export_model_bytes(*model, {c.input(2, kTraceSeq)})));
     int quantize = 0, dequantize = 0, int8_weights = 0;
     for (const auto& n : m.graph().node()) {
       quantize += n.op_type() == "QuantizeLinear";
@@ -225,10 +320,47 @@ TEST_CASE("onnx export: int8 models become QDQ graphs with the int8 weights as i
       ++int8_weights;
       CHECK(t.name().ends_with("weight"));  // the quantized module's buffer, under its state_dict name
     }
+    if (c.name == "qdq_linear_int8") {  // quantize_affine and dequantize_affine, of x and of the weight
+      CHECK(quantize == 2);
+      CHECK(dequantize == 2);
+      continue;
+    }
     const int layers = 3;             // Linear x 3, or Conv2d x 2 and Linear
     CHECK(quantize == layers);        // one per layer's input
     CHECK(dequantize == 2 * layers);  // its input and its weight
     CHECK(int8_weights == layers);
+  }
+}
+
+// One quantization step of an output: quint8 over its range, as a requantizing module would
+// take it ((max(0, hi) - min(0, lo)) / 255), the tolerance tests/onnx_ort_check.py gives ONNX
+// Runtime on the same models.
+double quantization_step(const Tensor& y) {
+  return (std::max(0.0, max(y).item<double>()) - std::min(0.0, min(y).item<double>())) / 255;
+}
+
+TEST_CASE("onnx export: int8 QDQ graphs import again and agree within one quantization step") {
+  for (const ZooCase& c : int8_zoo()) {
+    CAPTURE(c.name);
+    manual_seed(3);
+    auto model = c.make();
+    const auto dir = std::filesystem::temp_directory_path();
+    const std::string path = (dir / ("brisk_qdq_" + c.name + ".onnx")).string();
+    brisk::onnx::export_model(*model, {c.input(kTraceBatch, kTraceSeq)}, path,
+                              {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+    auto imported = brisk::onnx::load_model(path);
+    const auto types = imported->op_types();
+    CHECK(std::find(types.begin(), types.end(), "QuantizeLinear") != types.end());
+    NoGradGuard no_grad;
+    for (int64_t batch : {2, 5}) {
+      CAPTURE(batch);
+      Tensor x = c.input(batch, kTraceSeq);
+      const Tensor want = (*model)(x);
+      const double steps = max(abs((*imported)(x)-want)).item<double>() / quantization_step(want);
+      CAPTURE(steps);
+      CHECK(steps <= 1.0);
+    }
+    std::filesystem::remove(path);
   }
 }
 
@@ -292,7 +424,8 @@ TEST_CASE("onnx export: external data for the weights, read back by the importer
   std::filesystem::remove_all(dir);
 }
 
-// Writes each zoo model (batch 2) and its inputs and outputs at batch 2 and 5 into
+// Writes each zoo model (traced at batch 2, length 7) and its inputs and outputs at the sizes of
+// kCheckSizes (input_<B> or, for a sequence model, input_<B>x<T>; output_ the same) into
 // $BRISK_ONNX_SAMPLE_DIR for tests/onnx_ort_check.sh; does nothing without it.
 TEST_CASE("onnx export: sample models") {
   const char* out = std::getenv("BRISK_ONNX_SAMPLE_DIR");
@@ -303,19 +436,25 @@ TEST_CASE("onnx export: sample models") {
     manual_seed(1);
     auto model = c.make();
     model->eval();
-    brisk::onnx::export_model(*model, {c.input(2)}, std::string(out) + "/" + c.name + ".onnx",
-                              {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}});
+    brisk::onnx::export_model(*model, {c.input(kTraceBatch, kTraceSeq)}, std::string(out) + "/" + c.name + ".onnx",
+                              dynamic_options(c));
+    // An int8 model's QDQ graph imported again into brisk: ONNX Runtime must agree with it too.
+    std::shared_ptr<brisk::onnx::OnnxModel> reimported;
+    if (c.name.ends_with("_int8")) reimported = brisk::onnx::load_model(std::string(out) + "/" + c.name + ".onnx");
     NoGradGuard no_grad;
     NamedTensors io;
-    for (int64_t batch : {2, 5}) {
-      Tensor x = c.input(batch);
-      io.emplace_back("input_" + std::to_string(batch), x);
-      io.emplace_back("output_" + std::to_string(batch), (*model)(x).contiguous());
+    for (const auto& [batch, seq] : kCheckSizes) {
+      if (!c.sequence && seq != kTraceSeq) continue;
+      Tensor x = c.input(batch, seq);
+      const std::string size = c.sequence ? std::to_string(batch) + "x" + std::to_string(seq) : std::to_string(batch);
+      io.emplace_back("input_" + size, x);
+      io.emplace_back("output_" + size, (*model)(x).contiguous());
+      if (reimported) io.emplace_back("reimported_" + size, (*reimported)(x).contiguous());
     }
     save_safetensors(std::string(out) + "/" + c.name + ".safetensors", io);
     if (c.name == "resnet18") {  // also with its weights as external data, which ONNX Runtime reads too
       brisk::onnx::export_model(
-          *model, {c.input(2)}, std::string(out) + "/resnet18_external.onnx",
+          *model, {c.input(kTraceBatch, kTraceSeq)}, std::string(out) + "/resnet18_external.onnx",
           {.dynamic_axes = {{"input", {{0, "batch"}}}, {"output", {{0, "batch"}}}}, .external_data = true});
       save_safetensors(std::string(out) + "/resnet18_external.safetensors", io);
     }
