@@ -688,7 +688,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       y = along(along(in[0], in[1], in[2], r.inputs[2], -2), in[3], in[4], r.inputs[4], -1);
       break;
     }
-    case OpId::Conv2dBackwardInput: {  // conv_transpose2d (Note [Transposed convolution] in nn/functional_conv.cpp)
+    case OpId::Conv2dBackwardInput: {  // conv_transpose2d (Note [Transposed convolution] in engine/ops/conv.cpp)
       const ConvParams p = ConvParams::from(a, def.name);
       const Tensor& w = r.inputs[1];
       std::vector<int64_t> out_pad;
