@@ -1,7 +1,7 @@
 # cmake/cuda.cmake: the CUDA backend, the library brisk_cuda (alias brisk::cuda, the `cuda`
 # component of the installed package), included when BRISK_CUDA is ON. It holds
 # kernels/cuda/*.cu and *.cpp above brisk, links the CUDA runtime and the dynamic loader,
-# registers itself with brisk::init() (Note [Backend libraries] in init.cpp; hence the `-u`
+# registers itself with brisk::init() (Note [Backend libraries] in engine/backend.cpp; hence the `-u`
 # link option), defines BRISK_WITH_CUDA (PUBLIC, so tests and examples that link it see it), so
 # brisk itself has no CUDA dependency. It uses cuDNN's headers when cuDNN is
 # found (and defines BRISK_WITH_CUDNN: conv2d and batch_norm kernels on CUDA; without it those

@@ -4,7 +4,7 @@
 # NCCL found (cmake/cuda.cmake: BRISK_NCCL_*), dist/nccl_group.cpp is the library
 # brisk_dist_nccl (brisk::dist_nccl, the package's `nccl` component) above brisk_dist_core and
 # brisk_cuda, linked to NCCL; it registers itself as dist's NCCL backend (Note [Backend
-# libraries] in init.cpp), so a CPU-only program with brisk::dist needs no CUDA. Gloo
+# libraries] in engine/backend.cpp), so a CPU-only program with brisk::dist needs no CUDA. Gloo
 # (Debian's libgloo-dev), when found, is dist's backend for jobs started without mpirun
 # (dist::init_from_env, the launcher brisk-run of dist/run/); without it those are clear errors.
 # Not here: the tests' launches (tests/CMakeLists.txt, tests/dist/*.sh).

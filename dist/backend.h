@@ -170,7 +170,7 @@ ProcessGroupPtr make_gloo_group(GroupOptions options, const std::shared_ptr<TcpS
                                 int rank, int size, const std::string& master_addr);
 
 // ---- NCCL: dist/nccl_group.cpp, the library brisk_dist_nccl (brisk::dist_nccl) of CUDA builds
-// with NCCL, sets the factory from a static initializer (Note [Backend libraries] in init.cpp);
+// with NCCL, sets the factory from a static initializer (Note [Backend libraries] in engine/backend.cpp);
 // without that library linked, asking for NCCL is an error. `bootstrap` is a CPU (MPI) group
 // over the same ranks, used to share NCCL's unique id.
 using NcclFactory = ProcessGroupPtr (*)(GroupOptions options, Device device, const ProcessGroupPtr& bootstrap);

@@ -1,11 +1,10 @@
 // dist/nccl_group.cpp: the NCCL backend of dist::ProcessGroup (CUDA tensors), the library
 // brisk_dist_nccl (brisk::dist_nccl) of CUDA builds that found NCCL; it installs itself as
-// dist's NCCL factory when linked (Note [Backend libraries] in init.cpp). The start-up (rank 0's NCCL unique id sent
-// over the MPI bootstrap group, then one communicator per process on its device), every call
-// issued on the group's own communication stream and ordered with the compute stream by
-// events, the Work that polls a call's completion against the group's timeout and aborts the
-// communicator past it (Note [NCCL streams]), and the debug check over the bootstrap group.
-// Point-to-point: NCCL has no tags (`tag` is ignored; calls between two ranks match in call
+// dist's NCCL factory when linked (Note [Backend libraries] in engine/backend.cpp). The start-up (rank 0's NCCL unique
+// id sent over the MPI bootstrap group, then one communicator per process on its device), every call issued on the
+// group's own communication stream and ordered with the compute stream by events, the Work that polls a call's
+// completion against the group's timeout and aborts the communicator past it (Note [NCCL streams]), and the debug check
+// over the bootstrap group. Point-to-point: NCCL has no tags (`tag` is ignored; calls between two ranks match in call
 // order) and a send holds its stream until the peer posts the recv, so two ranks that both
 // send before they receive deadlock here (the MPI backend allows it).
 // Not here: MPI and the process start-up (dist/mpi_group.cpp), what the backends share

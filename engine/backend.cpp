@@ -1,8 +1,12 @@
 // engine/backend.cpp: the backend registry and make_storage.
 #include "engine/backend.h"
 
+#include <mutex>
+#include <vector>
+
 #include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/ops/families.h"
 #include "engine/storage.h"
 
 namespace brisk {
@@ -47,6 +51,51 @@ Storage make_storage(size_t bytes, Device device, bool pinned) {
   s->bytes = bytes;
   s->device = device;
   return s;
+}
+
+// Note [Backend libraries]
+// Every backend joins a program the same way, so the engine never calls a kernel library: the
+// CPU kernels (brisk's layer kernels/cpu, kernels/cpu/link.cpp) and the CUDA backend (the
+// library brisk_cuda, kernels/cuda/link.cpp) each hold a static initializer that calls
+// add_backend_init with their registrar, and a symbol (brisk_kernels_cpu_linked,
+// brisk_cuda_linked) that the link interface names with `-u`, so that the linker keeps that
+// object out of the static archive even though nothing else refers to it. init() defines the
+// OpDefs (engine/ops) and then runs the registrars. brisk_cuda is a library of its own so that
+// a CPU-only program linked against a CUDA build of brisk needs neither the CUDA toolkit nor its
+// runtime (libcudart) to link, start or run. The same holds for dist's NCCL backend
+// (brisk::dist_nccl, dist/nccl_group.cpp). init() runs once, on first use of any op
+// (ensure_init in engine/dispatch.cpp).
+namespace {
+
+struct BackendInits {
+  std::mutex mu;
+  std::vector<void (*)()> fns;
+  bool ran = false;  // init() has run the list; later additions run at once
+};
+
+BackendInits& backend_inits() {
+  static BackendInits b;  // first use may be another library's static initializer
+  return b;
+}
+
+}  // namespace
+
+void add_backend_init(void (*register_fn)()) {
+  BackendInits& b = backend_inits();
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (b.ran) {
+    register_fn();
+  } else {
+    b.fns.push_back(register_fn);
+  }
+}
+
+void init() {
+  detail::define_all_ops();
+  BackendInits& b = backend_inits();
+  std::lock_guard<std::mutex> lock(b.mu);
+  for (auto fn : b.fns) fn();
+  b.ran = true;
 }
 
 }  // namespace brisk

@@ -34,13 +34,17 @@ class Backend {
   virtual bool is_capturing(int /*index*/) { return false; }
 };
 
-// Registered by kernels' register_all() (see init.cpp). A second registration replaces the first.
+// Registered by a kernel library's registrar (Note [Backend libraries] in engine/backend.cpp).
+// A second registration replaces the first.
 void register_backend(Backend* backend);
-// A backend that lives in a library of its own (brisk_cuda: kernels/cuda/link.cpp) adds the
-// function that registers it and its kernels, at static-initialization time; init() runs each
-// after the CPU backend, and one added after init() has run is run at once. So a program that
-// does not link the library has no trace of that backend (Note [Backend libraries] in init.cpp).
+// A kernel library (kernels/cpu/link.cpp, brisk_cuda's kernels/cuda/link.cpp) adds the function
+// that registers its backend and kernels, at static-initialization time; init() runs each, and
+// one added after init() has run is run at once. So a program that does not link the library
+// has no trace of that backend (Note [Backend libraries] in engine/backend.cpp).
 void add_backend_init(void (*register_fn)());
+// Defines every OpDef, then runs the registrars added so far. Runs once, through ensure_init()
+// (engine/dispatch.h) on first use of any op.
+void init();
 // nullptr when the backend is not built in.
 Backend* find_backend(DeviceType type);
 // The backend of `device`; throws brisk::Error when it is not built or the index is absent.

@@ -18,8 +18,6 @@
 
 namespace brisk {
 
-void init();  // init.cpp: defines every OpDef and registers every built backend's kernels
-
 namespace {
 OpDef g_ops[kNumOps] = {
 #define X(id, nm, nin, nout) OpDef{.name = nm, .n_in = nin, .n_out = nout},

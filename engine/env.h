@@ -4,7 +4,7 @@
 // linked library a section of its own (CUDA driver, runtime, cuBLAS, cuDNN and every GPU from
 // brisk_cuda; MPI and NCCL from dist), plus checks of whether each device runs a requested
 // 16-bit dtype natively (the guide's section 5). Sections come from the libraries that are in
-// the program (add_env_section, Note [Backend libraries] in init.cpp), so the engine never
+// the program (add_env_section, Note [Backend libraries] in engine/backend.cpp), so the engine never
 // calls CUDA or MPI itself. Not here: the profiler, the allocator's statistics.
 #pragma once
 

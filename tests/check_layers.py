@@ -32,7 +32,7 @@ ALLOWED = {
     # optimizers' own tensor-op steps (opcheck/specs_optim.cpp).
     "opcheck": {"engine", "engine_tools", "kernels", "optim"},
     "dist": {"engine", "engine_tools", "kernels", "cuda", "nn", "optim", "data", "train"},
-    "top": None,  # brisk.h and init.cpp: the whole library
+    "top": None,  # brisk.h: the whole library
 }
 
 
@@ -61,7 +61,7 @@ def layer_of(path):
         return "cuda" if len(parts) > 2 and parts[1] == "cuda" else "kernels"
     if top in ALLOWED:
         return top
-    if path in ("brisk.h", "init.cpp"):
+    if path == "brisk.h":
         return "top"
     return None
 

@@ -1,5 +1,5 @@
 // kernels/cuda/link.cpp: how the library brisk_cuda joins a program (Note [Backend libraries]
-// in init.cpp): a static initializer adds the CUDA backend's registrar to brisk::init(), and
+// in engine/backend.cpp): a static initializer adds the CUDA backend's registrar to brisk::init(), and
 // brisk_cuda_linked is the symbol brisk::cuda's link interface forces with `-u`, which keeps
 // this object (and so everything it refers to) in the link.
 // It also adds the CUDA section of the environment report (kernels/cuda/env_report.cpp).

@@ -1,5 +1,5 @@
 // tests/consumer/backends.cpp: which backends an installed brisk registers in a program that
-// links it (Note [Backend libraries] in init.cpp). Built by tests/consumer/CMakeLists.txt with
+// links it (Note [Backend libraries] in engine/backend.cpp). Built by tests/consumer/CMakeLists.txt with
 // EXPECT_CUDA=1 when the program links brisk::cuda; exits 1 when the registry disagrees, and
 // checks that a CUDA tensor without the backend is a clear brisk::Error.
 #include <brisk.h>

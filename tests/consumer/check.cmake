@@ -2,7 +2,7 @@
 # marked C++ examples of README.md and docs/*.md, builds each as a separate project with
 # find_package(brisk), runs it.
 # In a CUDA build (CUDA_ROOT set: the toolkit's folder) it also shows Note [Backend libraries]
-# (init.cpp): the CPU-only program has no CUDA library among its dependencies and builds and
+# (engine/backend.cpp): the CPU-only program has no CUDA library among its dependencies and builds and
 # runs with the toolkit hidden (tests/consumer/no_cuda.sh, a private mount namespace); the same
 # example with the `cuda` component registers the CUDA backend; pkg-config's brisk-cuda too.
 # Inputs: BUILD (brisk build dir), SRC (source dir), WORK (scratch dir), CUDA_ROOT (optional),
