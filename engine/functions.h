@@ -220,6 +220,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x (*, in) @ weight (out, in)^T + bias (out) (bias undefined: none): one op (Note [Linear is
 // an op] in engine/ops/linalg.cpp).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// x (*, in) @ weight (in, out) + bias (out): the same op with the weight stored (in, out), as
+// Hugging Face's Conv1D (GPT-2) and torch.addmm hold it.
+Tensor linear_in_out(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 Tensor bmm(const Tensor& a, const Tensor& b);  // (B, n, k) @ (B, k, m), checked
 // beta * input + alpha * (a @ b): addmm for matrices, baddbmm for batches
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);

@@ -554,17 +554,21 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     }
     case OpId::Matmul: binary("MatMul"); break;
-    case OpId::Linear: {  // x (*, K) @ w (N, K)^T + bias: Gemm for a matrix x, else MatMul + Add
+    case OpId::Linear: {  // x (*, K) @ w^T + bias (w (N, K); flag: w (K, N), no transpose): Gemm for a
+                          // matrix x, else MatMul + Add
       const bool bias = in.size() == 3;
       if (r.inputs[0].dim() == 2) {
         y = fresh("Gemm_out");
         std::vector<std::string> args = {in[0], in[1]};
         if (bias) args.push_back(in[2]);
-        attr(node("Gemm", args, {y}), "transB", int64_t(1));
+        attr(node("Gemm", args, {y}), "transB", int64_t(a.flag ? 0 : 1));
       } else {
-        const std::string wt = fresh("Transpose_out");
-        attr(node("Transpose", {in[1]}, {wt}), "perm", std::vector<int64_t>{1, 0});
-        y = op("MatMul", {in[0], wt});
+        std::string w = in[1];
+        if (!a.flag) {
+          w = fresh("Transpose_out");
+          attr(node("Transpose", {in[1]}, {w}), "perm", std::vector<int64_t>{1, 0});
+        }
+        y = op("MatMul", {in[0], w});
         if (bias) y = op("Add", {y, in[2]});
       }
       break;

@@ -117,6 +117,35 @@ void add_specs(std::vector<OpSpec>& specs) {
     specs.push_back(s);
   }
   {
+    // linear_in_out: the same op with the weight stored (in, out) (attrs.flag).
+    OpSpec s;
+    s.name = "linear_in_out";
+    s.covers = {OpId::Linear};
+    s.fn = [](const std::vector<Tensor>& in) { return linear_in_out(in[0], in[1], in.size() == 3 ? in[2] : Tensor()); };
+    s.reference = [](const std::vector<Tensor>& in) {
+      std::vector<Tensor> t = in;
+      t[1] = contiguous(transpose(in[1], 0, 1));
+      return linear_reference(t);
+    };
+    s.dtypes = {DType::F32, DType::F16, DType::BF16};
+    s.integers = false;
+    s.cases = [] {
+      auto with_bias = [](const std::string& label, const Shape& x, int64_t n, uint64_t seed) {
+        OpCase c = two(label, x, {x.back(), n}, seed);
+        c.inputs.push_back(uniform_values({n}, -1, 1, seed + 200));
+        return c;
+      };
+      return std::vector<OpCase>{
+          two("(3, 4) with weight (4, 5), no bias", {3, 4}, {4, 5}, 51),
+          with_bias("batched (2, 3, 4) with weight (4, 5) and bias", {2, 3, 4}, 5, 52),
+          with_bias("K = 0: the bias alone", {3, 0}, 4, 53),
+          with_bias("large enough to thread (64, 300) -> 120", {64, 300}, 120, 54),
+      };
+    };
+    s.tol_half = 3e-2;
+    specs.push_back(s);
+  }
+  {
     OpSpec s = matmul_spec("matmul");
     s.cases = [] {
       return std::vector<OpCase>{

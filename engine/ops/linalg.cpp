@@ -82,36 +82,43 @@ const OpDef kMatmul{.infer = matmul_infer,
 
 // ---- linear: (x (*, K), w (N, K)[, bias (N)]) -> y (*, N) = x @ w^T + bias
 // One op rather than matmul of a transposed view plus an add (Note [Linear is an op]).
-void linear_infer(std::span<const Tensor> in, const Attrs&, std::span<TensorSpec> out) {
+void linear_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
   BRISK_CHECK(in.size() == 2 || in.size() == 3, "linear: expects (input, weight) or (input, weight, bias), got ",
               in.size(), " inputs");
   const Tensor &x = in[0], &w = in[1];
+  const bool in_out = attrs.flag;  // w stored (in, out): linear_in_out
   detail::check_floating(x, "linear");
-  BRISK_CHECK(w.dim() == 2, "linear: weight must be 2-D (out, in), got ", w.sizes());
-  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", x.sizes(), " does not have the ", w.size(1),
+  BRISK_CHECK(w.dim() == 2, "linear: weight must be 2-D (", in_out ? "in, out" : "out, in", "), got ", w.sizes());
+  const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0);
+  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == k, "linear: input ", x.sizes(), " does not have the ", k,
               " features that weight ", w.sizes(), " expects");
   BRISK_CHECK(x.dtype() == w.dtype(), "linear: dtypes differ (input ", x.str(), ", weight ", w.str(), ")");
   if (in.size() == 3) {
     const Tensor& b = in[2];
-    BRISK_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias ", b.sizes(), " does not match the ", w.size(0),
+    BRISK_CHECK(b.dim() == 1 && b.size(0) == n, "linear: bias ", b.sizes(), " does not match the ", n,
                 " output features of weight ", w.sizes());
     BRISK_CHECK(b.dtype() == x.dtype(), "linear: dtypes differ (input ", x.str(), ", bias ", b.str(), ")");
   }
   Shape sizes = x.sizes();
-  sizes[sizes.size() - 1] = w.size(0);
+  sizes[sizes.size() - 1] = n;
   out[0] = {sizes, x.dtype()};
 }
 
 // gx = g @ w, gw = g2^T @ x2 (the batch folded into rows: one (N, K) product in w's own
-// layout), gbias = the column sums of g2. Written with ops, so double backward works.
+// layout), gbias = the column sums of g2; for a weight stored (in, out), gx = g @ w^T and
+// gw = x2^T @ g2. Written with ops, so double backward works.
 void linear_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
-  const int64_t n = w.size(0), k = w.size(1);
+  const bool in_out = c.attrs.flag;
+  const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0);
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  if (c.needs_grad(0)) gi[0] = matmul(g, w);
+  if (c.needs_grad(0)) gi[0] = matmul(g, in_out ? mT(w) : w);
   const Tensor g2 = reshape(g, {rows, n});
-  if (c.needs_grad(1)) gi[1] = matmul(mT(g2), reshape(x, {rows, k}));
+  if (c.needs_grad(1)) {
+    const Tensor x2 = reshape(x, {rows, k});
+    gi[1] = in_out ? matmul(mT(x2), g2) : matmul(mT(g2), x2);
+  }
   if (gi.size() == 3 && c.needs_grad(2)) gi[2] = sum(g2, {0});
 }
 
@@ -128,11 +135,21 @@ const OpDef kLinear{.infer = linear_infer,
 // transpose so that its cast cache saw the parameter rather than a fresh view. As one op, the
 // weight and bias reach dispatch as themselves (cast and cached like any parameter), the
 // kernels start each output row at the bias and accumulate the product onto it (as conv2d
-// does), and the profiler, the conformance table and ONNX export see "linear".
+// does), and the profiler, the conformance table and ONNX export see "linear". attrs.flag
+// marks a weight stored (in, out) (linear_in_out: Hugging Face's Conv1D, torch.addmm's layout),
+// read in place as well.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   BRISK_CHECK(x.defined() && weight.defined(), "linear: undefined input or weight");
   if (!bias.defined()) return call1(OpId::Linear, {x, weight});
   return call1(OpId::Linear, {x, weight, bias});
+}
+
+Tensor linear_in_out(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  BRISK_CHECK(x.defined() && weight.defined(), "linear_in_out: undefined input or weight");
+  Attrs a;
+  a.flag = true;
+  if (!bias.defined()) return call1(OpId::Linear, {x, weight}, a);
+  return call1(OpId::Linear, {x, weight, bias}, a);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

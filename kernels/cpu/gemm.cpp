@@ -469,11 +469,10 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (!dense) convert_into(out[0], c);
 }
 
-// c (rows, n) dense = x (rows, k) @ w^T, w (n, k) with rows w_row_stride apart; each row of c
-// starts at bias (n) when given and the product is accumulated onto it.
+// c (rows, n) dense = x (rows, k) @ wt (k, n, the weight as the product's b, read in place);
+// each row of c starts at bias (n) when given and the product is accumulated onto it.
 template <class T, class Acc>
-void linear_rows(const T* x, const T* w, int64_t w_row_stride, const Acc* bias, Acc* c, int64_t rows, int64_t n,
-                 int64_t k) {
+void linear_rows(const T* x, MatrixRef<const T> wt, const Acc* bias, Acc* c, int64_t rows, int64_t n, int64_t k) {
   if (k == 0 && !bias) {  // an empty sum: zeros
     std::fill(c, c + rows * n, Acc(0));
     return;
@@ -484,25 +483,25 @@ void linear_rows(const T* x, const T* w, int64_t w_row_stride, const Acc* bias, 
     for (int64_t i = 0; i < rows; ++i) std::copy(bias, bias + n, c + i * n);
   }
   if (k == 0) return;
-  // w (n, k) read as w^T (k, n): unit stride down each column of the product's b.
-  gemm_into<T, Acc>(MatrixRef<const T>{x, rows, k, k, 1}, MatrixRef<const T>{w, k, n, 1, w_row_stride},
-                    MatrixRef<Acc>{c, rows, n, n, 1}, bias != nullptr);
+  gemm_into<T, Acc>(MatrixRef<const T>{x, rows, k, k, 1}, wt, MatrixRef<Acc>{c, rows, n, n, 1}, bias != nullptr);
 }
 
 // y (*, n) = x (*, k) @ w (n, k)^T + bias (n) (Note [Linear is an op] in engine/ops/linalg.cpp):
 // the product is accumulated onto rows that start at the bias, so the bias costs no pass of
 // its own. 16-bit floats are summed in F32 and rounded once, as matmul's.
-void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  const Tensor& w_in = in[1];
+void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const bool in_out = attrs.flag;  // w (k, n) rather than (n, k)
   const Tensor x = in[0].is_contiguous() ? in[0] : converted(in[0], in[0].dtype());
-  const bool w_rows = w_in.stride(1) == 1 && (w_in.size(0) <= 1 || w_in.stride(0) >= w_in.size(1));
-  const Tensor w = w_rows ? w_in : converted(w_in, w_in.dtype());
+  const Tensor w = readable(in[1]);  // a unit stride in one dim, read in place
   const bool dense = out[0].is_contiguous();
   const Tensor c = dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
-  const int64_t n = w.size(0), k = w.size(1), rows = n == 0 ? 0 : c.numel() / n;
+  const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0), rows = n == 0 ? 0 : c.numel() / n;
+  // The product's b (k, n): w itself, or w (n, k) read transposed.
+  const int64_t b_rs = in_out ? w.stride(0) : w.stride(1), b_cs = in_out ? w.stride(1) : w.stride(0);
   if (c.numel() > 0) {
     const bool has_bias = in.size() == 3;
     auto f32 = [](const Tensor& t) { return t.dtype() == DType::F32 ? t : converted(t, DType::F32); };
+    auto bias_ptr = [&](const Tensor& b) { return has_bias ? b.data_ptr() : nullptr; };
     switch (c.dtype()) {
       case DType::F32:
       case DType::F64:
@@ -510,28 +509,30 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
           using T = decltype(tag);
           if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
             const Tensor b = has_bias ? (in[2].is_contiguous() ? in[2] : converted(in[2], in[2].dtype())) : Tensor();
-            linear_rows<T, T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()), w.stride(0),
-                              has_bias ? static_cast<const T*>(b.data_ptr()) : nullptr, static_cast<T*>(c.data_ptr()),
-                              rows, n, k);
+            linear_rows<T, T>(static_cast<const T*>(x.data_ptr()),
+                              MatrixRef<const T>{static_cast<const T*>(w.data_ptr()), k, n, b_rs, b_cs},
+                              static_cast<const T*>(bias_ptr(b)), static_cast<T*>(c.data_ptr()), rows, n, k);
           }
         });
         break;
       case DType::F16: {  // in F32, rounded once
         Tensor c32 = make_empty(c.sizes(), DType::F32, c.device());
         const Tensor x32 = f32(x), w32 = f32(w), b32 = has_bias ? f32(in[2]) : Tensor();
-        linear_rows<float, float>(static_cast<const float*>(x32.data_ptr()), static_cast<const float*>(w32.data_ptr()),
-                                  k, has_bias ? static_cast<const float*>(b32.data_ptr()) : nullptr,
-                                  static_cast<float*>(c32.data_ptr()), rows, n, k);
+        const int64_t rs = in_out ? w32.stride(0) : w32.stride(1), cs = in_out ? w32.stride(1) : w32.stride(0);
+        linear_rows<float, float>(static_cast<const float*>(x32.data_ptr()),
+                                  MatrixRef<const float>{static_cast<const float*>(w32.data_ptr()), k, n, rs, cs},
+                                  static_cast<const float*>(bias_ptr(b32)), static_cast<float*>(c32.data_ptr()), rows,
+                                  n, k);
         convert_into(c, c32);
         break;
       }
       case DType::BF16: {  // BF16 operands summed in F32 (kernels/cpu/gemm_bf16.h), rounded once
         Tensor c32 = make_empty(c.sizes(), DType::F32, c.device());
         const Tensor b32 = has_bias ? f32(in[2]) : Tensor();
-        linear_rows<BFloat16, float>(static_cast<const BFloat16*>(x.data_ptr()),
-                                     static_cast<const BFloat16*>(w.data_ptr()), w.stride(0),
-                                     has_bias ? static_cast<const float*>(b32.data_ptr()) : nullptr,
-                                     static_cast<float*>(c32.data_ptr()), rows, n, k);
+        linear_rows<BFloat16, float>(
+            static_cast<const BFloat16*>(x.data_ptr()),
+            MatrixRef<const BFloat16>{static_cast<const BFloat16*>(w.data_ptr()), k, n, b_rs, b_cs},
+            static_cast<const float*>(bias_ptr(b32)), static_cast<float*>(c32.data_ptr()), rows, n, k);
         round_to_bf16(static_cast<const float*>(c32.data_ptr()), static_cast<BFloat16*>(c.data_ptr()), c.numel());
         break;
       }

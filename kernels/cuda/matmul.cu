@@ -380,15 +380,16 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
 // y (*, n) = x (*, k) @ w (n, k)^T + bias (Note [Linear is an op] in engine/ops/linalg.cpp): x
 // as (rows, k), w read as its transpose in place (cuBLAS's op T), the output's rows started
 // at the bias and the product accumulated onto them (beta 1).
-void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const bool in_out = attrs.flag;  // w (k, n) rather than (n, k)
   const Tensor x = in[0].is_contiguous() ? in[0] : dense(in[0]);
   const Tensor& w = in[1];
   const bool is_dense = out[0].is_contiguous();
   const Tensor c = is_dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
-  const int64_t n = w.size(0), k = w.size(1), rows = n == 0 ? 0 : c.numel() / n;
+  const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0), rows = n == 0 ? 0 : c.numel() / n;
   if (c.numel() > 0) {
     const Tensor x2 = make_view(x.storage(), {rows, k}, {k, 1}, x.offset(), x.dtype());
-    const Tensor wt = make_view(w.storage(), {k, n}, {w.stride(1), w.stride(0)}, w.offset(), w.dtype());
+    const Tensor wt = in_out ? w : make_view(w.storage(), {k, n}, {w.stride(1), w.stride(0)}, w.offset(), w.dtype());
     const Tensor c2 = make_view(c.storage(), {rows, n}, {n, 1}, c.offset(), c.dtype());
     const bool has_bias = in.size() == 3;
     if (has_bias) {

@@ -19,7 +19,8 @@ HFConv1D::HFConv1D(int64_t in, int64_t out, double init_std) : Module("Conv1D") 
   register_parameter("bias", zeros({out}));
 }
 
-Tensor HFConv1D::forward(const Tensor& x) { return matmul(x, parameter("weight")) + parameter("bias"); }
+// x @ weight + bias in one op (the bias is the product's starting value; Note [Linear is an op]).
+Tensor HFConv1D::forward(const Tensor& x) { return linear_in_out(x, parameter("weight"), parameter("bias")); }
 
 namespace {
 // Named child modules for the attention and MLP sub-blocks (their names are part of the keys).
