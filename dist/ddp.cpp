@@ -173,14 +173,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   for (auto& [name, p] : module_->named_parameters(false)) register_parameter(name, p, p.requires_grad());
   for (auto& [name, b] : module_->named_buffers(false)) register_buffer(name, b);
 
-  {  // every rank starts from rank 0's weights
-    NoGradGuard no_grad;
-    for (auto& [name, t] : module_->state_dict()) {
-      Tensor dense = t.is_contiguous() ? t : t.contiguous();
-      group_->broadcast(dense, 0)->wait();
-      if (dense.impl() != t.impl()) t.copy_(dense);
-    }
-  }
+  broadcast_module_state(*module_, *group_, 0);  // every rank starts from rank 0's weights
 
   state_ = std::make_shared<State>();
   State& st = *state_;
@@ -240,5 +233,14 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_params() c
 }
 
 const SyncStats& DistributedDataParallel::last_sync() const { return state_->stats; }
+
+void broadcast_module_state(nn::Module& module, ProcessGroup& group, int root) {
+  NoGradGuard no_grad;
+  for (auto& [name, t] : module.state_dict()) {
+    Tensor dense = t.is_contiguous() ? t : t.contiguous();
+    group.broadcast(dense, root)->wait();
+    if (dense.impl() != t.impl()) t.copy_(dense);
+  }
+}
 
 }  // namespace brisk::dist

@@ -71,4 +71,9 @@ class DistributedDataParallel : public nn::Module {
   std::shared_ptr<State> state_;
 };
 
+// Copies rank `root`'s parameters and buffers (module.state_dict()) to every rank of the group,
+// in place: how DDP and FSDP start every rank from the same weights (PyTorch's
+// sync_module_states).
+void broadcast_module_state(nn::Module& module, ProcessGroup& group, int root = 0);
+
 }  // namespace brisk::dist

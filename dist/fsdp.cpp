@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <map>
 
+#include "dist/ddp.h"
+#include "dist/shard_file.h"
 #include "engine/autograd.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
@@ -290,14 +292,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
       group_(std::move(group)),
       options_(std::move(options)) {
   BRISK_CHECK(module_ && group_, "FullyShardedDataParallel: needs a module and a process group");
-  {  // every rank starts from rank 0's weights
-    NoGradGuard no_grad;
-    for (auto& [name, t] : module_->state_dict()) {
-      Tensor dense = t.is_contiguous() ? t : t.contiguous();
-      group_->broadcast(dense, 0)->wait();
-      if (dense.impl() != t.impl()) t.copy_(dense);
-    }
-  }
+  broadcast_module_state(*module_, *group_, 0);  // every rank starts from rank 0's weights
   std::vector<std::string> paths = options_.units;
   if (paths.empty()) {
     for (auto& [name, child] : module_->named_children()) {
@@ -506,17 +501,10 @@ std::string fsdp_file(const std::string& dir, int rank) {
   return (std::filesystem::path(dir) / ("fsdp.rank" + std::to_string(rank) + ".safetensors")).string();
 }
 
-std::string exact(double v) {  // a double that reads back bit for bit
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+using detail::exact;
 
 int64_t meta_int(const SafetensorsFile& f, const std::string& key, const std::string& path) {
-  auto it = f.metadata.find(key);
-  BRISK_CHECK(it != f.metadata.end(), "FullyShardedDataParallel::load_sharded: ", path, " has no '", key,
-              "' (not a file save_sharded wrote)");
-  return std::stoll(it->second);
+  return detail::meta_int(f, key, path, "FullyShardedDataParallel::load_sharded");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "dist/shard_file.h"
 #include "engine/autograd.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
@@ -153,17 +154,10 @@ std::string shard_file(const std::string& dir, int rank) {
   return (std::filesystem::path(dir) / ("zero.rank" + std::to_string(rank) + ".safetensors")).string();
 }
 
-std::string exact(double v) {  // a double that reads back bit for bit
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+using detail::exact;
 
 int64_t meta_int(const SafetensorsFile& f, const std::string& key, const std::string& path) {
-  auto it = f.metadata.find(key);
-  BRISK_CHECK(it != f.metadata.end(), "ZeroRedundancyOptimizer::load_sharded: ", path, " has no '", key,
-              "' (not a file save_sharded wrote)");
-  return std::stoll(it->second);
+  return detail::meta_int(f, key, path, "ZeroRedundancyOptimizer::load_sharded");
 }
 
 }  // namespace

@@ -263,7 +263,8 @@ TEST_CASE("onnx export: zoo models round-trip through the importer at another ba
       CHECK(std::find(types.begin(), types.end(), "Tanh") == types.end());
     }
     NoGradGuard no_grad;
-    for (const auto& [batch, seq] : kCheckSizes) {
+    for (const auto& size : kCheckSizes) {
+      const int64_t batch = size.first, seq = size.second;  // named: clang's CAPTURE takes no structured binding
       if (!c.sequence && seq != kTraceSeq) continue;
       CAPTURE(batch);
       CAPTURE(seq);
