@@ -13,8 +13,7 @@
 #include <unordered_set>
 
 #include "engine/functions.h"
-#include "engine/nonfinite.h"
-#include "engine/profiler.h"
+#include "engine/hooks.h"
 
 namespace brisk {
 
@@ -434,6 +433,17 @@ void pass_gradients(GraphTask& task, const Node& n, std::vector<Tensor>& out) {
   }
 }
 
+// A backward node's formula (hooks::NodeRun), and the same inside the non-finite watch's hook.
+void run_formula(hooks::NodeCall& call) { *call.out = call.node->apply(std::move(*call.grads)); }
+
+void run_checked(hooks::NodeCall& call) {
+  if (auto around = hooks::check_node.load(std::memory_order_relaxed); BRISK_UNLIKELY(around != nullptr)) {
+    around(call, &run_formula);
+  } else {
+    run_formula(call);
+  }
+}
+
 thread_local detail::BackwardObserver* t_observer = nullptr;
 
 void run_ready_loop(GraphTask& task) {
@@ -443,27 +453,18 @@ void run_ready_loop(GraphTask& task) {
     std::vector<Tensor> grads = take_gradients(task, n);
     if (task.captured && !capture_and_continue(task, n, grads)) continue;
     std::vector<Tensor> out;
-    // While profiling, each node is a range named after its forward op and linked to it by the
-    // node's sequence number (AccumulateGrad, which has none, shows as itself).
-    std::optional<profiler::RecordFunction> prof;
-    if (BRISK_UNLIKELY(profiler::is_active())) {
-      const bool op_node = !n->is_accumulator();
-      prof.emplace(op_node ? n->op_label() + " backward" : n->name(), profiler::EventKind::Backward);
-      if (op_node) prof->set_sequence_nr(int64_t(n->sequence_nr));
-    }
     std::vector<Tensor> observed_in;
     if (BRISK_UNLIKELY(t_observer != nullptr)) observed_in = grads;  // shallow: apply consumes grads
-    if (BRISK_UNLIKELY(scopes_tracked())) {
-      const std::string op = n->op_label();
-      detail::BackwardScope scope(op, n->scope);  // ops inside the formula report as this node
-      out = n->apply(std::move(grads));
-      detail::check_outputs(op.c_str(), n->scope, true, out);
+    // The formula, with the tools' hooks around it where installed (engine/hooks.h): the
+    // profiler's range outside, the non-finite watch's scope and check inside.
+    hooks::NodeCall call{n, &grads, &out};
+    if (auto around = hooks::profile_node.load(std::memory_order_relaxed); BRISK_UNLIKELY(around != nullptr)) {
+      around(call, &run_checked);
     } else {
-      out = n->apply(std::move(grads));
+      run_checked(call);
     }
     if (BRISK_UNLIKELY(t_observer != nullptr)) t_observer->on_node(*n, observed_in, out);
     if (!task.retain_graph) n->release();
-    prof.reset();
     pass_gradients(task, *n, out);
   }
 }

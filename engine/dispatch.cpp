@@ -11,10 +11,8 @@
 #include "engine/backend.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
+#include "engine/hooks.h"
 #include "engine/kernel_override.h"
-#include "engine/nonfinite.h"
-#include "engine/profiler.h"
-#include "engine/trace.h"
 
 namespace brisk {
 
@@ -274,7 +272,9 @@ const Node* record(OpId id, const OpDef& op, std::span<const Tensor> in, const A
   node->attrs = attrs;
   node->device = device;
   node->needs_grad_mask = mask;
-  if (BRISK_UNLIKELY(scopes_tracked())) node->scope = current_scope();
+  if (auto scope_of = hooks::op_scope.load(std::memory_order_relaxed); BRISK_UNLIKELY(scope_of != nullptr)) {
+    if (const std::string* scope = scope_of()) node->scope = *scope;
+  }
   node->next_edges.resize(in.size());
   node->input_specs.resize(in.size());
   node->saved_inputs.resize(in.size());
@@ -375,66 +375,29 @@ const Node* call_impl(OpId id, std::span<const Tensor> in, const Attrs& attrs, s
       if (provided[i]) out[i].bump_version();  // written in place
     }
   }
-  if (BRISK_UNLIKELY(scopes_tracked())) detail::check_outputs(op.name, current_scope(), false, out);
+  if (auto check = hooks::check_op.load(std::memory_order_relaxed); BRISK_UNLIKELY(check != nullptr)) {
+    check(op.name, out);
+  }
   if (op.backward && GradMode::enabled()) return record(id, op, in, attrs, out, device);
   return nullptr;
 }
 
-[[gnu::noinline]] void call_profiled(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
-  const OpDef& op = op_def(id);
-  profiler::Event e;
-  e.name = op.name;
-  e.kind = profiler::EventKind::Op;
-  e.device = in.empty() ? attrs.device : in[0].device();
-  if (profiler::detail::record_shapes()) {
-    e.shapes = profiler::detail::describe_shapes(in);
-    e.dtypes = profiler::detail::describe_dtypes(in);
+// The profiler's hook (engine/hooks.h) around call_impl, when installed.
+const Node* call_untraced(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
+  if (auto around = hooks::profile_op.load(std::memory_order_relaxed); BRISK_UNLIKELY(around != nullptr)) {
+    return around(id, in, attrs, out, &call_impl);
   }
-  bool provided[4] = {};
-  for (size_t i = 0; i < out.size() && i < 4; ++i) provided[i] = out[i].defined();
-  e.start_ns = profiler::detail::now_ns();
-  const Node* node = call_impl(id, in, attrs, out);
-  e.end_ns = profiler::detail::now_ns();
-  if (!op.view) {
-    for (size_t i = 0; i < out.size() && i < 4; ++i) {
-      if (!provided[i] && out[i].defined()) e.bytes += out[i].numel() * int64_t(out[i].element_size());
-    }
-  }
-  if (node) e.sequence_nr = int64_t(node->sequence_nr);
-  profiler::detail::record(std::move(e));
+  return call_impl(id, in, attrs, out);
 }
 
 }  // namespace
 
-namespace {
-
-void call_untraced(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
-  if (BRISK_UNLIKELY(profiler::is_active())) {
-    call_profiled(id, in, attrs, out);
-    return;
-  }
-  call_impl(id, in, attrs, out);
-}
-
-// A recorder is alive (engine/trace.h): the op runs as always and, when it is the outermost
-// one of a recording thread, is recorded with its inputs as given (before autocast) and outputs.
-[[gnu::noinline]] void call_traced(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
-  const bool outermost = trace::detail::enter();
-  try {
-    call_untraced(id, in, attrs, out);
-  } catch (...) {
-    trace::detail::leave(false, id, in, attrs, out);
-    throw;
-  }
-  trace::detail::leave(outermost, id, in, attrs, out);
-}
-
-}  // namespace
-
+// Every op: the op recorder's and the profiler's hooks around the call, where installed (Note
+// [Profiler] in engine/profiler.h, engine/trace.h).
 void call(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
   ensure_init();
-  if (BRISK_UNLIKELY(trace::detail::any_active())) {
-    call_traced(id, in, attrs, out);
+  if (auto around = hooks::trace_op.load(std::memory_order_relaxed); BRISK_UNLIKELY(around != nullptr)) {
+    around(id, in, attrs, out, &call_untraced);
     return;
   }
   call_untraced(id, in, attrs, out);

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/autograd.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "engine/half.h"
+#include "engine/hooks.h"
 
 namespace brisk {
 
@@ -120,5 +122,38 @@ void check_outputs(const char* op, const std::string& scope, bool backward, std:
 }
 
 }  // namespace detail
+
+// ---- anomaly mode's switch and the hooks dispatch and the autograd engine call (engine/hooks.h)
+// They live here, so that a program that turns anomaly mode on or makes a NonfiniteWatch links
+// this file, whose static initializer installs the hooks.
+
+namespace {
+thread_local bool t_anomaly = false;
+
+const std::string* op_scope() { return scopes_tracked() ? &current_scope() : nullptr; }
+
+void check_op(const char* op, std::span<const Tensor> out) {
+  if (scopes_tracked()) detail::check_outputs(op, current_scope(), false, out);
+}
+
+// Ops inside a backward formula report as the node; its gradients are checked after it.
+void check_node(hooks::NodeCall& call, hooks::NodeRun next) {
+  if (!scopes_tracked()) return next(call);
+  const std::string op = call.node->op_label();
+  detail::BackwardScope scope(op, call.node->scope);
+  next(call);
+  detail::check_outputs(op.c_str(), call.node->scope, true, *call.out);
+}
+
+[[maybe_unused]] const bool g_installed = [] {
+  hooks::op_scope.store(&op_scope, std::memory_order_relaxed);
+  hooks::check_op.store(&check_op, std::memory_order_relaxed);
+  hooks::check_node.store(&check_node, std::memory_order_relaxed);
+  return true;
+}();
+}  // namespace
+
+bool AnomalyMode::enabled() { return t_anomaly; }
+void AnomalyMode::set_enabled(bool enabled) { t_anomaly = enabled; }
 
 }  // namespace brisk

@@ -12,7 +12,9 @@
 #include <sstream>
 #include <tuple>
 
+#include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/hooks.h"
 #include "engine/serialize.h"
 #include "engine/tensor.h"
 
@@ -160,9 +162,58 @@ RecordFunction::~RecordFunction() {
   detail::record(std::move(e));
 }
 
+// ---- the hooks dispatch and the autograd engine call (engine/hooks.h)
+
+namespace {
+
+// Around every op: one Op event with its time, shapes, new bytes and tape node.
+const Node* profile_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out,
+                       hooks::OpRun next) {
+  if (!is_active()) return next(id, in, attrs, out);
+  const OpDef& op = op_def(id);
+  Event e;
+  e.name = op.name;
+  e.kind = EventKind::Op;
+  e.device = in.empty() ? attrs.device : in[0].device();
+  if (detail::record_shapes()) {
+    e.shapes = detail::describe_shapes(in);
+    e.dtypes = detail::describe_dtypes(in);
+  }
+  bool provided[4] = {};
+  for (size_t i = 0; i < out.size() && i < 4; ++i) provided[i] = out[i].defined();
+  e.start_ns = detail::now_ns();
+  const Node* node = next(id, in, attrs, out);
+  e.end_ns = detail::now_ns();
+  if (!op.view) {
+    for (size_t i = 0; i < out.size() && i < 4; ++i) {
+      if (!provided[i] && out[i].defined()) e.bytes += out[i].numel() * int64_t(out[i].element_size());
+    }
+  }
+  if (node) e.sequence_nr = int64_t(node->sequence_nr);
+  detail::record(std::move(e));
+  return node;
+}
+
+// Around each backward node: a range named after its forward op and linked to it by the node's
+// sequence number (AccumulateGrad, which has none, shows as itself).
+void profile_node(hooks::NodeCall& call, hooks::NodeRun next) {
+  if (!is_active()) return next(call);
+  const Node& n = *call.node;
+  const bool op_node = !n.is_accumulator();
+  RecordFunction range(op_node ? n.op_label() + " backward" : n.name(), EventKind::Backward);
+  if (op_node) range.set_sequence_nr(int64_t(n.sequence_nr));
+  next(call);
+}
+
+}  // namespace
+
 // ---- Profiler
 
 Profiler::Profiler(const ProfilerOptions& options) {
+  // From the first run on, dispatch and the autograd engine call the profiler's hooks; each
+  // returns at once when no run is active.
+  hooks::profile_op.store(&profile_op, std::memory_order_relaxed);
+  hooks::profile_node.store(&profile_node, std::memory_order_relaxed);
   Registry& r = registry();
   bool expected = false;
   // Set up before g_active turns on, so the first event sees this run's generation and start.

@@ -1,5 +1,5 @@
-// engine/state.cpp: the thread-local switches (grad mode, anomaly mode) and the default random
-// generator. Autocast's switches and cache: engine/autocast.cpp.
+// engine/state.cpp: the thread-local grad-mode switch and the default random generator.
+// Autocast's switches and cache: engine/autocast.cpp; anomaly mode's: engine/nonfinite.cpp.
 #include "engine/grad_mode.h"
 #include "engine/random.h"
 
@@ -7,13 +7,10 @@ namespace brisk {
 
 namespace {
 thread_local bool t_grad_enabled = true;
-thread_local bool t_anomaly = false;
 }  // namespace
 
 bool GradMode::enabled() { return t_grad_enabled; }
 void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
-bool AnomalyMode::enabled() { return t_anomaly; }
-void AnomalyMode::set_enabled(bool enabled) { t_anomaly = enabled; }
 
 Generator& default_generator() {
   static Generator gen;

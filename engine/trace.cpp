@@ -2,6 +2,7 @@
 #include "engine/trace.h"
 
 #include "engine/error.h"
+#include "engine/hooks.h"
 
 namespace brisk::trace {
 
@@ -32,8 +33,30 @@ void detail_record(OpId id, std::span<const Tensor> in, const Attrs& attrs, std:
       {id, attrs, std::vector<Tensor>(in.begin(), in.end()), std::vector<Tensor>(out.begin(), out.end())});
 }
 
+namespace {
+
+// Around every op (engine/hooks.h): the outermost op of a recording thread is recorded with its
+// inputs as given (before autocast) and its outputs.
+const Node* trace_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out,
+                     hooks::OpRun next) {
+  if (!detail::any_active()) return next(id, in, attrs, out);
+  const bool outermost = detail::enter();
+  const Node* node = nullptr;
+  try {
+    node = next(id, in, attrs, out);
+  } catch (...) {
+    detail::leave(false, id, in, attrs, out);
+    throw;
+  }
+  detail::leave(outermost, id, in, attrs, out);
+  return node;
+}
+
+}  // namespace
+
 Recorder::Recorder() {
   BRISK_CHECK(detail::current() == nullptr, "trace::Recorder: this thread is already recording");
+  hooks::trace_op.store(&trace_op, std::memory_order_relaxed);  // from the first recorder on
   detail::current() = this;
   detail::g_recorders.fetch_add(1, std::memory_order_relaxed);
 }
