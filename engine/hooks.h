@@ -16,7 +16,7 @@
 
 namespace brisk {
 
-struct Node;
+class Node;
 
 namespace hooks {
 
