@@ -189,26 +189,6 @@ Tensor cast_input(const Tensor& x, DType dtype) {
   return y;
 }
 
-Tensor cast_for(OpId id, const Tensor& x) {
-  const DeviceType dev = x.device().type;
-  if (!is_enabled(dev) || !is_floating(x.dtype()) || x.dtype() == DType::F64) return x;
-  const CastPolicy p = policy_of(id, dev);
-  if (p != CastPolicy::Lower && p != CastPolicy::Fp32) return x;
-  const DType target = p == CastPolicy::Fp32 ? DType::F32 : dtype(dev);
-  if (x.dtype() == target) return x;
-  AutocastState& st = t_autocast.state;
-  st.enabled[int(dev)] = false;  // the cast itself is not autocast
-  Tensor y;
-  try {
-    y = cast_input(x, target);
-  } catch (...) {
-    st.enabled[int(dev)] = true;
-    throw;
-  }
-  st.enabled[int(dev)] = true;
-  return y;
-}
-
 }  // namespace autocast
 
 }  // namespace brisk

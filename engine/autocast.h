@@ -83,11 +83,6 @@ void clear_cache();
 // parameter (a leaf that requires grad), computed with brisk::cast otherwise.
 Tensor cast_input(const Tensor& x, DType dtype);
 
-// x as autocast would hand it to op `id` (Lower or Fp32 policy), else x itself. For composite
-// functions that view a parameter before the op sees it (linear transposes its weight), so
-// the cast is taken from the parameter and cached.
-Tensor cast_for(OpId id, const Tensor& x);
-
 }  // namespace autocast
 
 }  // namespace brisk

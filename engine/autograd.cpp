@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>

@@ -166,6 +166,9 @@ OPS = {
     "kl_div": lambda x, p: F.kl_div(x[0], x[1], reduction=reduction(p), log_target=p["log_target"]),
     "matmul": lambda x, p: torch.matmul(x[0], x[1]),
     "linear": lambda x, p: F.linear(x[0], x[1], x[2]),
+    "linear_nobias": lambda x, p: F.linear(x[0], x[1]),
+    # brisk's linear_in_out: the weight stored (in, out), as Hugging Face's Conv1D (x @ w + b)
+    "linear_in_out": lambda x, p: F.linear(x[0], x[1].t(), x[2]),
     "cat": lambda x, p: torch.cat(x, p["dim"]),
     "stack": lambda x, p: torch.stack(x, p["dim"]),
     "index_select": lambda x, p: torch.index_select(x[0], p["dim"], x[1]),
@@ -426,6 +429,13 @@ def linalg_index_cases():
     cases.append(run_case("matmul", "vector @ matrix", [inp([1.0, INF, 0.0]), inp(b[:6], [3, 2])]))
     cases.append(run_case("linear", "with bias, NaN in one input", [inp(a, [3, 4]), inp(b[:8], [2, 4]),
                                                                     inp([0.5, -INF])]))
+    cases.append(run_case("linear_nobias", "(3, 4) with weight (2, 4), edge values", [inp(a, [3, 4]),
+                                                                                     inp(b[:8], [2, 4])]))
+    cases.append(run_case("linear_nobias", "no rows (0, 4)", [inp([], [0, 4]), inp(b[:8], [2, 4])]))
+    cases.append(run_case("linear_in_out", "weight (4, 2) stored (in, out), bias with -inf",
+                          [inp(a, [3, 4]), inp(b[:8], [4, 2]), inp([0.5, -INF])]))
+    cases.append(run_case("linear_in_out", "transposed weight view", [inp(a, [3, 4]), inp(b[:8], [2, 4], layout="t"),
+                                                                      inp([1.0, 2.0])]))
     x1 = [1.0, NAN, -0.0, INF, 2.0, DEN]
     x2 = [3.0, -INF, 0.0, 1e-30]
     cases.append(run_case("cat", "dim 0, (3, 2) and (2, 2)", [inp(x1, [3, 2]), inp(x2, [2, 2])], {"dim": 0}))
