@@ -215,6 +215,48 @@ TEST_CASE("autocast: conv2d runs in BF16 with F32 weights and matches F32 within
   CHECK(gworst < 0.03 * gscale);
 }
 
+// Note [BF16 through F32 blocks] in kernels/cpu/vmath.cpp: dense BF16 gelu, its backward, exp,
+// tanh and sigmoid widen exactly, run the F32 kernels' functions and round once, so they give
+// the bits of the F32 kernel's result rounded to BF16.
+TEST_CASE("BF16 kernels: dense gelu, gelu_backward, exp, tanh and sigmoid are the F32 kernels rounded once") {
+  manual_seed(11);
+  const Tensor x = (randn({3000, 7}) * 3.0).to(DType::BF16);  // GELU's tails, tanh's flat parts
+  const Tensor g = randn({3000, 7}).to(DType::BF16);
+  const Tensor x32 = x.to(DType::F32), g32 = g.to(DType::F32);
+  auto same_bits = [](const Tensor& fast, const Tensor& f32, const std::string& what) {
+    CAPTURE(what);
+    REQUIRE(fast.dtype() == DType::BF16);
+    const std::vector<double> a = fast.to_vector<double>(), b = f32.to(DType::BF16).to_vector<double>();
+    REQUIRE(a.size() == b.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+    CHECK(differ == 0);
+  };
+  // x's gradient through the gelu_backward op.
+  auto gelu_grad = [](const Tensor& at, const Tensor& dy, bool approx) {
+    Tensor leaf = at.detach();
+    leaf.requires_grad_(true);
+    gelu(leaf, approx).backward(dy);
+    return leaf.grad();
+  };
+  for (bool approx : {false, true}) {
+    const std::string form = approx ? " (tanh)" : " (erf)";
+    same_bits(gelu(x, approx), gelu(x32, approx), "gelu" + form);
+    same_bits(gelu_grad(x, g, approx), gelu_grad(x32, g32, approx), "gelu_backward" + form);
+  }
+  same_bits(exp(x), exp(x32), "exp");
+  same_bits(tanh(x), tanh(x32), "tanh");
+  same_bits(sigmoid(x), sigmoid(x32), "sigmoid");
+  // A strided BF16 operand takes the elementwise list's scalar kernel: still within a BF16 ulp
+  // of the dense path where the result is not tiny.
+  const std::vector<double> strided = gelu(x.t(), true).t().contiguous().to_vector<double>();
+  const std::vector<double> dense = gelu(x, true).to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < dense.size(); ++i)
+    if (std::abs(dense[i]) > 1e-3) worst = std::max(worst, std::abs(strided[i] - dense[i]) / std::abs(dense[i]));
+  CHECK(worst <= 1.0 / 128);
+}
+
 // ---- master weights
 
 TEST_CASE("master weights: an update below half a BF16 ulp moves the weight only with an F32 master copy") {
