@@ -50,6 +50,9 @@ Tensor GradScaler::scale(const Tensor& loss) const {
 
 void GradScaler::unscale_(Optimizer& opt) {
   if (!options_.enabled) return;
+  BRISK_CHECK(!opt.steps_in_backward(), "GradScaler: ", opt.name(),
+              " steps in backward (step_in_backward), so its gradients are gone and were never checked for "
+              "inf/NaN; a scaled loss needs step_in_backward(false)");
   PerOptimizer& st = of(opt);
   BRISK_CHECK(st.stage != Stage::Unscaled, "GradScaler.unscale_: already called on this ", opt.name(),
               " optimizer since the last update()");

@@ -63,14 +63,22 @@ NamedTensors number_params(const std::vector<Tensor>& params, size_t first = 0);
 
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
   // One update of every parameter that has a gradient (frozen ones and those without a
-  // gradient are skipped). Runs under NoGradGuard.
+  // gradient are skipped). Runs under NoGradGuard. Refused while stepping in backward.
   void step();
   virtual const char* name() const = 0;
+
+  // Note [Stepping in backward] (optim/optimizer.cpp): with `on`, backward updates each
+  // parameter as soon as its gradient is complete and then drops that gradient, so the whole
+  // model's gradients are never held at once; step() and zero_grad() are not called. Off
+  // again with `false` (also when the optimizer is destroyed). Not with GradScaler, gradient
+  // clipping, accumulation over micro-batches or DDP: each needs every gradient before a step.
+  void step_in_backward(bool on = true);
+  bool steps_in_backward() const { return !backward_hooks_.empty(); }
 
   // Clears the gradients of all parameters: drops them (set_to_none) or fills them with 0.
   void zero_grad(bool set_to_none = true);
@@ -134,6 +142,8 @@ class Optimizer {
 
   // The parameters of group g that take part in this step: requires grad, grad defined.
   std::vector<Slot> active_slots(size_t g);
+  // Parameter i of group g as a slot; false when it does not take part (frozen, no gradient).
+  bool slot_of(size_t g, size_t i, Slot& slot);
 
   std::vector<ParamGroup> groups_;
   std::unordered_map<std::string, ParamState> state_;
@@ -144,6 +154,10 @@ class Optimizer {
     return master_weights_ && (p.dtype() == DType::F16 || p.dtype() == DType::BF16);
   }
   bool master_weights_ = false;
+  // One hook per parameter while stepping in backward (groups' order).
+  std::vector<HookHandle> backward_hooks_{};
+  void hook_for_backward(size_t g, size_t i);
+  void step_one(size_t g, size_t i);
 };
 
 // The part of an optimizer that knows its options type: Options must offer

@@ -11,18 +11,21 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "engine/allocator.h"
 #include "engine/functions.h"
 #include "engine/grad_mode.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 #include "optim/optim.h"
 #include "tests/paths.h"
+#include "tests/test_util.h"
 #include "train/early_stopping.h"
 
 using namespace brisk;
@@ -317,6 +320,149 @@ TEST_CASE("optim: parameters without a gradient and frozen parameters are left a
     CHECK(opt.state("a")->step == 1);
     frozen.requires_grad_(true);
   }
+}
+
+// ---- stepping in backward (Note [Stepping in backward] in optim/optimizer.cpp)
+
+namespace {
+
+// Two layers and a weight used twice (w1 in both products), so one parameter's gradient has two
+// parts that must be summed before its step.
+struct TwoLayers {
+  Tensor w1, b1, w2;
+  TwoLayers(DType dt, uint64_t seed) {
+    manual_seed(seed);
+    w1 = (randn({16, 16}) * 0.2).to(dt).requires_grad_(true);
+    b1 = (randn({16}) * 0.1).to(dt).requires_grad_(true);
+    w2 = (randn({4, 16}) * 0.2).to(dt).requires_grad_(true);
+  }
+  optim::NamedTensors named() const { return {{"w1", w1}, {"b1", b1}, {"w2", w2}}; }
+  Tensor loss(const Tensor& x) const {
+    Tensor h = tanh(linear(x, w1, b1));
+    h = tanh(linear(h, w1));
+    Tensor y = linear(h, w2);
+    return sum(y * y);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("optim: stepping in backward gives step()'s parameters, steps a shared weight once and drops gradients") {
+  using Make = std::function<std::unique_ptr<optim::Optimizer>(optim::NamedTensors)>;
+  const std::vector<std::pair<std::string, Make>> makers = {
+      {"AdamW fused",
+       [](optim::NamedTensors p) {
+         return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 0.01});
+       }},
+      {"Adam reference",
+       [](optim::NamedTensors p) {
+         return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 0.01, .fused = false});
+       }},
+      {"SGD momentum", [](optim::NamedTensors p) {
+         return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+       }}};
+  for (const auto& [label, make] : makers) {
+    for (DType dt : {DType::F64, DType::F32}) {
+      CAPTURE(label);
+      CAPTURE(dt);
+      TwoLayers plain(dt, 5), fused(dt, 5);
+      auto opt_plain = make(plain.named());
+      auto opt_fused = make(fused.named());
+      opt_fused->step_in_backward();
+      CHECK(opt_fused->steps_in_backward());
+      for (int t = 0; t < 5; ++t) {
+        manual_seed(100 + uint64_t(t));
+        const Tensor x = randn({8, 16}).to(dt);
+        opt_plain->zero_grad();
+        plain.loss(x).backward();
+        opt_plain->step();
+        fused.loss(x).backward();
+        CHECK_FALSE(fused.w1.grad().defined());  // dropped after its step
+        CHECK_FALSE(fused.w2.grad().defined());
+      }
+      // The same rule on the same gradients in the same order: the same bits.
+      CHECK(fused.w1.to_vector<double>() == plain.w1.to_vector<double>());
+      CHECK(fused.b1.to_vector<double>() == plain.b1.to_vector<double>());
+      CHECK(fused.w2.to_vector<double>() == plain.w2.to_vector<double>());
+      CHECK(fused.w1.to_vector<double>() != TwoLayers(dt, 5).w1.to_vector<double>());
+      CHECK(opt_fused->state("w1")->step == 5);  // one step per backward, not one per use
+    }
+  }
+}
+
+TEST_CASE("optim: stepping in backward with F32 master weights for BF16 parameters") {
+  TwoLayers plain(DType::BF16, 9), fused(DType::BF16, 9);
+  optim::AdamW opt_plain(plain.named(), {.lr = 0.01});
+  optim::AdamW opt_fused(fused.named(), {.lr = 0.01});
+  opt_plain.use_master_weights();
+  opt_fused.use_master_weights();
+  opt_fused.step_in_backward();
+  for (int t = 0; t < 3; ++t) {
+    manual_seed(200 + uint64_t(t));
+    const Tensor x = randn({8, 16}).to(DType::BF16);
+    opt_plain.zero_grad();
+    plain.loss(x).backward();
+    opt_plain.step();
+    fused.loss(x).backward();
+  }
+  CHECK(fused.w1.to_vector<double>() == plain.w1.to_vector<double>());
+  CHECK(opt_fused.state("w1")->buffers.at("master_weight").to_vector<double>() ==
+        opt_plain.state("w1")->buffers.at("master_weight").to_vector<double>());
+}
+
+TEST_CASE("optim: stepping in backward holds one gradient at a time, not the model's") {
+  // 8 weights of 256 x 256 F32 (256 KiB each, 2 MiB in all) against a few KiB of activations.
+  manual_seed(1);
+  std::vector<Tensor> ws;
+  optim::NamedTensors named;
+  for (int i = 0; i < 8; ++i) {
+    ws.push_back((randn({256, 256}) * 0.05).requires_grad_(true));
+    named.emplace_back("w" + std::to_string(i), ws.back());
+  }
+  const Tensor x = randn({2, 256});
+  auto loss_of = [&] {
+    Tensor h = x;
+    for (const Tensor& w : ws) h = linear(h, w);
+    return sum(h * h);
+  };
+  auto peak_of = [&](optim::Optimizer& opt, bool in_backward) {
+    opt.step_in_backward(in_backward);
+    opt.zero_grad();
+    cpu_allocator().empty_cache();
+    cpu_allocator().reset_peak();
+    const size_t base = cpu_allocator().stats().allocated;
+    loss_of().backward();
+    if (!in_backward) opt.step();
+    return double(cpu_allocator().stats().peak - base);
+  };
+  optim::Adam opt(named, {.lr = 1e-3});
+  peak_of(opt, false);  // first step: creates the moment buffers outside the measurement
+  const double plain = peak_of(opt, false), fused = peak_of(opt, true);
+  INFO("peak above the weights and state: step() ", plain, " bytes, in backward ", fused);
+  CHECK(plain >= 8.0 * 256 * 256 * 4);  // every gradient at once
+  CHECK(fused <= 0.35 * plain);         // about one
+}
+
+TEST_CASE("optim: stepping in backward: step() and GradScaler refuse, switching off and destruction remove the hooks") {
+  TwoLayers m(DType::F32, 3);
+  const Tensor x = randn({4, 16});
+  {
+    optim::SGD opt(m.named(), {.lr = 0.1});
+    opt.step_in_backward();
+    m.loss(x).backward();
+    CHECK(test::error_text([&] { opt.step(); }).find("step() while stepping in backward") != std::string::npos);
+    optim::GradScaler scaler;
+    CHECK(test::error_text([&] { scaler.step(opt); }).find("steps in backward") != std::string::npos);
+    opt.step_in_backward(false);
+    CHECK_FALSE(opt.steps_in_backward());
+    m.loss(x).backward();
+    CHECK(m.w1.grad().defined());  // kept: the hooks are gone
+    opt.step();
+    opt.zero_grad();
+    opt.step_in_backward();
+  }                      // destroyed while on
+  m.loss(x).backward();  // a hook of a destroyed optimizer would step through a dangling pointer
+  CHECK(m.w1.grad().defined());
 }
 
 TEST_CASE("optim: zero_grad drops gradients or fills them with zeros") {

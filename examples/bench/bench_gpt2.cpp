@@ -56,11 +56,14 @@
 //   build/examples/bench/bench_gpt2                                  # everything (~30 min)
 //   build/examples/bench/bench_gpt2 --configs 4x64 --threads 2 --no-llmc --steps 3
 // Usage: bench_gpt2 [--threads 1,2] [--configs 4x64,8x256] [--steps 5] [--warmup 2]
-//                   [--no-torch] [--no-llmc] [--keep] [--layers 12] [--bf16] [--profile N]
+//                   [--no-torch] [--no-llmc] [--keep] [--layers 12] [--bf16] [--in-backward]
+//                   [--profile N]
 // (--keep: leave the temp dir ($TMPDIR or /tmp, bench_gpt2.XXXXXX, ~1 GB) and print its path;
 // --layers: a shallower model, for a quick check of the harness only; --bf16: brisk's forward
 // and loss under BF16 autocast (AutocastGuard(CPU, BF16)), PyTorch and llm.c staying F32, the
-// issue's "BF16 at most 0.4x PyTorch's F32 time"; first losses then agree to 1e-2; --profile N:
+// issue's "BF16 at most 0.4x PyTorch's F32 time"; first losses then agree to 1e-2; --in-backward:
+// brisk's AdamW steps each parameter in backward and drops its gradient (Note [Stepping in
+// backward] in optim/optimizer.cpp), the same updates with less memory; --profile N:
 // brisk's top N ops by self time over one more step, printed under its phases.) The full run takes
 // about half an hour on 2 cores, most of it llm.c at 8 x 256, and ~7.3 GB of memory at most (llm.c
 // at 8 x 256). Not a test: it asserts nothing but the loss agreement.
@@ -98,6 +101,13 @@ constexpr double kLr = 1e-4;
 // against the F32 ones to 1e-2 relative instead of 1e-4.
 constexpr double kBf16LossTolerance = 1e-2;
 const char* const kLlmcFlags = "-Ofast -march=native -fopenmp -DOMP";
+
+// How brisk's side runs (--bf16, --in-backward, --profile N).
+struct BriskMode {
+  bool bf16 = false;
+  bool in_backward = false;
+  int profile_top = 0;
+};
 
 struct Shape2 {
   int64_t B, T;
@@ -232,8 +242,9 @@ int run_prepare(const std::string& dir, int layers, const std::vector<Shape2>& c
 
 // The --child: one B x T and thread count; prints "RESULT ms=.. loss0=.. loss_last=.." and the
 // medians of its forward (with the loss), backward and optimizer phases.
-int run_child(const std::string& dir, Shape2 s, int threads, int layers, int steps, int warmup, bool bf16,
-              int profile_top) {
+int run_child(const std::string& dir, Shape2 s, int threads, int layers, int steps, int warmup, BriskMode mode) {
+  const bool bf16 = mode.bf16;
+  const int profile_top = mode.profile_top;
   set_num_threads(threads);
   auto model = nn::init::skip_init<nn::models::GPT2>(gpt2_config(layers));
   nn::load_module(*model, dir + "/gpt2.safetensors");
@@ -244,6 +255,7 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
   const Tensor x = from_data<int64_t>(ids.data(), {s.B, s.T});
   const Tensor y = from_data<int64_t>(ids.data() + 1, {s.B * s.T});
   optim::AdamW opt(model->named_parameters(), optim::AdamWOptions{.lr = kLr, .weight_decay = 0.0});
+  if (mode.in_backward) opt.step_in_backward();  // backward updates; no step(), no zero_grad()
   const int64_t V = model->config.vocab_size;
   std::vector<double> t, phase[3];
   float loss0 = 0, last = 0;
@@ -252,7 +264,7 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
     std::optional<profiler::Profiler> prof;
     if (i == warmup + steps) prof.emplace();
     const double t0 = bench::now_s();
-    opt.zero_grad();
+    if (!mode.in_backward) opt.zero_grad();
     Tensor loss;
     {
       AutocastGuard autocast(DeviceType::CPU, DType::BF16, bf16);  // --bf16: products in BF16
@@ -261,7 +273,7 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
     const double t1 = bench::now_s();
     loss.backward();
     const double t2 = bench::now_s();
-    opt.step();
+    if (!mode.in_backward) opt.step();
     const float l = loss.item<float>();
     if (!prof) last = l;  // the profiled extra step is not one of the timed ones
     const double t3 = bench::now_s();
@@ -449,7 +461,8 @@ std::string num(double v, const char* fmt) {
 }
 
 int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& configs, int steps, int warmup, bool torch,
-               bool llmc, bool keep, int layers, bool bf16, int profile_top) {
+               bool llmc, bool keep, int layers, BriskMode mode) {
+  const bool bf16 = mode.bf16;
   setenv("OMP_WAIT_POLICY", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "passive", 1);
   std::string exe(4096, '\0');
   exe.resize(size_t(std::max<ssize_t>(0, readlink("/proc/self/exe", exe.data(), exe.size()))));
@@ -516,8 +529,11 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       "dropout 0, AdamW lr 1e-4 weight decay 0; %d steps after %d warm-up, median; %ld cores; "
       "OMP_WAIT_POLICY=%s\n",
       layers == 12 ? "124M" : "shallow (--layers)", layers, N, bench::tagged_field(prep.out, "PREPARED", "llmc_params"),
-      (long long)padded_vocab(cfg.vocab_size), bf16 ? "brisk under BF16 autocast, PyTorch and llm.c F32" : "F32", steps,
-      warmup, sysconf(_SC_NPROCESSORS_ONLN), std::getenv("OMP_WAIT_POLICY"));
+      (long long)padded_vocab(cfg.vocab_size),
+      (std::string(bf16 ? "brisk under BF16 autocast, PyTorch and llm.c F32" : "F32") +
+       (mode.in_backward ? ", brisk's AdamW stepping in backward" : ""))
+          .c_str(),
+      steps, warmup, sysconf(_SC_NPROCESSORS_ONLN), std::getenv("OMP_WAIT_POLICY"));
   std::printf("PyTorch: %s\nllm.c: %s\n", torch_version.c_str(), llmc_note.c_str());
   for (int t : threads) std::printf("F32 FMA peak, %d thread(s): %.0f GFLOP/s\n", t, peak[t]);
   std::printf("FLOP per step: 6 * N * B * T + 12 * L * B * T^2 * d (N = %.0f, L = %lld, d = %lld)\n", N,
@@ -546,9 +562,10 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       std::vector<std::string> child = {
           exe, "--child", dir, s.name(), ts, "--layers", std::to_string(layers), "--steps", sw, "--warmup", ww};
       if (bf16) child.push_back("--bf16");
-      if (profile_top > 0) {
+      if (mode.in_backward) child.push_back("--in-backward");
+      if (mode.profile_top > 0) {
         child.push_back("--profile");
-        child.push_back(std::to_string(profile_top));
+        child.push_back(std::to_string(mode.profile_top));
       }
       const Proc mine = run_process(child, env);
       Proc theirs;
@@ -647,8 +664,8 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::vector<Shape2> configs = {{4, 64}, {8, 256}};
   int steps = 5, warmup = 2, layers = 12;
-  bool torch = true, llmc = true, keep = false, bf16 = false;
-  int profile_top = 0;
+  bool torch = true, llmc = true, keep = false;
+  BriskMode mode;
   std::string prepare_dir, child_dir, child_config;
   int child_threads = 0;
   try {
@@ -677,9 +694,11 @@ int main(int argc, char** argv) {
       } else if (k == "--keep") {
         keep = true;
       } else if (k == "--bf16") {
-        bf16 = true;
+        mode.bf16 = true;
+      } else if (k == "--in-backward") {
+        mode.in_backward = true;
       } else if (k == "--profile") {
-        profile_top = std::max(0, std::stoi(value()));
+        mode.profile_top = std::max(0, std::stoi(value()));
       } else if (k == "--prepare") {  // internal: --prepare DIR
         prepare_dir = value();
       } else if (k == "--child") {  // internal: --child DIR BxT THREADS
@@ -695,8 +714,8 @@ int main(int argc, char** argv) {
     if (threads.empty() || configs.empty()) throw Error("bench_gpt2: no threads or configs to run");
     if (!prepare_dir.empty()) return run_prepare(prepare_dir, layers, configs);
     if (!child_dir.empty())
-      return run_child(child_dir, parse_config(child_config), child_threads, layers, steps, warmup, bf16, profile_top);
-    return run_parent(threads, configs, steps, warmup, torch, llmc, keep, layers, bf16, profile_top);
+      return run_child(child_dir, parse_config(child_config), child_threads, layers, steps, warmup, mode);
+    return run_parent(threads, configs, steps, warmup, torch, llmc, keep, layers, mode);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
