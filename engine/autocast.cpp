@@ -15,7 +15,8 @@ namespace brisk {
 // Note [Autocast]
 // Defaults. Every OpDef names its policy (engine/ops/*.cpp), after PyTorch's autocast lists:
 // Lower for matmul and conv2d (PyTorch's lower_precision_fp list: mm, matmul, linear, conv*,
-// bmm, baddbmm, attention); Fp32 for exp, log, rsqrt, sqrt, pow, softplus, sum, var,
+// bmm, baddbmm, attention), LowerMixed for linear (the same products, its F32 weight read in
+// BF16 by the kernel rather than cast: Note [Mixed linear] in engine/ops/linalg.cpp); Fp32 for exp, log, rsqrt, sqrt, pow, softplus, sum, var,
 // softmax, log_softmax, logsumexp, cross_entropy, layer_norm and batch_norm (PyTorch's fp32
 // and fp32_set_opt_dtype lists, and its CUDA handling of norms); Promote for add, sub, mul,
 // div, maximum, minimum, comparisons, where, masked_fill, cat, index_add, scatter_add (the
@@ -133,7 +134,7 @@ CastPolicy policy(std::string_view op, DeviceType device) {
 
 void set_policy(std::string_view op, DeviceType device, CastPolicy policy) {
   check_device(device, "autocast::set_policy");
-  BRISK_CHECK(uint8_t(policy) <= uint8_t(CastPolicy::Promote), "autocast::set_policy: invalid policy ", int(policy),
+  BRISK_CHECK(uint8_t(policy) <= uint8_t(CastPolicy::LowerMixed), "autocast::set_policy: invalid policy ", int(policy),
               " for op '", op, "'");
   g_policy[int(op_named(op, "autocast::set_policy"))][int(device)].store(uint8_t(policy), std::memory_order_relaxed);
 }
@@ -153,6 +154,7 @@ const char* policy_name(CastPolicy policy) {
     case CastPolicy::Lower: return "lower";
     case CastPolicy::Fp32: return "fp32";
     case CastPolicy::Promote: return "promote";
+    case CastPolicy::LowerMixed: return "lower_mixed";
   }
   return "invalid";
 }

@@ -246,7 +246,9 @@ bool autocast_inputs(OpId id, std::span<const Tensor> in, std::vector<Tensor>& c
   st.enabled[int(dev)] = false;  // the casts themselves are not autocast
   try {
     for (Tensor& t : cast) {
-      if (eligible(t.dtype()) && t.dtype() != target) {
+      // LowerMixed: the op reads F32 operands after the first at the lower precision itself.
+      const bool kept = policy == CastPolicy::LowerMixed && &t != &cast[0] && t.dtype() == DType::F32;
+      if (eligible(t.dtype()) && t.dtype() != target && !kept) {
         t = autocast::cast_input(t, target);
         changed = true;
       }
@@ -409,7 +411,8 @@ DType dispatch_dtype(OpId id, const Tensor& x) {
   if (!st.enabled[int(dev)] || !is_floating(x.dtype()) || x.dtype() == DType::F64) return x.dtype();
   switch (autocast::policy_of(id, dev)) {
     case CastPolicy::Fp32: return DType::F32;
-    case CastPolicy::Lower: return st.dtype[int(dev)];
+    case CastPolicy::Lower:
+    case CastPolicy::LowerMixed: return st.dtype[int(dev)];
     default: return x.dtype();
   }
 }

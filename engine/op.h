@@ -77,6 +77,7 @@ enum class CastPolicy : uint8_t {
   Lower,    // to the autocast dtype (matmul, linear, conv)
   Fp32,     // to F32 (softmax, norms, exp/log, reductions, losses)
   Promote,  // to the widest floating dtype among the inputs (add, mul, cat, where)
+  LowerMixed,  // input 0 to the autocast dtype, F32 others kept (linear: Note [Mixed linear])
 };
 
 using InferFn = void (*)(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out);

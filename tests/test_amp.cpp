@@ -73,6 +73,7 @@ TEST_CASE("autocast: the default policies follow PyTorch's lists") {
   using P = CastPolicy;
   for (DeviceType d : {DeviceType::CPU, DeviceType::CUDA}) {
     CHECK(autocast::policy("matmul", d) == P::Lower);
+    CHECK(autocast::policy("linear", d) == P::LowerMixed);  // Note [Mixed linear]
     CHECK(autocast::policy("conv2d", d) == P::Lower);
     for (const char* op : {"softmax", "log_softmax", "cross_entropy", "layer_norm", "batch_norm", "exp", "log", "pow",
                            "sum", "var", "logsumexp"}) {
@@ -142,17 +143,18 @@ TEST_CASE("autocast: a disabled guard nested in an enabled one turns it off for 
 }
 
 TEST_CASE("autocast: one weight used three times is cast once; the cache empties at the outermost exit") {
-  Tensor w = param({1, 2, 3, 4, 5, 6}, {2, 3});
+  // matmul casts its weight (linear reads it in place: the next test).
+  Tensor w = param({1, 2, 3, 4, 5, 6}, {3, 2});
   Tensor x = from_vector({1, 0, 1, 0, 1, 0}, {2, 3});
   Tensor loss;
   {
     AutocastGuard guard(DeviceType::CPU, DType::BF16);
-    Tensor h = nn::functional::linear(x, w);
+    Tensor h = matmul(x, w);
     {
       AutocastGuard nested(DeviceType::CPU, DType::BF16);  // nesting does not empty the cache
-      h = h + nn::functional::linear(x, w);
+      h = h + matmul(x, w);
     }
-    h = h + nn::functional::linear(x, w);
+    h = h + matmul(x, w);
     const auto stats = autocast::cache_stats();
     CHECK(stats.entries == 1);
     CHECK(stats.misses == 1);
@@ -161,21 +163,82 @@ TEST_CASE("autocast: one weight used three times is cast once; the cache empties
   }
   CHECK(autocast::cache_stats().entries == 0);
   loss.backward();
-  // d loss / d w[j, k] = 3 * sum_i x[i, k] (three uses, summed through the one cast node).
+  // d loss / d w[k, j] = 3 * sum_i x[i, k] (three uses, summed through the one cast node).
   const std::vector<double> g = w.grad().to_vector<double>();
   const std::vector<double> want = {3, 3, 3, 3, 3, 3};
   for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(want[i]));
   // A weight changed in place inside the region is cast again (the version counter).
   {
     AutocastGuard guard(DeviceType::CPU, DType::BF16);
-    nn::functional::linear(x, w);
+    matmul(x, w);
     {
       NoGradGuard no_grad;
       w.add_(1.0);
     }
-    Tensor y = nn::functional::linear(x, w);
+    Tensor y = matmul(x, w);
     CHECK(autocast::cache_stats().misses == 2);
-    CHECK(y.to_vector<double>()[0] == doctest::Approx(1 + 1 + 3 + 1));
+    CHECK(y.to_vector<double>()[0] == doctest::Approx(1 + 1 + 5 + 1));
+  }
+}
+
+// Note [Mixed linear] in engine/ops/linalg.cpp.
+TEST_CASE("autocast: linear reads F32 weights at BF16 precision: no cast, PyTorch's bits, F32 weight gradients") {
+  manual_seed(21);
+  for (bool in_out : {false, true}) {
+    CAPTURE(in_out);
+    const int64_t rows = 37, k = 70, n = 45;
+    Tensor w = (randn(in_out ? Shape{k, n} : Shape{n, k}) * 0.1).requires_grad_(true);
+    Tensor b = (randn({n}) * 0.1).requires_grad_(true);
+    Tensor x_leaf = randn({rows, k}).requires_grad_(true);
+    const Tensor x = x_leaf * 1.0;  // not a leaf: the cache holds parameters only
+    auto lin = [&](const Tensor& xx, const Tensor& ww, const Tensor& bb) {
+      return in_out ? linear_in_out(xx, ww, bb) : linear(xx, ww, bb);
+    };
+    Tensor y;
+    {
+      AutocastGuard guard(DeviceType::CPU, DType::BF16);
+      y = lin(x, w, b);
+      CHECK(autocast::cache_stats().entries == 0);  // w and b were not cast
+    }
+    REQUIRE(y.dtype() == DType::BF16);
+    // The forward PyTorch's autocast computes: every operand cast to BF16 first.
+    {
+      NoGradGuard no_grad;
+      const Tensor want = lin(x.to(DType::BF16), w.to(DType::BF16), b.to(DType::BF16));
+      CHECK(y.to_vector<double>() == want.to_vector<double>());
+    }
+    const Tensor g = randn({rows, n}).to(DType::BF16);
+    y.backward(g);
+    REQUIRE(w.grad().dtype() == DType::F32);
+    REQUIRE(b.grad().dtype() == DType::F32);
+    REQUIRE(x_leaf.grad().dtype() == DType::F32);
+    // The weight gradient is the F32 sum of BF16 products, not rounded to BF16: within F32
+    // summation error of the exact sum (a BF16 rounding would be off by up to 2^-9).
+    const std::vector<double> gv = g.to_vector<double>(), xv = x.to(DType::BF16).to_vector<double>();
+    const std::vector<double> gw = w.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+    double worst = 0, worst_b = 0;
+    for (int64_t o = 0; o < n; ++o) {
+      for (int64_t i = 0; i < k; ++i) {
+        double exact = 0, mag = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          exact += gv[size_t(r * n + o)] * xv[size_t(r * k + i)];
+          mag += std::abs(gv[size_t(r * n + o)] * xv[size_t(r * k + i)]);
+        }
+        const double got = gw[size_t(in_out ? i * n + o : o * k + i)];
+        worst = std::max(worst, std::abs(got - exact) / mag);
+      }
+      double exact_b = 0, mag_b = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        exact_b += gv[size_t(r * n + o)];
+        mag_b += std::abs(gv[size_t(r * n + o)]);
+      }
+      worst_b = std::max(worst_b, std::abs(gb[size_t(o)] - exact_b) / mag_b);
+    }
+    CHECK(worst < 1e-6);
+    CHECK(worst_b < 1e-6);
+    w.zero_grad();
+    b.zero_grad();
+    x_leaf.zero_grad();
   }
 }
 

@@ -6,6 +6,7 @@
 // (opcheck/specs_linalg.cpp).
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -251,6 +252,68 @@ TEST_CASE("gemm_bf16: the native path and the fallback agree") {
     gemm_bf16(a.ref, b.ref, {slow.data(), 150, 170, 170, 1});
   }
   for (size_t e = 0; e < fast.size(); ++e) CHECK(std::abs(fast[e] - slow[e]) <= 1e-5f * 300);
+}
+
+// The F32-b overload rounds b while packing (Note [Mixed linear] in kernels/cpu/gemm.cpp): on
+// every path and layout it gives the bits of the BF16 product on b rounded first, including
+// ties, NaN, infinities and subnormals (which vcvtneps2bf16 would flush).
+TEST_CASE("gemm_bf16: an F32 b is read as its BF16 rounding, bit for bit, on every path and layout") {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<Bf16GemmPath> paths = native_paths();
+  paths.push_back(Bf16GemmPath::Fallback);
+  const std::vector<Shape3> shapes = {{1, 1, 1}, {5, 3, 7}, {9, 17, 33}, {33, 49, 65}, {70, 1, 45}, {97, 300, 41}};
+  for (Bf16GemmPath path : paths) {
+    PathGuard guard(path);
+    for (const Shape3& s : shapes) {
+      for (Layout lb : {Layout::RowMajor, Layout::ColMajor, Layout::Strided}) {
+        const Mat a(s.m, s.k, Layout::RowMajor, rng);
+        // b in F32 with values that do not fit BF16: ties to even, NaN, +-inf, subnormals.
+        const int64_t pad = lb == Layout::Strided ? 3 : 0;
+        std::vector<float> b32(size_t(lb == Layout::ColMajor ? s.k * s.n : s.k * (s.n + pad)));
+        for (size_t e = 0; e < b32.size(); ++e) {
+          switch (e % 11) {
+            case 3:  // ties (to even: down, then up) and just above a tie
+              b32[e] = std::bit_cast<float>(e % 3 == 0 ? 0x3f808000u : e % 3 == 1 ? 0xbf818000u : 0x3f808001u);
+              break;
+            case 5: b32[e] = 1e-39f * dist(rng); break;                           // subnormal
+            case 7: b32[e] = e % 22 == 7 ? INFINITY : -INFINITY; break;
+            case 9: b32[e] = e % 33 == 9 ? NAN : dist(rng); break;
+            default: b32[e] = dist(rng) * 1.0001f;
+          }
+        }
+        MatrixRef<const float> b = lb == Layout::ColMajor
+                                       ? MatrixRef<const float>{b32.data(), s.k, s.n, 1, s.k}
+                                       : MatrixRef<const float>{b32.data(), s.k, s.n, s.n + pad, 1};
+        std::vector<BFloat16> b16(b32.size());
+        for (size_t e = 0; e < b32.size(); ++e) b16[e] = BFloat16(b32[e]);
+        const MatrixRef<const BFloat16> b_rounded{b16.data(), b.rows, b.cols, b.row_stride, b.col_stride};
+        for (int threads : {1, 2}) {
+          std::vector<float> got(size_t(s.m * s.n), 7.0f), want(size_t(s.m * s.n), 7.0f);
+          gemm_bf16(a.ref, b, {got.data(), s.m, s.n, s.n, 1}, false, threads);
+          gemm_bf16(a.ref, b_rounded, {want.data(), s.m, s.n, s.n, 1}, false, threads);
+          int differ = 0;
+          for (size_t e = 0; e < got.size(); ++e)
+            differ += std::bit_cast<uint32_t>(got[e]) != std::bit_cast<uint32_t>(want[e]) &&
+                      !(std::isnan(got[e]) && std::isnan(want[e]));
+          CAPTURE(bf16_gemm_path_name(path));
+          CAPTURE(s.m);
+          CAPTURE(s.n);
+          CAPTURE(s.k);
+          CAPTURE(int(lb));
+          CHECK(differ == 0);
+        }
+      }
+    }
+  }
+  // A column-major c takes the rounded copy.
+  const Mat a(6, 5, Layout::RowMajor, rng);
+  std::vector<float> b32(5 * 4), c(6 * 4), want(6 * 4);
+  for (float& v : b32) v = dist(rng) * 1.0001f;
+  std::vector<BFloat16> b16(b32.begin(), b32.end());
+  gemm_bf16(a.ref, MatrixRef<const float>{b32.data(), 5, 4, 4, 1}, {c.data(), 6, 4, 1, 6});
+  gemm_bf16(a.ref, MatrixRef<const BFloat16>{b16.data(), 5, 4, 4, 1}, {want.data(), 6, 4, 1, 6});
+  CHECK(c == want);
 }
 
 TEST_CASE("gemm_bf16: BF16 matmul through the public API agrees with F32 rounded once") {

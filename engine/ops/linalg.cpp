@@ -92,40 +92,53 @@ void linear_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<Tens
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0);
   BRISK_CHECK(x.dim() >= 1 && x.size(-1) == k, "linear: input ", x.sizes(), " does not have the ", k,
               " features that weight ", w.sizes(), " expects");
-  BRISK_CHECK(x.dtype() == w.dtype(), "linear: dtypes differ (input ", x.str(), ", weight ", w.str(), ")");
+  // Note [Mixed linear]: an F32 weight and bias with a 16-bit input.
+  const bool mixed = w.dtype() == DType::F32 && (x.dtype() == DType::BF16 || x.dtype() == DType::F16);
+  BRISK_CHECK(x.dtype() == w.dtype() || mixed, "linear: dtypes differ (input ", x.str(), ", weight ", w.str(),
+              "); a 16-bit input takes a weight of its dtype or F32");
   if (in.size() == 3) {
     const Tensor& b = in[2];
     BRISK_CHECK(b.dim() == 1 && b.size(0) == n, "linear: bias ", b.sizes(), " does not match the ", n,
                 " output features of weight ", w.sizes());
-    BRISK_CHECK(b.dtype() == x.dtype(), "linear: dtypes differ (input ", x.str(), ", bias ", b.str(), ")");
+    BRISK_CHECK(b.dtype() == w.dtype(), "linear: dtypes differ (weight ", w.str(), ", bias ", b.str(), ")");
   }
+  const bool f32_result = attrs.flag2;  // a weight gradient for an F32 parameter
+  BRISK_CHECK(!f32_result || x.dtype() != DType::F64, "linear: an F32 result of F64 operands would drop precision");
   Shape sizes = x.sizes();
   sizes[sizes.size() - 1] = n;
-  out[0] = {sizes, x.dtype()};
+  out[0] = {sizes, f32_result ? DType::F32 : x.dtype()};
 }
 
 // gx = g @ w, gw = g2^T @ x2 (the batch folded into rows: one (N, K) product in w's own
 // layout), gbias = the column sums of g2; for a weight stored (in, out), gx = g @ w^T and
-// gw = x2^T @ g2. Written with ops, so double backward works.
+// gw = x2^T @ g2. Each product is a linear op itself (the weight read in place, either
+// layout), so a mixed op's backward stays mixed: gx in x's dtype from the F32 weight, gw
+// written in F32 straight from the BF16 product's F32 sums (Note [Mixed linear]). Written with
+// ops, so double backward works.
 void linear_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grads[0];
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
   const bool in_out = c.attrs.flag;
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0);
+  // The gradient in x's dtype (an F32-result op's gradient is F32; only double backward sees it).
+  const Tensor g = c.grads[0].dtype() == x.dtype() ? c.grads[0] : cast(c.grads[0], x.dtype());
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  if (c.needs_grad(0)) gi[0] = matmul(g, in_out ? mT(w) : w);
+  if (c.needs_grad(0)) gi[0] = in_out ? linear(g, w) : linear_in_out(g, w);
   const Tensor g2 = reshape(g, {rows, n});
   if (c.needs_grad(1)) {
+    Attrs a;
+    a.flag = true;                                          // the second operand as (in, out)
+    a.flag2 = w.dtype() == DType::F32 && x.dtype() != DType::F32;  // gw in w's dtype
     const Tensor x2 = reshape(x, {rows, k});
-    gi[1] = in_out ? matmul(mT(x2), g2) : matmul(mT(g2), x2);
+    gi[1] = in_out ? call1(OpId::Linear, {mT(x2), g2}, a) : call1(OpId::Linear, {mT(g2), x2}, a);
   }
-  if (gi.size() == 3 && c.needs_grad(2)) gi[2] = sum(g2, {0});
+  if (gi.size() == 3 && c.needs_grad(2)) gi[2] = sum(g2.dtype() == w.dtype() ? g2 : cast(g2, w.dtype()), {0});
 }
 
 const OpDef kLinear{.infer = linear_infer,
                     .backward = linear_bw,
                     .save_inputs = mask(0, 1),  // x, w
-                    .autocast = CastPolicy::Lower};
+                    .autocast = CastPolicy::LowerMixed};
 
 }  // namespace
 
@@ -138,6 +151,20 @@ const OpDef kLinear{.infer = linear_infer,
 // does), and the profiler, the conformance table and ONNX export see "linear". attrs.flag
 // marks a weight stored (in, out) (linear_in_out: Hugging Face's Conv1D, torch.addmm's layout),
 // read in place as well.
+//
+// Note [Mixed linear]
+// Under autocast, PyTorch casts an F32 weight to BF16 for every linear in every forward (a pass
+// over the weight that writes a copy of half its size), and its weight gradient comes out of
+// the BF16 product rounded to BF16 and is cast back to F32 by the cast's backward (two more
+// passes): in GPT-2 124M's BF16 step these casts were 139 ms of ~930 (one thread, Xeon with
+// AMX). linear's policy is therefore LowerMixed: the input goes to the autocast dtype while an
+// F32 weight and bias stay F32, and the op accepts that mix: the CPU kernel rounds the weight
+// to BF16 while packing it for the GEMM (the bits of the cast, kernels/cpu/gemm_bf16.h) and
+// rounds the bias the same way, so the forward is PyTorch's to the bit. Backward asks for the
+// weight gradient with flag2 (result in F32), written from the product's F32 sums without the
+// BF16 rounding PyTorch's goes through (more accurate than PyTorch's by that rounding), and the
+// bias gradient is summed in F32. CUDA converts the weight into a temporary of x's dtype (its
+// cuBLASLt GEMMs take one dtype), which is PyTorch's cost. F64 inputs are never mixed.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   BRISK_CHECK(x.defined() && weight.defined(), "linear: undefined input or weight");
   if (!bias.defined()) return call1(OpId::Linear, {x, weight});

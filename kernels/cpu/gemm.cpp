@@ -469,10 +469,13 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (!dense) convert_into(out[0], c);
 }
 
-// c (rows, n) dense = x (rows, k) @ wt (k, n, the weight as the product's b, read in place);
-// each row of c starts at bias (n) when given and the product is accumulated onto it.
-template <class T, class Acc>
-void linear_rows(const T* x, MatrixRef<const T> wt, const Acc* bias, Acc* c, int64_t rows, int64_t n, int64_t k) {
+// c (rows, n) dense = x (rows, k) @ wt (k, n, the weight as the product's b), both read in
+// place; each row of c starts at bias (n) when given and the product is accumulated onto it.
+// A BF16 x takes a BF16 or an F32 wt (read as its BF16 rounding: Note [Mixed linear] in
+// engine/ops/linalg.cpp).
+template <class T, class W, class Acc>
+void linear_rows(MatrixRef<const T> x, MatrixRef<const W> wt, const Acc* bias, Acc* c, int64_t rows, int64_t n,
+                 int64_t k) {
   if (k == 0 && !bias) {  // an empty sum: zeros
     std::fill(c, c + rows * n, Acc(0));
     return;
@@ -483,60 +486,92 @@ void linear_rows(const T* x, MatrixRef<const T> wt, const Acc* bias, Acc* c, int
     for (int64_t i = 0; i < rows; ++i) std::copy(bias, bias + n, c + i * n);
   }
   if (k == 0) return;
-  gemm_into<T, Acc>(MatrixRef<const T>{x, rows, k, k, 1}, wt, MatrixRef<Acc>{c, rows, n, n, 1}, bias != nullptr);
+  const MatrixRef<Acc> out{c, rows, n, n, 1};
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    gemm_bf16(x, wt, out, bias != nullptr);
+  } else {
+    static_assert(std::is_same_v<T, W> && std::is_same_v<T, Acc>);
+    gemm<T>(x, wt, out, bias != nullptr);
+  }
+}
+
+// x (*, k) as a (rows, k) matrix read in place: a 2-D x with a unit stride in one dim (a
+// transposed gradient in backward) or a dense one; anything else is copied first.
+template <class T>
+MatrixRef<const T> rows_of(const Tensor& x, int64_t rows, int64_t k) {
+  const T* p = static_cast<const T*>(x.data_ptr());
+  if (x.dim() == 2) return {p, rows, k, x.stride(0), x.stride(1)};
+  return {p, rows, k, k, 1};
 }
 
 // y (*, n) = x (*, k) @ w (n, k)^T + bias (n) (Note [Linear is an op] in engine/ops/linalg.cpp):
 // the product is accumulated onto rows that start at the bias, so the bias costs no pass of
-// its own. 16-bit floats are summed in F32 and rounded once, as matmul's.
+// its own. 16-bit floats are summed in F32 and rounded once, as matmul's, or not at all when
+// the result is F32 (flag2). Mixed inputs (a 16-bit x with an F32 w and bias) read w at x's
+// precision and round the bias the same way (Note [Mixed linear]).
 void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const bool in_out = attrs.flag;  // w (k, n) rather than (n, k)
-  const Tensor x = in[0].is_contiguous() ? in[0] : converted(in[0], in[0].dtype());
+  const Tensor& x_in = in[0];
+  const bool x_in_place = x_in.is_contiguous() || (x_in.dim() == 2 && readable(x_in).impl() == x_in.impl());
+  const Tensor x = x_in_place ? x_in : converted(x_in, x_in.dtype());
   const Tensor w = readable(in[1]);  // a unit stride in one dim, read in place
   const bool dense = out[0].is_contiguous();
   const Tensor c = dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0), rows = n == 0 ? 0 : c.numel() / n;
   // The product's b (k, n): w itself, or w (n, k) read transposed.
-  const int64_t b_rs = in_out ? w.stride(0) : w.stride(1), b_cs = in_out ? w.stride(1) : w.stride(0);
+  auto b_of = [&](const Tensor& wt) {
+    return std::pair<int64_t, int64_t>{in_out ? wt.stride(0) : wt.stride(1), in_out ? wt.stride(1) : wt.stride(0)};
+  };
+  const auto [b_rs, b_cs] = b_of(w);
+  const bool has_bias = in.size() == 3;
+  auto f32 = [](const Tensor& t) { return t.dtype() == DType::F32 ? t : converted(t, DType::F32); };
+  auto bias_ptr = [&](const Tensor& b) { return has_bias ? static_cast<const float*>(b.data_ptr()) : nullptr; };
+  // 16-bit products sum into F32: c itself when it is F32, else a buffer rounded once.
+  auto f32_out = [&] { return c.dtype() == DType::F32 ? c : make_empty(c.sizes(), DType::F32, c.device()); };
   if (c.numel() > 0) {
-    const bool has_bias = in.size() == 3;
-    auto f32 = [](const Tensor& t) { return t.dtype() == DType::F32 ? t : converted(t, DType::F32); };
-    auto bias_ptr = [&](const Tensor& b) { return has_bias ? b.data_ptr() : nullptr; };
-    switch (c.dtype()) {
+    switch (x.dtype()) {
       case DType::F32:
       case DType::F64:
-        dispatch_float(c.dtype(), "linear", [&](auto tag) {
+        dispatch_float(x.dtype(), "linear", [&](auto tag) {
           using T = decltype(tag);
           if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
             const Tensor b = has_bias ? (in[2].is_contiguous() ? in[2] : converted(in[2], in[2].dtype())) : Tensor();
-            linear_rows<T, T>(static_cast<const T*>(x.data_ptr()),
-                              MatrixRef<const T>{static_cast<const T*>(w.data_ptr()), k, n, b_rs, b_cs},
-                              static_cast<const T*>(bias_ptr(b)), static_cast<T*>(c.data_ptr()), rows, n, k);
+            linear_rows<T, T, T>(rows_of<T>(x, rows, k),
+                                 MatrixRef<const T>{static_cast<const T*>(w.data_ptr()), k, n, b_rs, b_cs},
+                                 has_bias ? static_cast<const T*>(b.data_ptr()) : nullptr, static_cast<T*>(c.data_ptr()),
+                                 rows, n, k);
           }
         });
         break;
       case DType::F16: {  // in F32, rounded once
-        Tensor c32 = make_empty(c.sizes(), DType::F32, c.device());
+        const Tensor c32 = f32_out();
         const Tensor x32 = f32(x), w32 = f32(w), b32 = has_bias ? f32(in[2]) : Tensor();
-        const int64_t rs = in_out ? w32.stride(0) : w32.stride(1), cs = in_out ? w32.stride(1) : w32.stride(0);
-        linear_rows<float, float>(static_cast<const float*>(x32.data_ptr()),
-                                  MatrixRef<const float>{static_cast<const float*>(w32.data_ptr()), k, n, rs, cs},
-                                  static_cast<const float*>(bias_ptr(b32)), static_cast<float*>(c32.data_ptr()), rows,
-                                  n, k);
-        convert_into(c, c32);
+        const auto [rs, cs] = b_of(w32);
+        linear_rows<float, float, float>(rows_of<float>(x32, rows, k),
+                                         MatrixRef<const float>{static_cast<const float*>(w32.data_ptr()), k, n, rs, cs},
+                                         bias_ptr(b32), static_cast<float*>(c32.data_ptr()), rows, n, k);
+        if (c32.impl() != c.impl()) convert_into(c, c32);
         break;
       }
       case DType::BF16: {  // BF16 operands summed in F32 (kernels/cpu/gemm_bf16.h), rounded once
-        Tensor c32 = make_empty(c.sizes(), DType::F32, c.device());
-        const Tensor b32 = has_bias ? f32(in[2]) : Tensor();
-        linear_rows<BFloat16, float>(
-            static_cast<const BFloat16*>(x.data_ptr()),
-            MatrixRef<const BFloat16>{static_cast<const BFloat16*>(w.data_ptr()), k, n, b_rs, b_cs},
-            static_cast<const float*>(bias_ptr(b32)), static_cast<float*>(c32.data_ptr()), rows, n, k);
-        round_to_bf16(static_cast<const float*>(c32.data_ptr()), static_cast<BFloat16*>(c.data_ptr()), c.numel());
+        const Tensor c32 = f32_out();
+        // The bias at BF16 precision, as autocast's cast of it would be, widened.
+        const Tensor b32 = has_bias ? f32(in[2].dtype() == DType::BF16 ? in[2] : converted(in[2], DType::BF16)) : Tensor();
+        const MatrixRef<const BFloat16> xm = rows_of<BFloat16>(x, rows, k);
+        float* cp = static_cast<float*>(c32.data_ptr());
+        if (w.dtype() == DType::F32) {
+          linear_rows<BFloat16, float, float>(
+              xm, MatrixRef<const float>{static_cast<const float*>(w.data_ptr()), k, n, b_rs, b_cs}, bias_ptr(b32), cp,
+              rows, n, k);
+        } else {
+          linear_rows<BFloat16, BFloat16, float>(
+              xm, MatrixRef<const BFloat16>{static_cast<const BFloat16*>(w.data_ptr()), k, n, b_rs, b_cs},
+              bias_ptr(b32), cp, rows, n, k);
+        }
+        if (c32.impl() != c.impl()) round_to_bf16(cp, static_cast<BFloat16*>(c.data_ptr()), c.numel());
         break;
       }
-      default: BRISK_FAIL("linear: no CPU kernel for dtype ", c.dtype(), " (", x.str(), ", weight ", w.str(), ")");
+      default: BRISK_FAIL("linear: no CPU kernel for dtype ", x.dtype(), " (", x.str(), ", weight ", w.str(), ")");
     }
   }
   if (!dense) convert_into(out[0], c);

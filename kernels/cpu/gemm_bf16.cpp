@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "engine/allocator.h"
 #include "engine/error.h"
@@ -137,6 +138,33 @@ struct Operand {
   const uint16_t* at(int64_t i, int64_t j) const { return data + i * rs + j * cs; }
 };
 
+// An F32 matrix read as its BF16 rounding (BFloat16::from_float) while it is packed: the
+// weights of autocast's mixed linear (Note [Mixed linear] in kernels/cpu/gemm.cpp).
+struct OperandF32 {
+  const float* data;
+  int64_t rs, cs;
+
+  const float* at(int64_t i, int64_t j) const { return data + i * rs + j * cs; }
+};
+
+template <class M>
+void unit_strides(const M& m, int64_t& rs, int64_t& cs, const char* name) {
+  if (m.col_stride == 1 || m.cols == 1) {
+    rs = m.row_stride, cs = 1;
+  } else if (m.row_stride == 1 || m.rows == 1) {
+    rs = 1, cs = m.col_stride;
+  } else {
+    BRISK_FAIL("gemm_bf16: operand ", name, " (", m.rows, ", ", m.cols, ") has strides (", m.row_stride, ", ",
+               m.col_stride, "); one of them must be 1 (copy it to a dense matrix first)");
+  }
+}
+
+OperandF32 operand(const MatrixRef<const float>& m, const char* name) {
+  OperandF32 o{m.data, 0, 0};
+  unit_strides(m, o.rs, o.cs, name);
+  return o;
+}
+
 Operand operand(const MatrixRef<const BFloat16>& m, const char* name) {
   const uint16_t* d = reinterpret_cast<const uint16_t*>(m.data);
   if (m.col_stride == 1 || m.cols == 1) return {d, m.row_stride, 1};
@@ -233,9 +261,57 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_pair(Operand b,
   for (; t < 16; ++t) dst[2 * t] = dst[2 * t + 1] = 0;
 }
 
+// 16 floats -> their BF16 bits (BFloat16::from_float: nearest even, NaN made quiet), each in
+// the low half of its 32-bit lane. Integer arithmetic, not vcvtneps2bf16, which flushes
+// subnormals to zero.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i bf16_lanes(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rounded, quiet);
+}
+
+// pack_b_pair for an F32 b, rounded to BF16 on the way.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_pair(OperandF32 b, int64_t k, int64_t j,
+                                                                      int64_t ncols, bool has_next, uint16_t* dst) {
+  if (b.cs == 1) {
+    const __mmask16 mask = ncols == 16 ? __mmask16(0xffff) : __mmask16((1u << ncols) - 1);
+    const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(mask, b.at(k, j)));
+    const __m512i hi = has_next ? bf16_lanes(_mm512_maskz_loadu_ps(mask, b.at(k + 1, j))) : _mm512_setzero_si512();
+    _mm512_storeu_si512(dst, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    return;
+  }
+  // rs == 1: each column's pair is two adjacent floats: gather 8 pairs (64 bits) at a time,
+  // round all 16 floats, and fold each pair's two BF16 halves into one 32-bit lane.
+  if (has_next && b.cs < (int64_t(1) << 25)) {
+    const __mmask16 mask = ncols == 16 ? __mmask16(0xffff) : __mmask16((1u << ncols) - 1);
+    const __m256i cols = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(int(b.cs * 4)));
+    __m256i halves[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i pairs = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(mask >> (8 * h)), cols,
+                                                        b.at(k, j + 8 * h), 1);
+      const __m512i bits = bf16_lanes(_mm512_castsi512_ps(pairs));
+      const __m512i folded =
+          _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi64(0xffff)), _mm512_srli_epi64(bits, 16));
+      halves[h] = _mm512_cvtepi64_epi32(folded);
+    }
+    _mm512_storeu_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(halves[0]), halves[1], 1));
+    return;
+  }
+  int64_t t = 0;
+  for (; t < ncols; ++t) {
+    const float* src = b.at(k, j + t);
+    dst[2 * t] = BFloat16::from_float(src[0]);
+    dst[2 * t + 1] = has_next ? BFloat16::from_float(src[b.rs]) : 0;
+  }
+  for (; t < 16; ++t) dst[2 * t] = dst[2 * t + 1] = 0;
+}
+
 // b (kc, nc) -> sub-panels of 16 columns x (16 * kg) pairs x [16 columns][2], columns padded
 // to 32.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b(Operand b, int64_t kc, int64_t nc, int64_t kg,
+template <class BOperand>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b(BOperand b, int64_t kc, int64_t nc, int64_t kg,
                                                                  uint16_t* out) {
   const int64_t subs = round_up(nc, 32) / 16, pairs = kg * 16;
   for (int64_t s = 0; s < subs; ++s) {
@@ -394,7 +470,8 @@ void run_block(Bf16GemmPath path, const uint16_t* ap, const uint16_t* bp, int64_
 }
 
 // c (m, n), row-major with row stride ldc, (+)= a (m, k) @ b (k, n) on the calling thread.
-void gemm_native_serial(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+template <class BOperand>
+void gemm_native_serial(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, BOperand b, float* c, int64_t ldc,
                         bool accumulate) {
   const Blocking bl = path == Bf16GemmPath::Amx ? kAmxBlocking : kDotBlocking;
   const int64_t kc_max = std::min(bl.kc, round_up(k, 32)), kg_max = kc_max / 32;
@@ -407,7 +484,7 @@ void gemm_native_serial(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Oper
     const int64_t nc = std::min(bl.nc, n - jc);
     for (int64_t pc = 0; pc < k; pc += bl.kc) {
       const int64_t kc = std::min(bl.kc, k - pc), kg = ceil_div(kc, 32);
-      pack_b({b.at(pc, jc), b.rs, b.cs}, kc, nc, kg, bp);
+      pack_b(BOperand{b.at(pc, jc), b.rs, b.cs}, kc, nc, kg, bp);
       for (int64_t ic = 0; ic < m; ic += bl.mc) {
         const int64_t mc = std::min(bl.mc, m - ic);
         const Operand block{a.at(ic, pc), a.rs, a.cs};
@@ -429,7 +506,8 @@ void zero(float* c, int64_t m, int64_t n, int64_t ldc) {
 }
 
 // The native product, split across threads as gemm.cpp does (Note [CPU GEMM]).
-void gemm_native(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, Operand b, float* c, int64_t ldc,
+template <class BOperand>
+void gemm_native(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, BOperand b, float* c, int64_t ldc,
                  bool accumulate, int threads) {
   const int nt = threads > 0 ? threads : gemm_threads(m, n, k);
   if (nt <= 1) {
@@ -446,7 +524,7 @@ void gemm_native(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, 
   for (int s = 0; s < slabs; ++s) {
     const int64_t lo = s * chunk, len = std::min(extent, lo + chunk) - lo;
     if (split_n) {
-      gemm_native_serial(path, m, len, k, a, {b.at(0, lo), b.rs, b.cs}, c + lo, ldc, accumulate);
+      gemm_native_serial(path, m, len, k, a, BOperand{b.at(0, lo), b.rs, b.cs}, c + lo, ldc, accumulate);
     } else {
       gemm_native_serial(path, len, n, k, {a.at(lo, 0), a.rs, a.cs}, b, c + lo * ldc, ldc, accumulate);
     }
@@ -455,13 +533,20 @@ void gemm_native(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, 
 
 // ---- the fallback: a and b converted to dense F32, then the F32 GEMM
 
+void to_f32(OperandF32 x, int64_t rows, int64_t cols, float* out) {  // rounded to BF16 first
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = float(BFloat16(*x.at(i, j)));
+  }
+}
+
 void to_f32(Operand x, int64_t rows, int64_t cols, float* out) {
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = float(BFloat16::from_bits(*x.at(i, j)));
   }
 }
 
-void gemm_fallback(int64_t m, int64_t n, int64_t k, Operand a, Operand b, MatrixRef<float> c, bool accumulate,
+template <class BOperand>
+void gemm_fallback(int64_t m, int64_t n, int64_t k, Operand a, BOperand b, MatrixRef<float> c, bool accumulate,
                    int threads) {
   float* a32 = static_cast<float*>(t_convert.get(size_t(m * k + n * k) * sizeof(float)));
   float* b32 = a32 + m * k;
@@ -495,20 +580,15 @@ const char* bf16_gemm_path_name(Bf16GemmPath path) {
   return "?";
 }
 
-void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c, bool accumulate,
-               int threads) {
-  BRISK_CHECK(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm_bf16: sizes do not match: (", a.rows,
-              ", ", a.cols, ") @ (", b.rows, ", ", b.cols, ") -> (", c.rows, ", ", c.cols, ")");
-  if (c.rows == 0 || c.cols == 0) return;
-  if (!(c.col_stride == 1 || c.cols == 1)) {  // a column-major c is the row-major c^T = b^T a^T
-    BRISK_CHECK(c.row_stride == 1 || c.rows == 1, "gemm_bf16: the output (", c.rows, ", ", c.cols, ") has strides (",
-                c.row_stride, ", ", c.col_stride, "); one of them must be 1");
-    gemm_bf16(transposed(b), transposed(a), {c.data, c.cols, c.rows, c.col_stride, c.row_stride}, accumulate, threads);
-    return;
-  }
+namespace {
+
+// c (row-major) (+)= a @ b for a BF16 b or an F32 b read as its BF16 rounding.
+template <class BMatrix>
+void gemm_row_major(MatrixRef<const BFloat16> a, BMatrix b, MatrixRef<float> c, bool accumulate, int threads) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const int64_t ldc = m == 1 ? n : c.row_stride;
-  const Operand oa = operand(a, "a"), ob = operand(b, "b");
+  const Operand oa = operand(a, "a");
+  const auto ob = operand(b, "b");
   if (k == 0) {
     if (!accumulate) zero(c.data, m, n, ldc);
     return;
@@ -519,6 +599,47 @@ void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixR
     return;
   }
   gemm_native(path, m, n, k, oa, ob, c.data, ldc, accumulate, threads);
+}
+
+template <class BMatrix>
+void check_sizes(MatrixRef<const BFloat16> a, BMatrix b, MatrixRef<float> c) {
+  BRISK_CHECK(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm_bf16: sizes do not match: (", a.rows,
+              ", ", a.cols, ") @ (", b.rows, ", ", b.cols, ") -> (", c.rows, ", ", c.cols, ")");
+}
+
+bool column_major(MatrixRef<float> c) {
+  if (c.col_stride == 1 || c.cols == 1) return false;
+  BRISK_CHECK(c.row_stride == 1 || c.rows == 1, "gemm_bf16: the output (", c.rows, ", ", c.cols, ") has strides (",
+              c.row_stride, ", ", c.col_stride, "); one of them must be 1");
+  return true;
+}
+
+}  // namespace
+
+void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c, bool accumulate,
+               int threads) {
+  check_sizes(a, b, c);
+  if (c.rows == 0 || c.cols == 0) return;
+  if (column_major(c)) {  // the row-major c^T = b^T a^T
+    gemm_bf16(transposed(b), transposed(a), {c.data, c.cols, c.rows, c.col_stride, c.row_stride}, accumulate, threads);
+    return;
+  }
+  gemm_row_major(a, b, c, accumulate, threads);
+}
+
+void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const float> b, MatrixRef<float> c, bool accumulate,
+               int threads) {
+  check_sizes(a, b, c);
+  if (c.rows == 0 || c.cols == 0) return;
+  if (column_major(c)) {  // b would become the A operand: round it into a BF16 copy instead
+    std::vector<BFloat16> b16(size_t(b.rows * b.cols));
+    for (int64_t i = 0; i < b.rows; ++i) {
+      for (int64_t j = 0; j < b.cols; ++j) b16[size_t(i * b.cols + j)] = BFloat16(b.data[i * b.row_stride + j * b.col_stride]);
+    }
+    gemm_bf16(a, MatrixRef<const BFloat16>{b16.data(), b.rows, b.cols, b.cols, 1}, c, accumulate, threads);
+    return;
+  }
+  gemm_row_major(a, b, c, accumulate, threads);
 }
 
 void gemm_bf16_reference(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c,

@@ -20,6 +20,12 @@ namespace brisk::kernels::cpu {
 void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c, bool accumulate = false,
                int threads = 0);
 
+// c = a @ b with b in F32, read as its BF16 rounding (BFloat16::from_float) while it is packed:
+// the product gemm_bf16 gives for b rounded to BF16 first, without the rounded copy (autocast's
+// mixed linear reads F32 weights this way: Note [Mixed linear] in kernels/cpu/gemm.cpp).
+void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const float> b, MatrixRef<float> c, bool accumulate = false,
+               int threads = 0);
+
 // The same product as plain loops: each c[i, j] summed in F32 in k order. For tests.
 void gemm_bf16_reference(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c,
                          bool accumulate = false);

@@ -380,12 +380,21 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
 // y (*, n) = x (*, k) @ w (n, k)^T + bias (Note [Linear is an op] in engine/ops/linalg.cpp): x
 // as (rows, k), w read as its transpose in place (cuBLAS's op T), the output's rows started
 // at the bias and the product accumulated onto them (beta 1).
+// Mixed inputs (Note [Mixed linear] in engine/ops/linalg.cpp: a 16-bit x with an F32 weight and
+// bias) convert the weight and bias into temporaries of x's dtype, and an F32 result of 16-bit
+// operands (flag2) is computed in x's dtype and widened: the GEMMs here take one dtype.
 void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const bool in_out = attrs.flag;  // w (k, n) rather than (n, k)
   const Tensor x = in[0].is_contiguous() ? in[0] : dense(in[0]);
-  const Tensor& w = in[1];
-  const bool is_dense = out[0].is_contiguous();
-  const Tensor c = is_dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
+  auto as_x = [&](const Tensor& t) {
+    if (t.dtype() == x.dtype()) return t;
+    Tensor tmp = make_empty(t.sizes(), x.dtype(), t.device());
+    copy_into(tmp, t);
+    return tmp;
+  };
+  const Tensor w = as_x(in[1]);
+  const bool is_dense = out[0].is_contiguous() && out[0].dtype() == x.dtype();
+  const Tensor c = is_dense ? out[0] : make_empty(out[0].sizes(), x.dtype(), out[0].device());
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0), rows = n == 0 ? 0 : c.numel() / n;
   if (c.numel() > 0) {
     const Tensor x2 = make_view(x.storage(), {rows, k}, {k, 1}, x.offset(), x.dtype());
@@ -393,7 +402,7 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
     const Tensor c2 = make_view(c.storage(), {rows, n}, {n, 1}, c.offset(), c.dtype());
     const bool has_bias = in.size() == 3;
     if (has_bias) {
-      const Tensor& b = in[2];
+      const Tensor b = as_x(in[2]);
       copy_into(c2, make_view(b.storage(), {rows, n}, {0, b.stride(0)}, b.offset(), b.dtype()));
     }
     if (k == 0) {
