@@ -16,8 +16,8 @@ namespace brisk {
 // Defaults. Every OpDef names its policy (engine/ops/*.cpp), after PyTorch's autocast lists:
 // Lower for matmul and conv2d (PyTorch's lower_precision_fp list: mm, matmul, linear, conv*,
 // bmm, baddbmm, attention), LowerMixed for linear (the same products, its F32 weight read in
-// BF16 by the kernel rather than cast: Note [Mixed linear] in engine/ops/linalg.cpp); Fp32 for exp, log, rsqrt, sqrt, pow, softplus, sum, var,
-// softmax, log_softmax, logsumexp, cross_entropy, layer_norm and batch_norm (PyTorch's fp32
+// BF16 by the kernel rather than cast: Note [Mixed linear] in engine/ops/linalg.cpp); Fp32 for exp, log, rsqrt, sqrt,
+// pow, softplus, sum, var, softmax, log_softmax, logsumexp, cross_entropy, layer_norm and batch_norm (PyTorch's fp32
 // and fp32_set_opt_dtype lists, and its CUDA handling of norms); Promote for add, sub, mul,
 // div, maximum, minimum, comparisons, where, masked_fill, cat, index_add, scatter_add (the
 // widest input wins, so mixed F32/BF16 inputs meet); None for views, copies, relu, pooling

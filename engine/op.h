@@ -73,10 +73,10 @@ struct BackwardCtx {
 
 // Where autocast sends an op's floating inputs (see engine/autocast.h).
 enum class CastPolicy : uint8_t {
-  None,     // leave inputs alone (shape ops)
-  Lower,    // to the autocast dtype (matmul, linear, conv)
-  Fp32,     // to F32 (softmax, norms, exp/log, reductions, losses)
-  Promote,  // to the widest floating dtype among the inputs (add, mul, cat, where)
+  None,        // leave inputs alone (shape ops)
+  Lower,       // to the autocast dtype (matmul, linear, conv)
+  Fp32,        // to F32 (softmax, norms, exp/log, reductions, losses)
+  Promote,     // to the widest floating dtype among the inputs (add, mul, cat, where)
   LowerMixed,  // input 0 to the autocast dtype, F32 others kept (linear: Note [Mixed linear])
 };
 

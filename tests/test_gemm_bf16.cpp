@@ -276,15 +276,14 @@ TEST_CASE("gemm_bf16: an F32 b is read as its BF16 rounding, bit for bit, on eve
             case 3:  // ties (to even: down, then up) and just above a tie
               b32[e] = std::bit_cast<float>(e % 3 == 0 ? 0x3f808000u : e % 3 == 1 ? 0xbf818000u : 0x3f808001u);
               break;
-            case 5: b32[e] = 1e-39f * dist(rng); break;                           // subnormal
+            case 5: b32[e] = 1e-39f * dist(rng); break;  // subnormal
             case 7: b32[e] = e % 22 == 7 ? INFINITY : -INFINITY; break;
             case 9: b32[e] = e % 33 == 9 ? NAN : dist(rng); break;
             default: b32[e] = dist(rng) * 1.0001f;
           }
         }
-        MatrixRef<const float> b = lb == Layout::ColMajor
-                                       ? MatrixRef<const float>{b32.data(), s.k, s.n, 1, s.k}
-                                       : MatrixRef<const float>{b32.data(), s.k, s.n, s.n + pad, 1};
+        MatrixRef<const float> b = lb == Layout::ColMajor ? MatrixRef<const float>{b32.data(), s.k, s.n, 1, s.k}
+                                                          : MatrixRef<const float>{b32.data(), s.k, s.n, s.n + pad, 1};
         std::vector<BFloat16> b16(b32.size());
         for (size_t e = 0; e < b32.size(); ++e) b16[e] = BFloat16(b32[e]);
         const MatrixRef<const BFloat16> b_rounded{b16.data(), b.rows, b.cols, b.row_stride, b.col_stride};

@@ -127,7 +127,7 @@ void linear_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   const Tensor g2 = reshape(g, {rows, n});
   if (c.needs_grad(1)) {
     Attrs a;
-    a.flag = true;                                          // the second operand as (in, out)
+    a.flag = true;                                                 // the second operand as (in, out)
     a.flag2 = w.dtype() == DType::F32 && x.dtype() != DType::F32;  // gw in w's dtype
     const Tensor x2 = reshape(x, {rows, k});
     gi[1] = in_out ? call1(OpId::Linear, {mT(x2), g2}, a) : call1(OpId::Linear, {mT(g2), x2}, a);

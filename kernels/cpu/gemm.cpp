@@ -536,10 +536,9 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
           using T = decltype(tag);
           if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
             const Tensor b = has_bias ? (in[2].is_contiguous() ? in[2] : converted(in[2], in[2].dtype())) : Tensor();
-            linear_rows<T, T, T>(rows_of<T>(x, rows, k),
-                                 MatrixRef<const T>{static_cast<const T*>(w.data_ptr()), k, n, b_rs, b_cs},
-                                 has_bias ? static_cast<const T*>(b.data_ptr()) : nullptr, static_cast<T*>(c.data_ptr()),
-                                 rows, n, k);
+            linear_rows<T, T, T>(
+                rows_of<T>(x, rows, k), MatrixRef<const T>{static_cast<const T*>(w.data_ptr()), k, n, b_rs, b_cs},
+                has_bias ? static_cast<const T*>(b.data_ptr()) : nullptr, static_cast<T*>(c.data_ptr()), rows, n, k);
           }
         });
         break;
@@ -547,16 +546,18 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
         const Tensor c32 = f32_out();
         const Tensor x32 = f32(x), w32 = f32(w), b32 = has_bias ? f32(in[2]) : Tensor();
         const auto [rs, cs] = b_of(w32);
-        linear_rows<float, float, float>(rows_of<float>(x32, rows, k),
-                                         MatrixRef<const float>{static_cast<const float*>(w32.data_ptr()), k, n, rs, cs},
-                                         bias_ptr(b32), static_cast<float*>(c32.data_ptr()), rows, n, k);
+        linear_rows<float, float, float>(
+            rows_of<float>(x32, rows, k),
+            MatrixRef<const float>{static_cast<const float*>(w32.data_ptr()), k, n, rs, cs}, bias_ptr(b32),
+            static_cast<float*>(c32.data_ptr()), rows, n, k);
         if (c32.impl() != c.impl()) convert_into(c, c32);
         break;
       }
       case DType::BF16: {  // BF16 operands summed in F32 (kernels/cpu/gemm_bf16.h), rounded once
         const Tensor c32 = f32_out();
         // The bias at BF16 precision, as autocast's cast of it would be, widened.
-        const Tensor b32 = has_bias ? f32(in[2].dtype() == DType::BF16 ? in[2] : converted(in[2], DType::BF16)) : Tensor();
+        const Tensor b32 =
+            has_bias ? f32(in[2].dtype() == DType::BF16 ? in[2] : converted(in[2], DType::BF16)) : Tensor();
         const MatrixRef<const BFloat16> xm = rows_of<BFloat16>(x, rows, k);
         float* cp = static_cast<float*>(c32.data_ptr());
         if (w.dtype() == DType::F32) {

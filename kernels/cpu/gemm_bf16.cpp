@@ -273,8 +273,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i bf16_lanes(_
 }
 
 // pack_b_pair for an F32 b, rounded to BF16 on the way.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_pair(OperandF32 b, int64_t k, int64_t j,
-                                                                      int64_t ncols, bool has_next, uint16_t* dst) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_pair(OperandF32 b, int64_t k, int64_t j, int64_t ncols,
+                                                                      bool has_next, uint16_t* dst) {
   if (b.cs == 1) {
     const __mmask16 mask = ncols == 16 ? __mmask16(0xffff) : __mmask16((1u << ncols) - 1);
     const __m512i lo = bf16_lanes(_mm512_maskz_loadu_ps(mask, b.at(k, j)));
@@ -289,8 +289,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_pair(OperandF32
     const __m256i cols = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(int(b.cs * 4)));
     __m256i halves[2];
     for (int h = 0; h < 2; ++h) {
-      const __m512i pairs = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(mask >> (8 * h)), cols,
-                                                        b.at(k, j + 8 * h), 1);
+      const __m512i pairs =
+          _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(mask >> (8 * h)), cols, b.at(k, j + 8 * h), 1);
       const __m512i bits = bf16_lanes(_mm512_castsi512_ps(pairs));
       const __m512i folded =
           _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi64(0xffff)), _mm512_srli_epi64(bits, 16));
@@ -471,8 +471,8 @@ void run_block(Bf16GemmPath path, const uint16_t* ap, const uint16_t* bp, int64_
 
 // c (m, n), row-major with row stride ldc, (+)= a (m, k) @ b (k, n) on the calling thread.
 template <class BOperand>
-void gemm_native_serial(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, BOperand b, float* c, int64_t ldc,
-                        bool accumulate) {
+void gemm_native_serial(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, BOperand b, float* c,
+                        int64_t ldc, bool accumulate) {
   const Blocking bl = path == Bf16GemmPath::Amx ? kAmxBlocking : kDotBlocking;
   const int64_t kc_max = std::min(bl.kc, round_up(k, 32)), kg_max = kc_max / 32;
   const int64_t a_elems = round_up(std::min(bl.mc, m), 32) * kg_max * 32;
@@ -634,7 +634,8 @@ void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const float> b, MatrixRef<
   if (column_major(c)) {  // b would become the A operand: round it into a BF16 copy instead
     std::vector<BFloat16> b16(size_t(b.rows * b.cols));
     for (int64_t i = 0; i < b.rows; ++i) {
-      for (int64_t j = 0; j < b.cols; ++j) b16[size_t(i * b.cols + j)] = BFloat16(b.data[i * b.row_stride + j * b.col_stride]);
+      for (int64_t j = 0; j < b.cols; ++j)
+        b16[size_t(i * b.cols + j)] = BFloat16(b.data[i * b.row_stride + j * b.col_stride]);
     }
     gemm_bf16(a, MatrixRef<const BFloat16>{b16.data(), b.rows, b.cols, b.cols, 1}, c, accumulate, threads);
     return;
