@@ -206,15 +206,31 @@ class Agent {
     std::string text;   // "node 1: rank 1 was killed by signal 9 (Killed)"
   };
 
-  Agent(const Options& o, const sigset_t& mask) : o_(o), mask_(mask) {
-    store_ = std::make_unique<brisk::dist::TcpStore>(o.master_addr, o.master_port + 1, o.node_rank == 0,
-                                                     std::chrono::seconds(o.rdzv_timeout_s));
+  Agent(const Options& o, const sigset_t& mask) : o_(o), mask_(mask) {}
+
+  // Serves the agents' store (node 0) or connects to it, retrying until --rdzv-timeout-s (node 0
+  // may start later). Returns 0, or 128 + a signal that came meanwhile; throws brisk::Error.
+  int connect() {
+    const auto deadline = Clock::now() + std::chrono::seconds(o_.rdzv_timeout_s);
+    while (!store_) {
+      try {
+        store_ = std::make_unique<brisk::dist::TcpStore>(o_.master_addr, o_.master_port + 1, o_.node_rank == 0,
+                                                         std::chrono::seconds(1));
+      } catch (const brisk::Error& e) {
+        if (o_.node_rank == 0) throw;
+        if (Clock::now() >= deadline) {
+          BRISK_FAIL("cannot reach the agents' store at ", where(), " within ", o_.rdzv_timeout_s,
+                     " s (is node 0's brisk-run running, with the same --master-addr and --master-port?); last try: ",
+                     e.what());
+        }
+      }
+      if (const int sig = store_ ? 0 : tick(mask_)) return 128 + sig;
+    }
     store_->set_timeout(reply_timeout());
+    return 0;
   }
 
-  std::chrono::milliseconds reply_timeout() const {
-    return std::chrono::seconds(std::min(o_.rdzv_timeout_s, 30));
-  }
+  std::chrono::milliseconds reply_timeout() const { return std::chrono::seconds(std::min(o_.rdzv_timeout_s, 30)); }
   std::string where() const { return o_.master_addr + ":" + std::to_string(o_.master_port + 1); }
 
   // Joins generation g and waits for every node. Returns 0, or the exit status when the job
@@ -238,7 +254,8 @@ class Agent {
       if (Clock::now() >= deadline) {
         std::string missing;
         for (int r = 0; r < o_.nnodes; ++r) {
-          if (!store_->check({key("node" + std::to_string(r))})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          if (!store_->check({key("node" + std::to_string(r))}))
+            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         }
         BRISK_FAIL("the rendezvous of generation ", g, " at ", where(), " timed out after ", o_.rdzv_timeout_s,
                    " s: node(s) ", missing, " of ", o_.nnodes,
@@ -356,11 +373,10 @@ class Agent {
   void record(const Failure& f) {
     guarded([&] {
       const int64_t i = store_->add(key("failures"), 1);
-      store_->set(key("failure" + std::to_string(i)),
-                  [&] {
-                    const std::string v = std::to_string(f.code) + " " + (f.echo ? "1 " : "0 ") + f.text;
-                    return std::vector<char>(v.begin(), v.end());
-                  }());
+      store_->set(key("failure" + std::to_string(i)), [&] {
+        const std::string v = std::to_string(f.code) + " " + (f.echo ? "1 " : "0 ") + f.text;
+        return std::vector<char>(v.begin(), v.end());
+      }());
     });
   }
 
@@ -518,12 +534,17 @@ int run_once(const Options& o, int restart, const sigset_t& mask, const sigset_t
 
 // Several nodes: this host's agent (Note [Agents across hosts]). Returns the exit status.
 int run_agent(const Options& o, const sigset_t& mask, const sigset_t& old_mask) {
-  auto say = [&](const std::string& what) { std::fprintf(stderr, "brisk-run: node %d: %s\n", o.node_rank, what.c_str()); };
-  std::unique_ptr<Agent> agent;
+  auto say = [&](const std::string& what) {
+    std::fprintf(stderr, "brisk-run: node %d: %s\n", o.node_rank, what.c_str());
+  };
+  auto agent = std::make_unique<Agent>(o, mask);
   try {
-    agent = std::make_unique<Agent>(o, mask);
+    if (const int code = agent->connect()) {
+      say("stopped by a signal while waiting for the agents' store");
+      return code;
+    }
   } catch (const brisk::Error& e) {
-    say("cannot reach the agents' store that node 0's brisk-run serves on --master-port + 1: " + std::string(e.what()));
+    say(e.what());
     return 1;
   }
   for (int gen = 0;; ++gen) {
@@ -534,9 +555,9 @@ int run_agent(const Options& o, const sigset_t& mask, const sigset_t& old_mask) 
         return agent->leave(code);
       }
       if (gen > 0) {
-        say("generation " + std::to_string(gen) + ": all " + std::to_string(o.nnodes) + " nodes joined; restarting the " +
-            std::to_string(o.nproc) + " ranks here (restart " + std::to_string(gen) + " of " +
-            std::to_string(o.max_restarts) + ")");
+        say("generation " + std::to_string(gen) + ": all " + std::to_string(o.nnodes) +
+            " nodes joined; restarting the " + std::to_string(o.nproc) + " ranks here (restart " + std::to_string(gen) +
+            " of " + std::to_string(o.max_restarts) + ")");
       }
       int forwarded = 0, failed_rank = -1, lost = 0;
       status = run_once(o, gen, mask, old_mask, forwarded, failed_rank, lost, agent.get());

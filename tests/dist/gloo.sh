@@ -7,7 +7,8 @@
 # where brisk-run must exit non-zero and name the dead rank; init_from_env's errors; and the
 # launcher itself with small shell programs: the environment it sets, a failing rank stopping
 # the others, a signal passed on to every rank, ranks ending with a launcher killed by SIGKILL,
-# --max-restarts, bad arguments; and an elastic
+# --max-restarts, bad arguments, an agent of --nnodes 2 left alone (its clear error after
+# --rdzv-timeout-s); and an elastic
 # restart (tests/dist/elastic_child.cpp): a rank killed while writing a checkpoint, the job
 # restarted by `brisk-run --max-restarts 1` from the last complete checkpoint, ending with a
 # model byte-identical to an uninterrupted run's (the timeline is printed); and with
@@ -78,9 +79,23 @@ out=$(timeout 30 "$run" --nproc-per-node 3 --master-addr 127.0.0.1 --master-port
   sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $BRISK_RESTART_COUNT"' | sort)
 want=$(for r in 0 1 2; do echo "$r $r 3 3 127.0.0.1 $env_port 0"; done)
 [ "$out" == "$want" ] && echo "PASS brisk-run sets torchrun's environment" || fail "brisk-run environment" "$out"
-out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 2 sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK"' | sort)
+# Several nodes: each brisk-run is an agent, and node 1's starts its ranks once node 0's is there.
+node_port=$(free_port)
+timeout 30 "$run" --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-port $node_port true >/dev/null 2>&1 &
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-port $node_port \
+  sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK"' | sort)
+wait $!
 [ "$out" == $'2 0 4 1\n3 1 4 1' ] && echo "PASS brisk-run --node-rank 1 numbers its ranks 2 and 3" ||
   fail "brisk-run --node-rank" "$out"
+# An agent alone: node 0's rendezvous names the node that never joined; node 1's finds no store.
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 0 --master-port "$(free_port)" --rdzv-timeout-s 1 true 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "node 0: the rendezvous of generation 0 at .* timed out after 1 s: node(s) 1 of 2 never joined" <<<"$out" &&
+  echo "PASS brisk-run node 0 alone: the rendezvous names node 1 after --rdzv-timeout-s" || fail "node 0 alone: $rc" "$out"
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --master-port "$(free_port)" --rdzv-timeout-s 1 true 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "node 1: cannot reach the agents' store at .* within 1 s (is node 0's brisk-run running" <<<"$out" &&
+  echo "PASS brisk-run node 1 alone: no agents' store after --rdzv-timeout-s" || fail "node 1 alone: $rc" "$out"
 
 # A rank that fails stops the others (which would sleep 60 s) with its status.
 start=$SECONDS
@@ -141,6 +156,7 @@ for bad in "--nproc-per-node 0 true|--nproc-per-node '0' is not a number in [1, 
            "--nproc-per-node 2|no program to run" \
            "--nnodes 2 --node-rank 2 true|--node-rank 2 is not below --nnodes 2" \
            "--nproc-per-node 2 --min-ranks 3 true|--min-ranks 3 is above --nproc-per-node 2" \
+           "--nnodes 2 --nproc-per-node 2 --min-ranks 1 true|--min-ranks needs --nnodes 1" \
            "--frobnicate true|unknown option --frobnicate"; do
   args=${bad%%|*} want=${bad#*|}
   # shellcheck disable=SC2086
