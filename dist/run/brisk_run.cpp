@@ -173,9 +173,10 @@ int tick(const sigset_t& mask) {
 // agent is its client; the ranks keep MASTER_PORT (--master-port), served by their rank 0 as on
 // one node. The job runs in generations 0, 1, ..., and all agents count them alike because a
 // generation starts only once every node has joined it:
-//  - rendezvous: each agent sets gen<g>/node<R> and adds 1 to gen<g>/joined; the M-th sets
-//    gen<g>/go, which the others poll for until --rdzv-timeout-s (600 s); the error names the
-//    nodes that never joined. The ranks get BRISK_RESTART_COUNT g.
+//  - rendezvous: each agent adds 1 to gen<g>/node<R> (more than 1: the same --node-rank twice)
+//    and to gen<g>/joined; the M-th sets gen<g>/go, which the others poll for until
+//    --rdzv-timeout-s (600 s); the error names the nodes that never joined. The ranks get
+//    BRISK_RESTART_COUNT g.
 //  - failure: an agent whose rank fails (a non-zero status or a signal) records it at once as
 //    gen<g>/failure<i> ("<exit code> <echo> <text>", i from the counter gen<g>/failures). Every
 //    agent reads that counter each 100 ms tick and, when it moves, stops its ranks as after a
@@ -183,8 +184,9 @@ int tick(const sigset_t& mask) {
 //    kBrokenGroupExitStatus echoes a peer's failure; the job's status is that of the first
 //    failure recorded that is not an echo.
 //  - restart: once its own ranks are gone, each agent joins generation g + 1, or, with no
-//    restarts left, exits with the job's status and the list of failures. Every agent reads
-//    the same list, so all decide the same.
+//    restarts left, exits with the job's status and the list of failures. The decision depends
+//    only on g, so all agents take the same; the list is the store's once the agent's own
+//    ranks are gone, so an echo recorded after that may be missing from an agent's message.
 //  - success: an agent whose ranks all exited 0 adds 1 to gen<g>/done and waits until all M
 //    have, or until a failure appears (a rank elsewhere failed after these finished: the
 //    generation failed, and these ranks run again with it).

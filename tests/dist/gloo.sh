@@ -7,7 +7,7 @@
 # where brisk-run must exit non-zero and name the dead rank; init_from_env's errors; and the
 # launcher itself with small shell programs: the environment it sets, a failing rank stopping
 # the others, a signal passed on to every rank, ranks ending with a launcher killed by SIGKILL,
-# --max-restarts, bad arguments, an agent of --nnodes 2 left alone (its clear error after
+# --max-restarts (on one node and across two agents), bad arguments, an agent of --nnodes 2 left alone (its clear error after
 # --rdzv-timeout-s); and an elastic
 # restart (tests/dist/elastic_child.cpp): a rank killed while writing a checkpoint, the job
 # restarted by `brisk-run --max-restarts 1` from the last complete checkpoint, ending with a
@@ -148,6 +148,23 @@ if [ $rc -eq 0 ] && grep -q "restarting all 2 ranks (restart 1 of 1) after rank 
   echo "PASS brisk-run --max-restarts 1 restarts every rank once"
 else
   fail "brisk-run --max-restarts: status $rc" "$out"
+fi
+# The same across two agents (--nnodes 2, one rank each): rank 1 fails on node 1 while rank 0
+# would sleep 60 s on node 0, whose agent must stop it; both agents restart their rank.
+prog2='[ "$BRISK_RESTART_COUNT" = 0 ] && { [ "$RANK" = 1 ] && exit 9; exec sleep 60; }; echo "attempt $BRISK_RESTART_COUNT rank $RANK"'
+agents_port=$(free_port)
+timeout 30 "$run" --nnodes 2 --node-rank 0 --master-port $agents_port --grace-s 1 --max-restarts 1 sh -c "$prog2" \
+  >"$work/agent0" 2>&1 &
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --master-port $agents_port --grace-s 1 --max-restarts 1 sh -c "$prog2" 2>&1)
+rc=$?
+wait $!
+rc0=$?
+if [ $rc -eq 0 ] && [ $rc0 -eq 0 ] && grep -q "node 0: a rank on another node failed; stopping the 1 ranks here" "$work/agent0" &&
+   grep -q "^attempt 1 rank 0" "$work/agent0" && grep -q "^attempt 1 rank 1" <<<"$out" &&
+   grep -q "node 1: generation 1: all 2 nodes joined; restarting the 1 ranks here (restart 1 of 1)" <<<"$out"; then
+  echo "PASS brisk-run agents (--nnodes 2 --max-restarts 1): a failure on node 1 stops node 0's rank, both restart"
+else
+  fail "brisk-run agents --max-restarts: statuses $rc0 / $rc" "$(cat "$work/agent0")" "$out"
 fi
 out=$(timeout 30 "$run" --nproc-per-node 2 --grace-s 1 sh -c "$prog" 2>&1)
 [ $? -eq 9 ] && echo "PASS brisk-run without restarts exits with the rank's status 9" || fail "no restarts" "$out"

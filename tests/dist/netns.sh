@@ -13,7 +13,8 @@
 # across the hosts). Every
 # run checks that its bytes went through the veths. Given FAULT_CHILD (2 hosts), a link is cut
 # under a running brisk-run job (host 1's veth taken down): both ranks must fail with the
-# group's timeout (3 s) and both launchers exit non-zero.
+# group's timeout (3 s) and both launchers exit non-zero (host 1's, cut off from the agents'
+# store, within --rdzv-timeout-s 5).
 #
 # tests/dist/netns.sh --elastic BRISK_RUN ELASTIC_CHILD FAULT_CHILD (ctest dist_netns_elastic): 2 hosts, one
 # brisk-run agent in each (Note [Agents across hosts] in dist/run/brisk_run.cpp), one rank each, the
@@ -259,7 +260,7 @@ if [ -n "$child" ] && [ "$hosts" -eq 2 ]; then
   pids=()
   for ((i = 0; i < 2; i++)); do
     ip netns exec "${ns[$i]}" env BRISK_TEST_BACKEND=gloo timeout 60 "$run" --nnodes 2 --node-rank $i \
-      --nproc-per-node 1 --master-addr "$subnet.1" --master-port $((port + 2)) "$child" link_cut >"$work/cut$i" 2>&1 &
+      --nproc-per-node 1 --master-addr "$subnet.1" --master-port $((port + 2)) --rdzv-timeout-s 5 "$child" link_cut >"$work/cut$i" 2>&1 &
     pids+=($!)
   done
   for _ in $(seq 100); do
