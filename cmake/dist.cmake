@@ -48,8 +48,10 @@ else()
   message(STATUS "brisk: dist without Gloo (install libgloo-dev for jobs started without mpirun)")
 endif()
 
-# brisk-run: the launcher (torchrun's pattern). A plain POSIX program: it needs neither brisk nor MPI.
-add_executable(brisk-run ${CMAKE_CURRENT_LIST_DIR}/../dist/run/brisk_run.cpp)
+# brisk-run: the launcher (torchrun's pattern). A plain POSIX program: it needs neither brisk nor MPI
+# (its agents' store, dist/store.cpp, uses only the header engine/error.h).
+add_executable(brisk-run ${CMAKE_CURRENT_LIST_DIR}/../dist/run/brisk_run.cpp ${CMAKE_CURRENT_LIST_DIR}/../dist/store.cpp)
+target_include_directories(brisk-run PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 target_compile_options(brisk-run PRIVATE -Wall -Wextra -Wno-unused-parameter)
 install(TARGETS brisk-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 

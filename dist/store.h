@@ -4,18 +4,23 @@
 // counters. Process groups exchange their addresses through it (Gloo's full mesh, NCCL's unique
 // id); the collectives themselves never go through it. Every wait has a timeout that ends in a
 // brisk::Error naming the key and the server. Not here: the process groups (dist/gloo_group.cpp),
-// reading the environment (dist::init_from_env in dist/process_group.h).
+// reading the environment (dist::init_from_env in dist/process_group.h). It needs nothing of
+// brisk but the header engine/error.h: the launcher brisk-run (dist/run/brisk_run.cpp) compiles
+// it in for its agents' store (Note [Agents across hosts] there).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "dist/process_group.h"
+#include "engine/error.h"
 
 namespace brisk::dist {
+
+using Duration = std::chrono::milliseconds;  // as dist/process_group.h declares it
 
 class TcpStore {
  public:

@@ -7,7 +7,8 @@
 # where brisk-run must exit non-zero and name the dead rank; init_from_env's errors; and the
 # launcher itself with small shell programs: the environment it sets, a failing rank stopping
 # the others, a signal passed on to every rank, ranks ending with a launcher killed by SIGKILL,
-# --max-restarts, bad arguments; and an elastic
+# --max-restarts (on one node and across two agents), bad arguments, an agent of --nnodes 2 left alone (its clear error after
+# --rdzv-timeout-s); and an elastic
 # restart (tests/dist/elastic_child.cpp): a rank killed while writing a checkpoint, the job
 # restarted by `brisk-run --max-restarts 1` from the last complete checkpoint, ending with a
 # model byte-identical to an uninterrupted run's (the timeline is printed); and with
@@ -78,9 +79,23 @@ out=$(timeout 30 "$run" --nproc-per-node 3 --master-addr 127.0.0.1 --master-port
   sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $BRISK_RESTART_COUNT"' | sort)
 want=$(for r in 0 1 2; do echo "$r $r 3 3 127.0.0.1 $env_port 0"; done)
 [ "$out" == "$want" ] && echo "PASS brisk-run sets torchrun's environment" || fail "brisk-run environment" "$out"
-out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 2 sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK"' | sort)
+# Several nodes: each brisk-run is an agent, and node 1's starts its ranks once node 0's is there.
+node_port=$(free_port)
+timeout 30 "$run" --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-port $node_port true >/dev/null 2>&1 &
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-port $node_port \
+  sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK"' | sort)
+wait $!
 [ "$out" == $'2 0 4 1\n3 1 4 1' ] && echo "PASS brisk-run --node-rank 1 numbers its ranks 2 and 3" ||
   fail "brisk-run --node-rank" "$out"
+# An agent alone: node 0's rendezvous names the node that never joined; node 1's finds no store.
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 0 --master-port "$(free_port)" --rdzv-timeout-s 1 true 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "node 0: the rendezvous of generation 0 at .* timed out after 1 s: node(s) 1 of 2 never joined" <<<"$out" &&
+  echo "PASS brisk-run node 0 alone: the rendezvous names node 1 after --rdzv-timeout-s" || fail "node 0 alone: $rc" "$out"
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --master-port "$(free_port)" --rdzv-timeout-s 1 true 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "node 1: cannot reach the agents' store at .* within 1 s (is node 0's brisk-run running" <<<"$out" &&
+  echo "PASS brisk-run node 1 alone: no agents' store after --rdzv-timeout-s" || fail "node 1 alone: $rc" "$out"
 
 # A rank that fails stops the others (which would sleep 60 s) with its status.
 start=$SECONDS
@@ -134,6 +149,23 @@ if [ $rc -eq 0 ] && grep -q "restarting all 2 ranks (restart 1 of 1) after rank 
 else
   fail "brisk-run --max-restarts: status $rc" "$out"
 fi
+# The same across two agents (--nnodes 2, one rank each): rank 1 fails on node 1 while rank 0
+# would sleep 60 s on node 0, whose agent must stop it; both agents restart their rank.
+prog2='[ "$BRISK_RESTART_COUNT" = 0 ] && { [ "$RANK" = 1 ] && exit 9; exec sleep 60; }; echo "attempt $BRISK_RESTART_COUNT rank $RANK"'
+agents_port=$(free_port)
+timeout 30 "$run" --nnodes 2 --node-rank 0 --master-port $agents_port --grace-s 1 --max-restarts 1 sh -c "$prog2" \
+  >"$work/agent0" 2>&1 &
+out=$(timeout 30 "$run" --nnodes 2 --node-rank 1 --master-port $agents_port --grace-s 1 --max-restarts 1 sh -c "$prog2" 2>&1)
+rc=$?
+wait $!
+rc0=$?
+if [ $rc -eq 0 ] && [ $rc0 -eq 0 ] && grep -q "node 0: a rank on another node failed; stopping the 1 ranks here" "$work/agent0" &&
+   grep -q "^attempt 1 rank 0" "$work/agent0" && grep -q "^attempt 1 rank 1" <<<"$out" &&
+   grep -q "node 1: generation 1: all 2 nodes joined; restarting the 1 ranks here (restart 1 of 1)" <<<"$out"; then
+  echo "PASS brisk-run agents (--nnodes 2 --max-restarts 1): a failure on node 1 stops node 0's rank, both restart"
+else
+  fail "brisk-run agents --max-restarts: statuses $rc0 / $rc" "$(cat "$work/agent0")" "$out"
+fi
 out=$(timeout 30 "$run" --nproc-per-node 2 --grace-s 1 sh -c "$prog" 2>&1)
 [ $? -eq 9 ] && echo "PASS brisk-run without restarts exits with the rank's status 9" || fail "no restarts" "$out"
 # Bad arguments and a program that does not exist.
@@ -141,6 +173,7 @@ for bad in "--nproc-per-node 0 true|--nproc-per-node '0' is not a number in [1, 
            "--nproc-per-node 2|no program to run" \
            "--nnodes 2 --node-rank 2 true|--node-rank 2 is not below --nnodes 2" \
            "--nproc-per-node 2 --min-ranks 3 true|--min-ranks 3 is above --nproc-per-node 2" \
+           "--nnodes 2 --nproc-per-node 2 --min-ranks 1 true|--min-ranks needs --nnodes 1" \
            "--frobnicate true|unknown option --frobnicate"; do
   args=${bad%%|*} want=${bad#*|}
   # shellcheck disable=SC2086

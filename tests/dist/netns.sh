@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/dist/netns.sh TESTS BRISK_RUN [HOSTS [FAULT_CHILD]]: dist/ across several "hosts" on one machine, as
-# ctest runs it (dist_netns): HOSTS (2, up to 4) network namespaces joined by a bridge, each
+# ctest runs it (dist_netns2, dist_netns4): HOSTS (2, up to 4) network namespaces joined by a bridge, each
 # with its own address on a private /24 and no route anywhere else (nothing leaves them), one
 # rank in each; the collectives and DDP cases of the suite (DDP equal to one process, F64 to
 # 1e-12) run across them with brisk-run over Gloo and with mpirun (its rsh agent: a script
@@ -13,15 +13,34 @@
 # across the hosts). Every
 # run checks that its bytes went through the veths. Given FAULT_CHILD (2 hosts), a link is cut
 # under a running brisk-run job (host 1's veth taken down): both ranks must fail with the
-# group's timeout (3 s) and both launchers exit non-zero. A trap removes the namespaces, the bridge
-# and any process left in them, also when a case fails or the script is interrupted. Where
-# namespaces cannot be made (not root, no `ip`, a container without the capability) it prints
-# SKIP and why, and exits 77 (ctest reports the test as skipped).
+# group's timeout (3 s) and both launchers exit non-zero (host 1's, cut off from the agents'
+# store, within --rdzv-timeout-s 5).
+#
+# tests/dist/netns.sh --elastic BRISK_RUN ELASTIC_CHILD FAULT_CHILD (ctest dist_netns_elastic): 2 hosts, one
+# brisk-run agent in each (Note [Agents across hosts] in dist/run/brisk_run.cpp), one rank each, the
+# elastic child of tests/dist/elastic_child.cpp (its checkpoints in a folder both "hosts" see, as
+# a shared file system would be): rank 1, on host 1, is killed by SIGKILL while writing step 8's
+# checkpoint; with --max-restarts 1 both agents restart their ranks from step 6 and the final
+# model is byte-identical to an uninterrupted run's (the timeline is printed); with
+# --max-restarts 0 both agents exit non-zero, saying no restarts are left; and with host 1's link
+# cut under a running job (--max-restarts 1) host 0's rank fails by the group's timeout and the
+# next rendezvous ends with an error naming node 1, host 1's agent with the store lost: neither
+# hangs.
+#
+# A trap removes the namespaces, the bridge and any process left in them, also when a case
+# fails or the script is interrupted. Where namespaces cannot be made (not root, no `ip`, a
+# container without the capability) it prints SKIP and why, and exits 77 (ctest reports the
+# test as skipped).
 set -uo pipefail
-tests=$1 run=$2 hosts=${3:-2} child=${4:-}
+mode=suite elastic=""
+if [ "${1:-}" == --elastic ]; then
+  mode=elastic tests="" run=$2 hosts=2 elastic=$3 child=$4
+else
+  tests=$1 run=$2 hosts=${3:-2} child=${4:-}
+fi
 latency=${NETNS_LATENCY:-0.5ms} rate=${NETNS_RATE:-1gbit}
 [ "$hosts" -ge 2 ] && [ "$hosts" -le 4 ] || { echo "netns.sh: HOSTS must be 2-4, got $hosts" >&2; exit 2; }
-skip() { echo "SKIP dist_netns: $*"; exit 77; }  # ctest: SKIP_RETURN_CODE 77
+skip() { echo "SKIP dist_netns ($mode): $*"; exit 77; }  # ctest: SKIP_RETURN_CODE 77
 [ "$(id -u)" -eq 0 ] || skip "needs root to make network namespaces"
 command -v ip >/dev/null && command -v tc >/dev/null || skip "needs iproute2 (ip, tc)"
 command -v unshare >/dev/null || skip "needs unshare (util-linux)"
@@ -78,6 +97,90 @@ grep -q "refused" <<<"$reach" ||
   { echo "FAIL dist_netns: ${ns[1]} cannot reach $subnet.1 through the bridge: $reach"; exit 1; }
 echo "   $hosts namespaces on $subnet.0/24 through bridge $bridge; shaping: $shaping"
 
+# ---- elastic restart across the 2 hosts: one brisk-run agent in each (--elastic)
+# stamp: each line prefixed with t=<ms since the epoch>, unless it has one (the child's lines)
+stamp() {
+  local l
+  while IFS= read -r l; do
+    if [[ $l == t=* ]]; then echo "$l"; else echo "t=$((${EPOCHREALTIME/./} / 1000)) $l"; fi
+  done
+}
+# agents NAME PORT ARGS...: brisk-run in both hosts (--nnodes 2, one rank each), waits for both;
+# their stamped output in $work/NAME.0 and NAME.1, their statuses in $rc0 and $rc1.
+agents() {
+  local name=$1 p=$2 i pids=()
+  shift 2
+  for i in 0 1; do
+    ip netns exec "${ns[$i]}" env BRISK_TEST_BACKEND=gloo timeout 50 "$run" --nnodes 2 --node-rank $i --nproc-per-node 1 --master-addr "$subnet.1" \
+      --master-port "$p" --grace-s 1 "$@" 2>&1 | stamp >"$work/$name.$i" &
+    pids+=($!)
+  done
+  rc0=0 rc1=0
+  wait "${pids[0]}" || rc0=$?
+  wait "${pids[1]}" || rc1=$?
+}
+# shellcheck disable=SC2086
+at() { grep -hs -m1 -- "$2" $work/$1 | sed 's/^t=\([0-9]*\) .*/\1/' | sort -n | head -1; }  # a line's first stamp
+elastic_cases() {
+  local port=$((20000 + $$ % 20000))
+  agents straight $port "$elastic" "$work/straight" 20
+  local s0=$rc0 s1=$rc1
+  agents killed $((port + 2)) --max-restarts 1 "$elastic" "$work/killed" 20 8
+  if [ $s0 -eq 0 ] && [ $s1 -eq 0 ] && [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] &&
+     grep -q "rank 1 (pid [0-9]*) was killed by signal 9" "$work/killed.1" &&
+     grep -q "node 0: generation 1: all 2 nodes joined; restarting the 1 ranks here (restart 1 of 1)" "$work/killed.0" &&
+     grep -q "node 1: generation 1: all 2 nodes joined; restarting the 1 ranks here (restart 1 of 1)" "$work/killed.1" &&
+     grep -q "rank 0 attempt 1: resumed from the checkpoint of step 6 (2 ranks)" "$work/killed.0" &&
+     grep -q "rank 1 attempt 1: resumed from the checkpoint of step 6 (2 ranks)" "$work/killed.1" &&
+     cmp -s "$work/straight/final.safetensors" "$work/killed/final.safetensors"; then
+    local k e r0 r1 b
+    k=$(at "killed.[01]" "killed (SIGKILL)") e=$(at "killed.[01]" "rank 0 attempt 0: error") r0=$(at killed.0 "generation 1: all 2")
+    r1=$(at killed.1 "generation 1: all 2") b=$(at "killed.[01]" "attempt 1: resumed")
+    echo "PASS netns elastic restart across 2 hosts: rank 1 killed (SIGKILL, host 1) at step 8's checkpoint;" \
+      "host 0's rank's error +$((e - k)) ms; agents restart +$((r0 - k)) / +$((r1 - k)) ms (host 0 / 1);" \
+      "both ranks resumed from step 6 +$((b - k)) ms; final model byte-identical to an uninterrupted run"
+  else
+    echo "FAIL netns elastic restart: uninterrupted $s0 / $s1, killed $rc0 / $rc1"
+    tail -n 12 "$work"/straight.* "$work"/killed.*; status=1
+  fi
+  # --max-restarts 0: both agents end with the job's status (rank 1's SIGKILL: 137) and say why
+  agents norestart $((port + 4)) --max-restarts 0 "$elastic" "$work/norestart" 20 8
+  local want="generation 0 failed (node 1: rank 1 was killed by signal 9 (Killed)"
+  if [ $rc0 -eq 137 ] && [ $rc1 -eq 137 ] && grep -qF "node 0: $want" "$work/norestart.0" &&
+     grep -qF "node 1: $want" "$work/norestart.1" && grep -q "no restarts left (--max-restarts 0)" "$work/norestart.0" &&
+     grep -q "no restarts left (--max-restarts 0)" "$work/norestart.1" && ! grep -q "attempt 1" "$work"/norestart.*; then
+    echo "PASS netns --max-restarts 0 across 2 hosts: both agents exit 137: $(grep -h -o 'node 1: generation 0 failed.*' "$work/norestart.1")"
+  else
+    echo "FAIL netns --max-restarts 0: agents exit $rc0 / $rc1"; tail -n 8 "$work"/norestart.*; status=1
+  fi
+  # host 1's link cut under the job (tests/dist/fault_child.cpp link_cut: allreduces with a 3 s
+  # timeout): host 0's rank times out and its agent's next rendezvous (3 s) names node 1;
+  # host 1's agent loses the store (its replies wait 3 s at most). Neither hangs.
+  local cut_at=0
+  (
+    for _ in $(seq 100); do grep -qs READY "$work/cut.0" && grep -qs READY "$work/cut.1" && break; sleep 0.1; done
+    sleep 0.3
+    ip link set "${veth[1]}" down
+    echo "t=$((${EPOCHREALTIME/./} / 1000)) link cut" >"$work/cut_at"
+  ) &
+  local cutter=$!
+  agents cut $((port + 6)) --max-restarts 1 --rdzv-timeout-s 3 "$child" link_cut
+  wait $cutter
+  ip link set "${veth[1]}" up
+  cut_at=$(sed 's/^t=\([0-9]*\) .*/\1/' "$work/cut_at" 2>/dev/null)
+  if [ -n "$cut_at" ] && [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] &&
+     grep -q "^t=[0-9]* PASS link_cut (rank 0)" "$work/cut.0" &&
+     grep -q "node 0: the rendezvous of generation 1 at $subnet.1:$((port + 7)) timed out after 3 s: node(s) 1 of 2 never joined" "$work/cut.0" &&
+     grep -q "node 1: lost the agents' store" "$work/cut.1"; then
+    local e0 z0 z1
+    e0=$(at cut.0 "PASS link_cut (rank 0)") z0=$(at cut.0 "rendezvous of generation 1") z1=$(at cut.1 "lost the agents' store at")
+    echo "PASS netns link cut under agents (--max-restarts 1): host 0's rank fails +$((e0 - cut_at)) ms after the cut," \
+      "its rendezvous names node 1 +$((z0 - cut_at)) ms, host 1's agent loses the store +$((z1 - cut_at)) ms; exit $rc0 / $rc1"
+  else
+    echo "FAIL netns link cut under agents: agents exit $rc0 / $rc1"; tail -n 8 "$work"/cut.*; status=1
+  fi
+}
+
 bytes() { # total bytes through the host-side veths
   local s=0 v
   for v in "${veth[@]}"; do s=$((s + $(cat /sys/class/net/$v/statistics/tx_bytes) + $(cat /sys/class/net/$v/statistics/rx_bytes))); done
@@ -86,6 +189,10 @@ bytes() { # total bytes through the host-side veths
 if [ "$hosts" -eq 2 ]; then cases='dist: the world*,dist: allreduce*,dist: broadcast*,ddp: 2 ranks*'; else cases='ddp: 2 ranks*'; fi  # the collective cases' values are exact for 2 ranks only
 export OMP_NUM_THREADS=1
 status=0
+if [ "$mode" == elastic ]; then
+  elastic_cases
+  exit $status
+fi
 
 # ---- brisk-run over Gloo: one launcher per "host", rank 0's host serves the rendezvous
 before=$(bytes)
@@ -153,7 +260,7 @@ if [ -n "$child" ] && [ "$hosts" -eq 2 ]; then
   pids=()
   for ((i = 0; i < 2; i++)); do
     ip netns exec "${ns[$i]}" env BRISK_TEST_BACKEND=gloo timeout 60 "$run" --nnodes 2 --node-rank $i \
-      --nproc-per-node 1 --master-addr "$subnet.1" --master-port $((port + 1)) "$child" link_cut >"$work/cut$i" 2>&1 &
+      --nproc-per-node 1 --master-addr "$subnet.1" --master-port $((port + 2)) --rdzv-timeout-s 5 "$child" link_cut >"$work/cut$i" 2>&1 &
     pids+=($!)
   done
   for _ in $(seq 100); do
