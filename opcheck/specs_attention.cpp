@@ -108,10 +108,10 @@ OpSpec spec(const std::string& name, Options o, bool math, std::function<std::ve
   s.integers = false;
   s.rejects_layouts = false;
   // BF16 runs the op's BF16 kernel (the math form: BF16 matmuls and an F32 softmax). Each input
-  // is off by up to 2^-9 relative and P is rounded to BF16 before P v: a few 1e-3 at these
-  // sizes, against F64 values of the unrounded inputs.
+  // is off by up to 2^-9 relative and P is rounded to BF16 before P v: at most 2.3e-3 here
+  // (measured; 2e-3 fails a few elements), against F64 values of the unrounded inputs.
   s.dtypes = {DType::F32, DType::BF16};
-  s.tol_half = 2e-2;
+  s.tol_half = 5e-3;
   return s;
 }
 
@@ -174,8 +174,8 @@ void add_attention_specs(std::vector<OpSpec>& specs) {
   }
   specs.push_back(head_spec("scaled_dot_product_attention (head sizes 32-128)", {}, head_cases));
   specs.push_back(head_spec("scaled_dot_product_attention (head sizes 32-128, causal)", {.causal = true}, head_cases));
-  specs.push_back(head_spec("scaled_dot_product_attention (head sizes 32-128, additive mask)", {.additive = true},
-                            head_cases));
+  specs.push_back(
+      head_spec("scaled_dot_product_attention (head sizes 32-128, additive mask)", {.additive = true}, head_cases));
   specs.push_back(head_spec("scaled_dot_product_attention (head sizes 32-128, Bool mask)", {}, head_mask_cases));
   // Dropout: the fused op's mask comes from element (n T + i) S + j of its stream (the math form
   // draws its own, so only the fused op has a loop reference).

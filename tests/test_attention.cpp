@@ -98,8 +98,8 @@ TEST_CASE("attention: BF16 inputs give PyTorch's F32 values and gradients within
       Tensor q = case_tensor(name + ".q").to(DType::BF16).requires_grad_(true);
       Tensor k = case_tensor(name + ".k").to(DType::BF16).requires_grad_(true);
       Tensor v = case_tensor(name + ".v").to(DType::BF16).requires_grad_(true);
-      Tensor out = scaled_dot_product_attention(q, k, v, case_tensor(name + ".mask"), 0.0, o.value("causal", false),
-                                                scale);
+      Tensor out =
+          scaled_dot_product_attention(q, k, v, case_tensor(name + ".mask"), 0.0, o.value("causal", false), scale);
       REQUIRE(out.dtype() == DType::BF16);
       (out * case_tensor(name + ".gout").to(DType::BF16)).sum().backward();
       REQUIRE(q.grad().dtype() == DType::BF16);
@@ -125,8 +125,7 @@ TEST_CASE("attention: the op runs BF16 on the CPU (BF16 out, F32 lse) and autoca
   // The same values through the F32 kernel: BF16's products round P, so the two differ, but
   // only by BF16 rounding.
   Tensor out32[2];
-  call(OpId::Attention, std::vector<Tensor>{q16.to(DType::F32), k16.to(DType::F32), v16.to(DType::F32)}, attrs,
-       out32);
+  call(OpId::Attention, std::vector<Tensor>{q16.to(DType::F32), k16.to(DType::F32), v16.to(DType::F32)}, attrs, out32);
   check_close(out[0], out32[0], 1e-2, "BF16 kernel against F32 kernel");
   check_close(out[1], out32[1], 1e-3, "lse");
   CHECK(!equal(out[0], out32[0].to(DType::BF16)));

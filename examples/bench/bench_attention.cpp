@@ -53,8 +53,9 @@ std::string torch_body(const std::vector<Case>& cases) {
       s += "q, k, v = (torch.randn(" + shape + ", dtype=" + dt + ", requires_grad=True) for _ in range(3))\n";
       s += "print(" + tag + "-fwd', per_call_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=" + causal +
            "), " + iters + "))\n";
-      s += "print(" + tag + "-fwdbwd', per_call_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=" +
-           causal + ").sum().backward(), " + iters + "))\n";
+      s += "print(" + tag +
+           "-fwdbwd', per_call_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=" + causal +
+           ").sum().backward(), " + iters + "))\n";
     }
   }
   return s;
@@ -122,8 +123,8 @@ int main(int argc, char** argv) {
             std::snprintf(r_fused, sizeof r_fused, "%.2f", fused / pt);
             std::snprintf(r_before, sizeof r_before, "%.2f", before / pt);
           }
-          std::printf("| %ld, %ld, %ld, %ld | %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %.2f |\n",
-                      long(c.B), long(c.H), long(c.T), long(c.D), c.causal ? "yes" : "no", kDtypes[d],
+          std::printf("| %ld, %ld, %ld, %ld | %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %.2f |\n", long(c.B),
+                      long(c.H), long(c.T), long(c.D), c.causal ? "yes" : "no", kDtypes[d],
                       backward ? "fwd+bwd" : "fwd", fused, before, math, pt, r_fused, r_before, fused / before);
           std::fflush(stdout);
         }

@@ -52,6 +52,36 @@ namespace brisk::kernels::cpu {
 // The work items share the threads (forward: n x query blocks; backward: n); each runs its
 // GEMMs on its own thread. A row whose keys are all masked gives NaN (0 / 0), as the math form;
 // no keys at all (S = 0) give zeros, as the math form's empty product.
+//
+// BF16. q, k, v (and gout) stay BF16; the tile products go through gemm_bf16
+// (kernels/cpu/gemm_bf16.h: AMX where the CPU and OS allow it, else vdpbf16ps, else the F32
+// fallback) with F32 results, so the scores, the running max and sum, the output accumulator
+// O and lse are F32 (lse is an F32 output: attention_infer). P is rounded to BF16 once per tile
+// to be the left operand of P v (as PyTorch's CPU flash kernel does), and out = O / l is
+// rounded once. Backward likewise: P and dS are rounded to BF16 as operands of their products,
+// dq, dk and dv are summed in F32 scratch per n and rounded once at the end. An additive mask
+// may be BF16 or F32 (the public function passes F32). Operands without a unit stride in either
+// of their last two dims (an expanded gout) are made dense first: the BF16 GEMM packs only such
+// operands. Error against F64: about 1e-2 of the largest output (the inputs' own rounding,
+// 2^-9, dominates; opcheck/specs_attention.cpp, tests/test_attention.cpp).
+//
+// The F32 tile kernel. On a CPU with AVX-512 (and without dropout) F32 runs forward_item_f32 /
+// backward_item_f32 instead of gemm<float> per tile: perf showed the GEMM's packing (A and B
+// panels, with 16x16 transposes for q k^T) at ~24% of the forward at T = 2048, repeated for
+// every tile. The tiles are transposed instead: S^T = k_j (q_i * scale)^T, the query rows in
+// the vector lanes. Then (1) every product is a small "broadcast one operand in place, load the
+// other in rows" kernel (tile_kernel: 8 rows x 48 columns of c in 24 zmm accumulators) that
+// needs no packing at all: k and v are read in place with their strides (k_j's rows broadcast
+// for S^T, v_j's for O^T += v_j^T P^T), and only q * scale is transposed, once per work item
+// (forward) or per n (backward, with dout); (2) the online softmax works on whole vectors: the
+// running max, sum and rescale factor of 16 queries at once, two passes over the tile (the
+// max; then the shift, exp and sums) instead of row-by-row scalar bookkeeping; (3) the causal
+// mask of a diagonal tile is a contiguous fill per key row. The exp is vmath::exp_sum's, which
+// keeps libmvec on its fast path for the -inf of masked scores (vmath::exp sends every vector
+// holding one down its scalar path: that alone cost 27% of the forward before this was
+// noticed). BRISK_ATTENTION=gemm (read at each call) runs the GEMM tiles instead, which
+// examples/bench/bench_attention.cpp times as "before"; BRISK_GEMM=eigen turns both AVX-512
+// paths off. F64, BF16 and dropout keep the GEMM tiles.
 
 namespace {
 
@@ -306,7 +336,8 @@ template <int NV>
 void tile_rows(int64_t m, int64_t kd, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb, float* c,
                int64_t ldc, int cols, bool accumulate) {
   int64_t i = 0;
-  for (; i + 8 <= m; i += 8) tile_kernel<8, NV>(kd, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc, ldc, cols, accumulate);
+  for (; i + 8 <= m; i += 8)
+    tile_kernel<8, NV>(kd, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc, ldc, cols, accumulate);
   a += i * a_rs;
   c += i * ldc;
   switch (m - i) {
@@ -388,7 +419,8 @@ bool f32_tiles_transposed() {
 }
 
 // forward_item for F32 without dropout on a CPU with AVX-512: the same tiles, transposed.
-void forward_item_f32(const Problem<float>& P, int64_t n, int64_t i0, float* out, float* lse, std::vector<float>& work) {
+void forward_item_f32(const Problem<float>& P, int64_t n, int64_t i0, float* out, float* lse,
+                      std::vector<float>& work) {
   const int64_t rows = std::min(kBq, P.T_ - i0), nr = (rows + 15) / 16 * 16, D = P.D, Dv = P.Dv;
   work.assign(size_t(D * kBq + kBk * kBq + Dv * kBq + 5 * kBq), 0.0f);
   float* qt = work.data();     // q^T * scale: [D][kBq], queries past `rows` zero
@@ -525,9 +557,8 @@ void attention_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
 }
 
 template <class T>
-void backward_item(const Problem<T>& P, int64_t n, const T* gout, const Layout& lg, const T* outp,
-                   const acc_t<T>* lse, T* dq, T* dk, T* dv, std::vector<acc_t<T>>& work, std::vector<T>& narrow,
-                   DropRow& drop) {
+void backward_item(const Problem<T>& P, int64_t n, const T* gout, const Layout& lg, const T* outp, const acc_t<T>* lse,
+                   T* dq, T* dk, T* dv, std::vector<acc_t<T>>& work, std::vector<T>& narrow, DropRow& drop) {
   using A = acc_t<T>;
   constexpr bool kNarrow = !std::is_same_v<T, A>;
   const int64_t T_ = P.T_, S = P.S, D = P.D, Dv = P.Dv;
@@ -625,6 +656,110 @@ void backward_item(const Problem<T>& P, int64_t n, const T* gout, const Layout& 
   }
 }
 
+// backward_item for F32 without dropout on a CPU with AVX-512, on transposed tiles as the
+// forward: per n, q * scale and dout are transposed once ([D][Tp], [Dv][Tp]) and q, k and dout
+// copied with rows padded to whole vectors; each tile then runs five tile_gemm products with
+// the query rows in vector lanes (S^T = k q^T, dv += P^T dout, dP^T = v dout^T,
+// dk += dS^T q, dq += dS k), and the softmax's P^T = exp(S^T - lse) and dS^T = P^T (dP^T - D)
+// scale work on whole vectors. dq, dk and dv are summed in padded F32 scratch, copied out at
+// the end.
+__attribute__((target("avx512f"))) void backward_item_f32(const Problem<float>& P, int64_t n, const float* gout,
+                                                          const Layout& lg, const float* outp, const float* lse,
+                                                          float* dq, float* dk, float* dv, std::vector<float>& work) {
+  const int64_t T_ = P.T_, S = P.S, D = P.D, Dv = P.Dv;
+  const int64_t Tp = (T_ + 15) / 16 * 16, Dp = (D + 15) / 16 * 16, Dvp = (Dv + 15) / 16 * 16;
+  const int64_t sizes[] = {D * Tp, Dv * Tp, Tp * Dp,   S * Dp,    Tp * Dvp, Tp * Dp,
+                           S * Dp, S * Dvp, kBk * kBq, kBk * kBq, Tp,       Tp};
+  int64_t total = 0;
+  for (int64_t z : sizes) total += z;
+  work.assign(size_t(total), 0.0f);
+  float* qst = work.data();        // q^T * scale [D][Tp]
+  float* gt = qst + D * Tp;        // dout^T [Dv][Tp]
+  float* qp = gt + Dv * Tp;        // q [Tp][Dp]
+  float* kp = qp + Tp * Dp;        // k [S][Dp]
+  float* gp = kp + S * Dp;         // dout [Tp][Dvp]
+  float* dqa = gp + Tp * Dvp;      // dq [Tp][Dp]
+  float* dka = dqa + Tp * Dp;      // dk [S][Dp]
+  float* dva = dka + S * Dp;       // dv [S][Dvp]
+  float* st = dva + S * Dvp;       // S^T, then P^T: [key][kBq]
+  float* dst = st + kBk * kBq;     // dP^T, then dS^T
+  float* lse_n = dst + kBk * kBq;  // lse of n; +inf past T (P = 0 there)
+  float* delta = lse_n + Tp;       // D_i = rowsum(dout_i * out_i); 0 past T
+  const float* qn = P.q + P.lq.base[size_t(n)];
+  const float* kn = P.k + P.lk.base[size_t(n)];
+  const float* vn = P.v + P.lv.base[size_t(n)];
+  const float* gn = gout + lg.base[size_t(n)];
+  for (int64_t i = 0; i < T_; ++i) {
+    for (int64_t d = 0; d < D; ++d) {
+      const float x = qn[i * P.lq.rs + d * P.lq.cs];
+      qp[i * Dp + d] = x;
+      qst[d * Tp + i] = x * P.scale;
+    }
+    float acc = 0;
+    const float* o = outp + (n * T_ + i) * Dv;
+    for (int64_t d = 0; d < Dv; ++d) {
+      const float g = gn[i * lg.rs + d * lg.cs];
+      gp[i * Dvp + d] = g;
+      gt[d * Tp + i] = g;
+      acc += g * o[d];
+    }
+    delta[i] = acc;
+    lse_n[i] = lse[n * T_ + i];
+  }
+  for (int64_t i = T_; i < Tp; ++i) lse_n[i] = std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < S; ++j) {
+    for (int64_t d = 0; d < D; ++d) kp[j * Dp + d] = kn[j * P.lk.rs + d * P.lk.cs];
+  }
+  const __m512 scale = _mm512_set1_ps(P.scale), zero = _mm512_setzero_ps();
+  for (int64_t j0 = 0; j0 < S; j0 += kBk) {
+    const int64_t cols = std::min(kBk, S - j0);
+    for (int64_t i0 = 0; i0 < T_; i0 += kBq) {
+      const int64_t rows = std::min(kBq, T_ - i0), nr = (rows + 15) / 16 * 16;
+      if (above_diagonal(P, i0, rows, j0)) continue;
+      // S^T (cols, nr) = k_j (q_i * scale)^T, masked; P^T = exp(S^T - lse)
+      tile_gemm(cols, nr, D, kp + j0 * Dp, Dp, 1, qst + i0, Tp, st, kBq, false);
+      if (P.mask) {
+        for (int64_t r = 0; r < rows; ++r) mask_scores(P, n, i0 + r, j0, cols, st + r, kBq, false);
+      }
+      if (P.causal) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t hidden = std::min(nr, j0 + j - P.shift - i0);
+          if (hidden > 0) std::fill(st + j * kBq, st + j * kBq + hidden, -std::numeric_limits<float>::infinity());
+        }
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        float* row = st + j * kBq;
+        for (int64_t r = 0; r < nr; r += 16)
+          _mm512_storeu_ps(row + r, _mm512_sub_ps(_mm512_loadu_ps(row + r), _mm512_loadu_ps(lse_n + i0 + r)));
+        vmath::exp_sum(row, 0.0f, row, nr);  // (exp_sum: -inf and large negatives on the fast path)
+      }
+      // dv_j += P^T dout_i
+      tile_gemm(cols, Dvp, nr, st, kBq, 1, gp + i0 * Dvp, Dvp, dva + j0 * Dvp, Dvp, true);
+      // dP^T = v_j dout_i^T; dS^T = P^T (dP^T - D) scale (0 where P = 0, even if dP is not finite)
+      tile_gemm(cols, nr, Dv, vn + j0 * P.lv.rs, P.lv.rs, P.lv.cs, gt + i0, Tp, dst, kBq, false);
+      for (int64_t j = 0; j < cols; ++j) {
+        const float* prow = st + j * kBq;
+        float* drow = dst + j * kBq;
+        for (int64_t r = 0; r < nr; r += 16) {
+          const __m512 p = _mm512_loadu_ps(prow + r);
+          const __m512 ds = _mm512_mul_ps(
+              _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(drow + r), _mm512_loadu_ps(delta + i0 + r))), scale);
+          const __mmask16 live = _mm512_cmp_ps_mask(p, zero, _CMP_NEQ_UQ);
+          _mm512_storeu_ps(drow + r, _mm512_maskz_mov_ps(live, ds));
+        }
+      }
+      // dk_j += dS^T q_i; dq_i += dS k_j
+      tile_gemm(cols, Dp, nr, dst, kBq, 1, qp + i0 * Dp, Dp, dka + j0 * Dp, Dp, true);
+      tile_gemm(rows, Dp, cols, dst, 1, kBq, kp + j0 * Dp, Dp, dqa + i0 * Dp, Dp, true);
+    }
+  }
+  for (int64_t i = 0; i < T_; ++i) std::copy(dqa + i * Dp, dqa + i * Dp + D, dq + (n * T_ + i) * D);
+  for (int64_t j = 0; j < S; ++j) {
+    std::copy(dka + j * Dp, dka + j * Dp + D, dk + (n * S + j) * D);
+    std::copy(dva + j * Dvp, dva + j * Dvp + Dv, dv + (n * S + j) * Dv);
+  }
+}
+
 // in: gout, q, k, v, out, lse[, mask] -> dq, dk, dv (fresh and dense).
 void attention_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   with_storage_type(in[1].dtype(), [&](auto tag) {
@@ -644,6 +779,8 @@ void attention_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out
       std::fill(dv, dv + P.N * P.S * P.Dv, T(0.0f));
       return;
     }
+    bool transposed = false;
+    if constexpr (std::is_same_v<T, float>) transposed = P.p == 0 && f32_tiles_transposed();
     const int nt = int(std::min<int64_t>(P.N, omp_in_parallel() ? 1 : omp_get_max_threads()));
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -651,9 +788,17 @@ void attention_backward_kernel(std::span<const Tensor> in, std::span<Tensor> out
       std::vector<T> narrow;
       DropRow drop;
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t n = 0; n < P.N; ++n)
-        backward_item(P, n, go, lg, static_cast<const T*>(o.data_ptr()), static_cast<const A*>(lse.data_ptr()), dq,
-                      dk, dv, work, narrow, drop);
+      for (int64_t n = 0; n < P.N; ++n) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (transposed) {
+            backward_item_f32(P, n, go, lg, static_cast<const T*>(o.data_ptr()), static_cast<const A*>(lse.data_ptr()),
+                              dq, dk, dv, work);
+            continue;
+          }
+        }
+        backward_item(P, n, go, lg, static_cast<const T*>(o.data_ptr()), static_cast<const A*>(lse.data_ptr()), dq, dk,
+                      dv, work, narrow, drop);
+      }
     }
   });
 }
