@@ -164,6 +164,37 @@ TEST_CASE("attention: the op runs BF16 on the CPU (BF16 out, F32 lse) and autoca
   }
 }
 
+TEST_CASE("attention: F32 on strided views (heads split from (B, T, H, D)) with masks matches the F64 math form") {
+  // The F32 tile kernels read k and v in place with their strides and the masks element by
+  // element; the gradients come from the transposed backward (Note [Fused attention]).
+  manual_seed(15);
+  const int64_t B = 2, H = 3, T = 70, S = 131, D = 64;
+  auto heads = [&](int64_t len) { return randn({B, len, H, D}).transpose(1, 2); };  // (B, H, len, D), strided
+  const Tensor q = heads(T), k = heads(S), v = heads(S);
+  Tensor pad = ones({B, 1, 1, S}, DType::Bool);
+  pad.select(0, 1).narrow(-1, S - 40, 40).fill_(0.0);
+  const Tensor additive = randn({T, S}) * 0.5;
+  for (int which = 0; which < 3; ++which) {  // causal, key padding, additive
+    CAPTURE(which);
+    const Tensor mask = which == 1 ? pad : which == 2 ? additive : Tensor();
+    const bool causal = which == 0;
+    Tensor q32 = q.clone().requires_grad_(true), k32 = k.clone().requires_grad_(true);
+    Tensor v32 = v.clone().requires_grad_(true);
+    Tensor q64 = q.to(DType::F64).requires_grad_(true), k64 = k.to(DType::F64).requires_grad_(true);
+    Tensor v64 = v.to(DType::F64).requires_grad_(true);
+    const Tensor gout = randn({B, H, T, D});
+    const Tensor out32 = scaled_dot_product_attention(q32.transpose(1, 2).transpose(1, 2), k32, v32, mask, 0.0, causal);
+    const Tensor out64 = scaled_dot_product_attention_math(
+        q64, k64, v64, mask.defined() && mask.dtype() != DType::Bool ? mask.to(DType::F64) : mask, 0.0, causal);
+    (out32 * gout).sum().backward();
+    (out64 * gout.to(DType::F64)).sum().backward();
+    check_close(out32, out64, 1e-5, "out");
+    check_close(q32.grad(), q64.grad(), 1e-5, "dq");
+    check_close(k32.grad(), k64.grad(), 1e-5, "dk");
+    check_close(v32.grad(), v64.grad(), 1e-5, "dv");
+  }
+}
+
 TEST_CASE("attention: forward and backward at T = 2048 take at most 1/8 of the math form's memory") {
   // One layer of a GPT-2-like model: 4 heads of 64, causal.
   manual_seed(11);

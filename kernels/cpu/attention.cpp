@@ -331,16 +331,16 @@ __attribute__((target("avx512f"))) void tile_kernel(int64_t kd, const float* a, 
   }
 }
 
-// The rows of one strip of c, eight at a time, then the rest.
-template <int NV>
+// The rows of one strip of c, MR at a time, then the rest.
+template <int MR, int NV>
 void tile_rows(int64_t m, int64_t kd, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb, float* c,
                int64_t ldc, int cols, bool accumulate) {
   int64_t i = 0;
-  for (; i + 8 <= m; i += 8)
-    tile_kernel<8, NV>(kd, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc, ldc, cols, accumulate);
+  for (; i + MR <= m; i += MR)
+    tile_kernel<MR, NV>(kd, a + i * a_rs, a_rs, a_cs, b, ldb, c + i * ldc, ldc, cols, accumulate);
   a += i * a_rs;
   c += i * ldc;
-  switch (m - i) {
+  switch (m - i) {  // (never MR or more)
     case 1: tile_kernel<1, NV>(kd, a, a_rs, a_cs, b, ldb, c, ldc, cols, accumulate); break;
     case 2: tile_kernel<2, NV>(kd, a, a_rs, a_cs, b, ldb, c, ldc, cols, accumulate); break;
     case 3: tile_kernel<3, NV>(kd, a, a_rs, a_cs, b, ldb, c, ldc, cols, accumulate); break;
@@ -353,17 +353,25 @@ void tile_rows(int64_t m, int64_t kd, const float* a, int64_t a_rs, int64_t a_cs
 }
 
 // c (m, n) (+)= a (m, kd) @ b (kd, n), n a multiple of 16, b's rows padded to whole vectors:
-// strips of 48 columns (outer: the strip of b stays in L1) over the rows of a (inner).
+// strips of columns (outer: the strip of b stays in L1) over the rows of a (inner). Strips of
+// 64 (6 rows x 4 vectors: 24 FMAs per 10 loads) where n is a multiple of 64 (head size 64, 128
+// queries), else of up to 48 (8 x 3), cut evenly (n = 64 as 48 + 16 ran its last strip at 8
+// FMAs per 9 loads).
 void tile_gemm(int64_t m, int64_t n, int64_t kd, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
                int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  for (int64_t j = 0; j < n; j += 48) {
-    const int w = int(std::min<int64_t>(48, n - j));
+  if (n % 64 == 0) {
+    for (int64_t j = 0; j < n; j += 64) tile_rows<6, 4>(m, kd, a, a_rs, a_cs, b + j, ldb, c + j, ldc, 64, accumulate);
+    return;
+  }
+  const int64_t strips = (n + 47) / 48, width = ((n + strips - 1) / strips + 15) / 16 * 16;
+  for (int64_t j = 0; j < n; j += width) {
+    const int w = int(std::min<int64_t>(width, n - j));
     if (w > 32) {
-      tile_rows<3>(m, kd, a, a_rs, a_cs, b + j, ldb, c + j, ldc, w, accumulate);
+      tile_rows<8, 3>(m, kd, a, a_rs, a_cs, b + j, ldb, c + j, ldc, w, accumulate);
     } else if (w > 16) {
-      tile_rows<2>(m, kd, a, a_rs, a_cs, b + j, ldb, c + j, ldc, w, accumulate);
+      tile_rows<8, 2>(m, kd, a, a_rs, a_cs, b + j, ldb, c + j, ldc, w, accumulate);
     } else {
-      tile_rows<1>(m, kd, a, a_rs, a_cs, b + j, ldb, c + j, ldc, w, accumulate);
+      tile_rows<8, 1>(m, kd, a, a_rs, a_cs, b + j, ldb, c + j, ldc, w, accumulate);
     }
   }
 }
@@ -657,7 +665,7 @@ void backward_item(const Problem<T>& P, int64_t n, const T* gout, const Layout& 
 }
 
 // backward_item for F32 without dropout on a CPU with AVX-512, on transposed tiles as the
-// forward: per n, q * scale and dout are transposed once ([D][Tp], [Dv][Tp]) and q, k and dout
+// forward: per n, q * scale and dout are transposed once ([D][T], [Dv][T]) and q, k and dout
 // copied with rows padded to whole vectors; each tile then runs five tile_gemm products with
 // the query rows in vector lanes (S^T = k q^T, dv += P^T dout, dP^T = v dout^T,
 // dk += dS^T q, dq += dS k), and the softmax's P^T = exp(S^T - lse) and dS^T = P^T (dP^T - D)
@@ -668,14 +676,17 @@ __attribute__((target("avx512f"))) void backward_item_f32(const Problem<float>& 
                                                           float* dq, float* dk, float* dv, std::vector<float>& work) {
   const int64_t T_ = P.T_, S = P.S, D = P.D, Dv = P.Dv;
   const int64_t Tp = (T_ + 15) / 16 * 16, Dp = (D + 15) / 16 * 16, Dvp = (Dv + 15) / 16 * 16;
-  const int64_t sizes[] = {D * Tp, Dv * Tp, Tp * Dp,   S * Dp,    Tp * Dvp, Tp * Dp,
-                           S * Dp, S * Dvp, kBk * kBq, kBk * kBq, Tp,       Tp};
+  // The transposed copies' row stride: not a multiple of 4 KiB, whose rows would all fall in
+  // the same L1 sets (T = 2048: 8 KiB apart; the S^T and dP^T products slowed by half).
+  const int64_t ldt = Tp + 16;
+  const int64_t sizes[] = {D * ldt, Dv * ldt, Tp * Dp,   S * Dp,    Tp * Dvp, Tp * Dp,
+                           S * Dp,  S * Dvp,  kBk * kBq, kBk * kBq, Tp,       Tp};
   int64_t total = 0;
   for (int64_t z : sizes) total += z;
   work.assign(size_t(total), 0.0f);
-  float* qst = work.data();        // q^T * scale [D][Tp]
-  float* gt = qst + D * Tp;        // dout^T [Dv][Tp]
-  float* qp = gt + Dv * Tp;        // q [Tp][Dp]
+  float* qst = work.data();        // q^T * scale [D][ldt]
+  float* gt = qst + D * ldt;       // dout^T [Dv][ldt]
+  float* qp = gt + Dv * ldt;       // q [Tp][Dp]
   float* kp = qp + Tp * Dp;        // k [S][Dp]
   float* gp = kp + S * Dp;         // dout [Tp][Dvp]
   float* dqa = gp + Tp * Dvp;      // dq [Tp][Dp]
@@ -693,14 +704,14 @@ __attribute__((target("avx512f"))) void backward_item_f32(const Problem<float>& 
     for (int64_t d = 0; d < D; ++d) {
       const float x = qn[i * P.lq.rs + d * P.lq.cs];
       qp[i * Dp + d] = x;
-      qst[d * Tp + i] = x * P.scale;
+      qst[d * ldt + i] = x * P.scale;
     }
     float acc = 0;
     const float* o = outp + (n * T_ + i) * Dv;
     for (int64_t d = 0; d < Dv; ++d) {
       const float g = gn[i * lg.rs + d * lg.cs];
       gp[i * Dvp + d] = g;
-      gt[d * Tp + i] = g;
+      gt[d * ldt + i] = g;
       acc += g * o[d];
     }
     delta[i] = acc;
@@ -717,7 +728,7 @@ __attribute__((target("avx512f"))) void backward_item_f32(const Problem<float>& 
       const int64_t rows = std::min(kBq, T_ - i0), nr = (rows + 15) / 16 * 16;
       if (above_diagonal(P, i0, rows, j0)) continue;
       // S^T (cols, nr) = k_j (q_i * scale)^T, masked; P^T = exp(S^T - lse)
-      tile_gemm(cols, nr, D, kp + j0 * Dp, Dp, 1, qst + i0, Tp, st, kBq, false);
+      tile_gemm(cols, nr, D, kp + j0 * Dp, Dp, 1, qst + i0, ldt, st, kBq, false);
       if (P.mask) {
         for (int64_t r = 0; r < rows; ++r) mask_scores(P, n, i0 + r, j0, cols, st + r, kBq, false);
       }
@@ -736,7 +747,7 @@ __attribute__((target("avx512f"))) void backward_item_f32(const Problem<float>& 
       // dv_j += P^T dout_i
       tile_gemm(cols, Dvp, nr, st, kBq, 1, gp + i0 * Dvp, Dvp, dva + j0 * Dvp, Dvp, true);
       // dP^T = v_j dout_i^T; dS^T = P^T (dP^T - D) scale (0 where P = 0, even if dP is not finite)
-      tile_gemm(cols, nr, Dv, vn + j0 * P.lv.rs, P.lv.rs, P.lv.cs, gt + i0, Tp, dst, kBq, false);
+      tile_gemm(cols, nr, Dv, vn + j0 * P.lv.rs, P.lv.rs, P.lv.cs, gt + i0, ldt, dst, kBq, false);
       for (int64_t j = 0; j < cols; ++j) {
         const float* prow = st + j * kBq;
         float* drow = dst + j * kBq;
