@@ -70,18 +70,27 @@ namespace brisk::kernels::cpu {
 // panels, with 16x16 transposes for q k^T) at ~24% of the forward at T = 2048, repeated for
 // every tile. The tiles are transposed instead: S^T = k_j (q_i * scale)^T, the query rows in
 // the vector lanes. Then (1) every product is a small "broadcast one operand in place, load the
-// other in rows" kernel (tile_kernel: 8 rows x 48 columns of c in 24 zmm accumulators) that
-// needs no packing at all: k and v are read in place with their strides (k_j's rows broadcast
-// for S^T, v_j's for O^T += v_j^T P^T), and only q * scale is transposed, once per work item
-// (forward) or per n (backward, with dout); (2) the online softmax works on whole vectors: the
-// running max, sum and rescale factor of 16 queries at once, two passes over the tile (the
-// max; then the shift, exp and sums) instead of row-by-row scalar bookkeeping; (3) the causal
-// mask of a diagonal tile is a contiguous fill per key row. The exp is vmath::exp_sum's, which
-// keeps libmvec on its fast path for the -inf of masked scores (vmath::exp sends every vector
-// holding one down its scalar path: that alone cost 27% of the forward before this was
-// noticed). BRISK_ATTENTION=gemm (read at each call) runs the GEMM tiles instead, which
-// examples/bench/bench_attention.cpp times as "before"; BRISK_GEMM=eigen turns both AVX-512
-// paths off. F64, BF16 and dropout keep the GEMM tiles.
+// other in rows" kernel (tile_kernel: 6 rows x 64 columns of c, or 8 x 48, in 24 zmm
+// accumulators) that needs no packing: k and v are read in place with their strides (k_j's
+// rows broadcast for S^T, v_j's for O^T += v_j^T P^T), and only q * scale is transposed, once
+// per work item (forward), or q, k and dout copied and transposed once per n (backward, whose
+// five products per tile all take this form: S^T, dv += P^T dout, dP^T = v dout^T,
+// dk += dS^T q, dq += dS k); (2) the online softmax works on whole vectors: the running max,
+// sum and rescale factor of 16 queries at once, two passes over the tile (the max; then the
+// shift, exp and sums) instead of row-by-row scalar bookkeeping; (3) the causal mask of a
+// diagonal tile is a contiguous fill per key row. The exp is vmath::exp_sum's, which keeps
+// libmvec on its fast path for the -inf of masked scores (vmath::exp sends every vector holding
+// one down its scalar path: 27% of the forward until noticed). Transposed copies are laid out
+// with a row stride off multiples of 4 KiB (at T = 2048 their rows, 8 KiB apart, shared L1
+// sets and slowed the backward's products by half). BRISK_ATTENTION=gemm (read at each call)
+// runs the GEMM tiles instead, which examples/bench/bench_attention.cpp times as "before";
+// BRISK_GEMM=eigen turns both AVX-512 paths off. F64, BF16 and dropout keep the GEMM tiles
+// (a transposed BF16 forward through gemm_bf16 measured 10-20% slower: it packs transposed
+// views slowly). Measured (bench_attention, head size 64, causal, T = 256-2048, medians of
+// 3 runs on the shared 2-vCPU Xeon): F32 forward 0.74-0.93 and forward + backward 0.81-0.91
+// of the GEMM tiles' time, 0.73-0.99 and 0.68-0.97 of PyTorch 2.15's; BF16 0.40-0.59 of the
+// old path (F32 on converted inputs), forward 1.0-2.4x PyTorch's AMX kernel, forward +
+// backward 0.39-1.0x (docs/performance.md).
 
 namespace {
 
