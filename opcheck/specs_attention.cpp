@@ -3,8 +3,9 @@
 // softmax(q k^T * scale + mask) v as the reference, over leading dims, T != S, head sizes that
 // are not a multiple of the vector width, causal (square and T != S), a Bool key-padding
 // mask, an additive float mask, a custom scale, and dropout (its mask regenerated from the
-// Philox stream the op documents); F32 against F64, gradcheck in F64 (which runs the backward
-// op). The math form (scaled_dot_product_attention_math) is checked against the same loops.
+// Philox stream the op documents); F32 and BF16 (the op's BF16 kernel) against F64, gradcheck
+// in F64 (which runs the backward op); BF16 at head sizes 32-128 with odd T and S. The math
+// form (scaled_dot_product_attention_math) is checked against the same loops.
 // Not here: parity with PyTorch and the memory bound (tests/test_attention.cpp).
 #include <cmath>
 #include <limits>
@@ -106,6 +107,11 @@ OpSpec spec(const std::string& name, Options o, bool math, std::function<std::ve
   s.cases = std::move(cases);
   s.integers = false;
   s.rejects_layouts = false;
+  // BF16 runs the op's BF16 kernel (the math form: BF16 matmuls and an F32 softmax). Each input
+  // is off by up to 2^-9 relative and P is rounded to BF16 before P v: at most 2.3e-3 here
+  // (measured; 2e-3 fails a few elements), against F64 values of the unrounded inputs.
+  s.dtypes = {DType::F32, DType::BF16};
+  s.tol_half = 5e-3;
   return s;
 }
 
@@ -133,6 +139,29 @@ std::vector<OpCase> mask_cases() {
   };
 }
 
+// BF16 at GPT-2-like head sizes: odd T and S across tile edges (kBq = kBk = 128). No gradcheck
+// (the shapes are large for it; the small cases above check the backward op in F64).
+std::vector<OpCase> head_cases() {
+  return {
+      {"D 32, T 67, S 131", {vals({2, 67, 32}, 31), vals({2, 131, 32}, 32), vals({2, 131, 32}, 33)}},
+      {"D 64, T = S = 129", {vals({1, 2, 129, 64}, 34), vals({1, 2, 129, 64}, 35), vals({1, 2, 129, 64}, 36)}},
+      {"D 128, T 33, S 257", {vals({1, 33, 128}, 37), vals({1, 257, 128}, 38), vals({1, 257, 128}, 39)}},
+  };
+}
+
+std::vector<OpCase> head_mask_cases() {
+  return {
+      {"D 64, key padding (2, 1, 1, 131)",
+       {vals({2, 2, 67, 64}, 41), vals({2, 2, 131, 64}, 42), vals({2, 2, 131, 64}, 43), key_padding(2, 131, 40)}},
+  };
+}
+
+OpSpec head_spec(const std::string& name, Options o, std::function<std::vector<OpCase>()> cases) {
+  OpSpec s = spec(name, o, false, std::move(cases));
+  s.grad = false;
+  return s;
+}
+
 }  // namespace
 
 void add_attention_specs(std::vector<OpSpec>& specs) {
@@ -143,6 +172,11 @@ void add_attention_specs(std::vector<OpSpec>& specs) {
     specs.push_back(spec("scaled_dot_product_attention (additive mask, scale 0.3)", {.additive = true, .scale = 0.3},
                          math, plain_cases));
   }
+  specs.push_back(head_spec("scaled_dot_product_attention (head sizes 32-128)", {}, head_cases));
+  specs.push_back(head_spec("scaled_dot_product_attention (head sizes 32-128, causal)", {.causal = true}, head_cases));
+  specs.push_back(
+      head_spec("scaled_dot_product_attention (head sizes 32-128, additive mask)", {.additive = true}, head_cases));
+  specs.push_back(head_spec("scaled_dot_product_attention (head sizes 32-128, Bool mask)", {}, head_mask_cases));
   // Dropout: the fused op's mask comes from element (n T + i) S + j of its stream (the math form
   // draws its own, so only the fused op has a loop reference).
   specs.push_back(

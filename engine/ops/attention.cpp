@@ -1,13 +1,16 @@
 // engine/ops/attention.cpp: the fused scaled dot-product attention op and its backward op
 // (shape and dtype checks naming the op and the shapes, the backward formula, autocast policy
-// Fp32), and the public functions: scaled_dot_product_attention (the op where it applies) and
+// Lower as PyTorch's), and the public functions: scaled_dot_product_attention (the op where it
+// applies, in the dtype autocast or q asks for, Note [When the fused attention runs]) and
 // scaled_dot_product_attention_math (the same from matmul, masked_fill, softmax and dropout:
 // the reference in the spec table, and what runs where the op does not).
 // Not here: the kernels (kernels/cpu/attention.cpp, Note [Fused attention]).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
+#include "engine/autocast.h"
 #include "engine/ops/families.h"
 
 namespace brisk {
@@ -32,7 +35,10 @@ struct Geometry {
 
 Geometry check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
                          bool additive) {
-  BRISK_CHECK(q.dtype() == DType::F32 || q.dtype() == DType::F64, op, ": takes F32 or F64, got q ", q.str());
+  BRISK_CHECK(q.dtype() == DType::F32 || q.dtype() == DType::F64 || q.dtype() == DType::BF16, op,
+              ": takes F32, F64 or BF16, got q ", q.str());
+  BRISK_CHECK(q.dtype() != DType::BF16 || q.device().is_cpu(), op,
+              ": BF16 runs on the CPU only (the CUDA kernels take F32 or F64), got q ", q.str());
   BRISK_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op, ": q ", q.sizes(), ", k ", k.sizes(),
               ", v ", v.sizes(), " must have the same number of dims (>= 2)");
   Geometry g{lead_dims(q, 2), q.size(-2), k.size(-2), q.size(-1), v.size(-1)};
@@ -49,12 +55,17 @@ Geometry check_attention(const char* op, const Tensor& q, const Tensor& k, const
     want.push_back(g.T);
     want.push_back(g.S);
     BRISK_CHECK(mask->sizes() == want, op, ": mask ", mask->sizes(), " must be expanded to ", want);
-    BRISK_CHECK(additive ? mask->dtype() == q.dtype() : mask->dtype() == DType::Bool, op, ": mask ", mask->str(),
-                additive ? " must have q's dtype (additive)" : " must be Bool (true = attend)");
+    const bool fits = additive ? mask->dtype() == q.dtype() || (q.dtype() == DType::BF16 && mask->dtype() == DType::F32)
+                               : mask->dtype() == DType::Bool;
+    BRISK_CHECK(fits, op, ": mask ", mask->str(),
+                additive ? " must have q's dtype (additive; F32 also with BF16 q)" : " must be Bool (true = attend)");
     BRISK_CHECK(mask->device() == q.device(), op, ": mask ", mask->str(), " must be on q's device ", q.device());
   }
   return g;
 }
+
+// lse's dtype: q's, F32 for BF16 q (the softmax statistics are kept in F32).
+DType lse_dtype(DType q) { return q == DType::BF16 ? DType::F32 : q; }
 
 // ---- attention: (q, k, v[, mask]) -> (out, lse)
 void attention_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
@@ -66,7 +77,7 @@ void attention_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<T
   o.push_back(g.Dv);
   lse.push_back(g.T);
   out[0] = {o, in[0].dtype()};
-  out[1] = {lse, in[0].dtype()};
+  out[1] = {lse, lse_dtype(in[0].dtype())};
 }
 
 // q, k, v <- gout (a gradient reaching lse is internal: the public function does not return it).
@@ -94,8 +105,9 @@ void attention_backward_infer(std::span<const Tensor> in, const Attrs& attrs, st
   BRISK_CHECK(in[0].sizes() == o && in[4].sizes() == o && in[5].sizes() == lse, "attention_backward: gout ",
               in[0].sizes(), " and out ", in[4].sizes(), " must be ", o, ", lse ", in[5].sizes(), " must be ", lse);
   for (int i : {0, 4, 5}) {
-    BRISK_CHECK(in[size_t(i)].dtype() == in[1].dtype(), "attention_backward: operand ", i, " is ", in[size_t(i)].str(),
-                ", expected q's dtype ", in[1].dtype());
+    const DType want = i == 5 ? lse_dtype(in[1].dtype()) : in[1].dtype();
+    BRISK_CHECK(in[size_t(i)].dtype() == want, "attention_backward: operand ", i, " is ", in[size_t(i)].str(),
+                ", expected ", want, " (q is ", in[1].dtype(), ")");
   }
   for (int i = 0; i < 3; ++i) out[size_t(i)] = {in[size_t(i) + 1].sizes(), in[1].dtype()};
 }
@@ -105,8 +117,9 @@ const OpDef kAttention{.infer = attention_infer,
                        .save_inputs = mask(0, 1, 2, 3),  // q, k, v, mask
                        .save_outputs = mask(0, 1),       // out, lse
                        .diff_inputs = mask(0, 1, 2),     // a mask gets no gradient (the math form gives one)
-                       .autocast = CastPolicy::Fp32};
-const OpDef kAttentionBackward{.infer = attention_backward_infer, .autocast = CastPolicy::Fp32};
+                       .autocast = CastPolicy::Lower};
+// Backward runs in the forward's dtype (its inputs are the forward's own tensors).
+const OpDef kAttentionBackward{.infer = attention_backward_infer, .autocast = CastPolicy::None};
 
 struct Checked {
   Tensor mask;  // expanded to (*, T, S), or undefined
@@ -163,11 +176,16 @@ Tensor scaled_dot_product_attention_math(const Tensor& q, const Tensor& k, const
 }
 
 // Note [When the fused attention runs]
-// The op takes F32 / F64, on the CPU and on CUDA (brisk's own kernels, kernels/cuda/
-// attention.cu, head sizes up to kMaxCudaHead). 16-bit inputs run it in F32 and round the
-// output once (the tiles' products and softmax in F32, as autocast would); a floating mask
-// that requires grad, a device without the kernel and larger CUDA heads take the math form,
-// which records the matmuls and the softmax and differentiates the mask too.
+// The op takes F32 / F64 on the CPU and on CUDA (brisk's own kernels, kernels/cuda/
+// attention.cu, head sizes up to kMaxCudaHead), and BF16 on the CPU (the BF16 GEMM's
+// products, F32 softmax and accumulators, Note [Fused attention]). Its autocast policy is
+// Lower, as PyTorch's (scaled_dot_product_attention is on both of its lower_precision_fp
+// lists): under CPU autocast (BF16) it runs the BF16 kernel. The public function asks
+// dispatch which dtype the op would get (dispatch_dtype: autocast's, else q's); where no kernel
+// takes it (F16 anywhere, BF16 on CUDA) it runs the op in F32 with autocast off and rounds the
+// output once to that dtype, so the result has the dtype PyTorch's would. A floating mask that
+// requires grad, a device without the kernel and larger CUDA heads take the math form, which
+// records the matmuls and the softmax and differentiates the mask too.
 namespace {
 
 constexpr int64_t kMaxCudaHead = 256;  // kernels/cuda/attention.cu's per-thread accumulators
@@ -188,8 +206,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       v.dtype() != q.dtype()) {
     return scaled_dot_product_attention_math(q, k, v, mask, dropout_p, is_causal, scale, gen);
   }
-  const DType dt = q.dtype();
-  const DType compute = dt == DType::F64 ? DType::F64 : DType::F32;
+  const DeviceType dev = q.device().type;
+  const DType want = dispatch_dtype(OpId::Attention, q);  // what the op gets: autocast's or q's
+  const bool native = want == DType::F32 || want == DType::F64 || (want == DType::BF16 && dev == DeviceType::CPU);
+  // Without a kernel for `want`: F32, with autocast off so that dispatch keeps it.
+  const DType compute = native ? want : DType::F32;
+  std::optional<AutocastGuard> no_autocast;
+  if (!native && autocast::is_enabled(dev)) no_autocast.emplace(dev, autocast::dtype(dev), false);
   Attrs attrs;
   attrs.a = dropout_p;
   attrs.b = c.scale;
@@ -204,10 +227,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     attrs.offset = g.reserve(uint64_t(elements * k.size(-2)));  // one uniform per score
   }
   std::vector<Tensor> in = {q.to(compute), k.to(compute), v.to(compute)};
-  if (c.mask.defined()) in.push_back(attrs.flag2 ? c.mask.to(compute) : c.mask);
+  // An additive mask in the op's dtype, F32 with BF16 (added to F32 scores).
+  if (c.mask.defined()) in.push_back(attrs.flag2 ? c.mask.to(compute == DType::BF16 ? DType::F32 : compute) : c.mask);
   Tensor out[2];
   call(OpId::Attention, in, attrs, out);
-  return out[0].to(dt);
+  return out[0].to(want);
 }
 
 namespace detail {
