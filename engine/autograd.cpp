@@ -155,6 +155,9 @@ std::vector<Tensor> OpNode::saved_tensors() {
   return out;
 }
 
+// Note [Adding into a pending gradient] (below, beside the engine).
+Tensor take_pending_gradient(const void* node, int input);
+
 std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
   const OpDef& def = op_def(op);
   BRISK_CHECK(!released, def.name,
@@ -165,6 +168,8 @@ std::vector<Tensor> OpNode::apply(std::vector<Tensor>&& grads) {
   for (size_t i = 0; i < ins.size(); ++i) ins[i] = saved_inputs[i].unpack(self, def.name);
   for (size_t i = 0; i < outs.size(); ++i) outs[i] = saved_outputs[i].unpack(self, def.name);
   BackwardCtx ctx{attrs, ins, outs, input_specs, grads, device, needs_grad_mask};
+  ctx.take_pending_fn = &take_pending_gradient;
+  ctx.node = this;
   std::vector<Tensor> result(next_edges.size());
   def.backward(ctx, result);
   return result;
@@ -358,6 +363,46 @@ void prune_for_grad(GraphTask& task, std::span<const Tensor> inputs) {
   }
 }
 
+// The task whose ready loop runs on this thread (null outside one; a nested backward saves and
+// restores it).
+thread_local GraphTask* t_running = nullptr;
+
+// Whether `cur`, a gradient waiting in a task's buffer, can be changed in place: nothing but the
+// buffer holds it or its storage, dense, no graph (create_graph) around it.
+bool free_to_change(const Tensor& cur) {
+  return cur.defined() && !GradMode::enabled() && cur.impl_ptr().use_count() == 1 && cur.storage().use_count() == 1 &&
+         cur.is_contiguous() && !cur.requires_grad();
+}
+
+}  // namespace
+
+// Note [Adding into a pending gradient]
+// A tied weight's gradient has parts from several consumers: GPT-2's wte gets a dense
+// 50257 x 768 product from the head, then the embedding's rows. Summed the usual way, the
+// embedding's backward fills a second dense buffer with zeros, adds its rows and the engine
+// adds the two buffers (two extra passes, 154 MB held twice at the peak). BackwardCtx's
+// take_pending_grad(i) hands the formula the part already waiting for input i when the
+// engine could change it in place anyway (Note [Accumulating in place]): the embedding's
+// backward adds its rows into it and returns it, and accumulate() finds the slot empty and
+// takes it back. The slot is moved out, so no other consumer's part can be lost or counted
+// twice; a formula that takes it must return it.
+Tensor take_pending_gradient(const void* node, int input) {
+  if (!t_running || input < 0) return {};
+  const auto* n = static_cast<const OpNode*>(node);
+  if (size_t(input) >= n->next_edges.size() || size_t(input) >= n->input_specs.size()) return {};
+  const Edge& e = n->next_edges[size_t(input)];
+  if (!e.node) return {};
+  auto it = t_running->buffers.find(e.node.get());
+  if (it == t_running->buffers.end() || size_t(e.input_nr) >= it->second.size()) return {};
+  Tensor& cur = it->second[size_t(e.input_nr)];
+  const TensorSpec& spec = n->input_specs[size_t(input)];
+  if (!free_to_change(cur) || cur.sizes() != spec.sizes || cur.dtype() != spec.dtype || cur.device() != n->device)
+    return {};
+  return std::move(cur);
+}
+
+namespace {
+
 // Note [Accumulating in place]
 // Gradients reaching one slot from several consumers are summed. Without create_graph the sum
 // goes into the first gradient's own buffer when nothing else can see it (its tensor and
@@ -373,9 +418,8 @@ void accumulate(GraphTask& task, Node* n, int slot, Tensor g) {
     cur = std::move(g);
     return;
   }
-  const bool owned = !GradMode::enabled() && cur.impl_ptr().use_count() == 1 && cur.storage().use_count() == 1 &&
-                     cur.is_contiguous() && !cur.requires_grad() && g.defined() && g.sizes() == cur.sizes() &&
-                     g.dtype() == cur.dtype() && g.device() == cur.device() && cur.storage() != g.storage();
+  const bool owned = free_to_change(cur) && g.defined() && g.sizes() == cur.sizes() && g.dtype() == cur.dtype() &&
+                     g.device() == cur.device() && cur.storage() != g.storage();
   if (owned) {
     cur.add_(g);
   } else {
@@ -446,6 +490,11 @@ void run_checked(hooks::NodeCall& call) {
 thread_local detail::BackwardObserver* t_observer = nullptr;
 
 void run_ready_loop(GraphTask& task) {
+  struct Running {  // t_running for this loop, restored after it (nested backward calls)
+    GraphTask* prev;
+    explicit Running(GraphTask* t) : prev(std::exchange(t_running, t)) {}
+    ~Running() { t_running = prev; }
+  } running(&task);
   while (!task.ready.empty()) {
     Node* n = task.ready.top();
     task.ready.pop();

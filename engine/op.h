@@ -69,6 +69,14 @@ struct BackwardCtx {
   Device device;
   uint32_t needs_grad_mask = 0;
   bool needs_grad(int i) const { return (needs_grad_mask >> i) & 1u; }
+  // Input i's gradient as already summed from its other consumers, handed over when nothing
+  // else holds it (dense, of input i's sizes, dtype and device, no create_graph): a formula that
+  // can add its own part into it in place does so and returns it as grad_inputs[i] (Note
+  // [Adding into a pending gradient] in engine/autograd.cpp). Undefined otherwise; then the
+  // formula computes its part as usual.
+  Tensor (*take_pending_fn)(const void* node, int input) = nullptr;
+  const void* node = nullptr;
+  Tensor take_pending_grad(int i) const { return take_pending_fn ? take_pending_fn(node, i) : Tensor(); }
 };
 
 // Where autocast sends an op's floating inputs (see engine/autocast.h).

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "brisk.h"
+#include "engine/allocator.h"
 
 using namespace brisk;
 
@@ -87,6 +88,46 @@ TEST_CASE("autograd: summing gradients in place never writes into a gradient ano
   CHECK(gp.item<double>() == doctest::Approx(33));
   gp.sum().backward();
   CHECK(p.grad().item<double>() == doctest::Approx(20));
+}
+
+// Note [Adding into a pending gradient]: a tied weight (an embedding and a head, GPT-2's wte)
+// gets the embedding's rows added into the head's waiting gradient in place.
+TEST_CASE("autograd: an embedding adds its rows into a tied weight's pending gradient: same sum, one buffer") {
+  manual_seed(4);
+  const int64_t V = 2000, D = 256;  // 2 MB per dense gradient
+  const Tensor idx = from_vector({3, 7, 3, 1999, 0, 7}, {6}, DType::I64);
+  const Tensor w0 = randn({V, D}) * 0.1;
+  auto run = [&](bool tied, size_t* peak) {
+    Tensor w = w0.clone().requires_grad_();
+    Tensor w2 = w0.clone().requires_grad_();   // the untied model's head
+    Tensor h = embedding(w, idx);              // (6, D)
+    Tensor logits = linear(h, tied ? w : w2);  // (6, V)
+    Tensor loss = (logits * logits).sum();
+    cpu_allocator().empty_cache();
+    cpu_allocator().reset_peak();
+    const size_t base = cpu_allocator().stats().allocated;
+    loss.backward();
+    *peak = cpu_allocator().stats().peak - base;
+    return tied ? w.grad() : w.grad() + w2.grad();
+  };
+  size_t tied_peak = 0, untied_peak = 0;
+  const Tensor tied = run(true, &tied_peak);
+  const Tensor untied = run(false, &untied_peak);
+  // The same parts; repeated rows are summed in another order, so to rounding.
+  CHECK(allclose(tied, untied, 1e-6, 1e-7));
+  CHECK_FALSE(allclose(tied, untied * 1.001, 1e-6, 1e-7));
+  // Untied: two dense V x D gradients; tied: the head's, with the embedding's rows added in.
+  const double dense = double(V * D * 4);
+  INFO("tied peak ", tied_peak, " bytes, untied ", untied_peak);
+  CHECK(double(tied_peak) < 1.5 * dense);
+  CHECK(double(untied_peak) >= 2.0 * dense);
+  // With create_graph the sum stays an op of the graph (nothing is taken in place).
+  Tensor w = w0.clone().requires_grad_();
+  Tensor loss = pow(linear(embedding(w, idx), w), 2.0).sum();
+  const std::vector<Tensor> outs = {loss}, ins = {w};
+  Tensor g = grad(outs, ins, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+  CHECK(g.requires_grad());
+  CHECK(allclose(g, tied));
 }
 
 TEST_CASE("autograd: retain_graph allows a second backward, otherwise it is an error") {

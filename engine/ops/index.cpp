@@ -169,14 +169,17 @@ void index_select_infer(std::span<const Tensor> in, const Attrs& attrs, std::spa
 }
 
 // The rows of g added into zeros of x's shape: an embedding's backward. Without create_graph
-// the add goes into the fresh zeros in place (no copy of a vocabulary-sized tensor: GPT-2's
-// 50257 x 768 wte); with it, the functional index_add, which differentiates again.
+// the add goes in place: into the gradient x already has from its other consumers when the
+// engine hands it over (a tied weight: GPT-2's wte and its head; Note [Adding into a pending
+// gradient] in engine/autograd.cpp), else into fresh zeros (no copy of a vocabulary-sized
+// tensor); with create_graph, the functional index_add, which differentiates again.
 void index_select_bw(const BackwardCtx& c, std::span<Tensor> gi) {
-  Tensor z = zeros_for_input(c, 0);
   if (GradMode::enabled()) {
-    gi[0] = index_add(z, c.attrs.dim, c.inputs[1], g0(c));
+    gi[0] = index_add(zeros_for_input(c, 0), c.attrs.dim, c.inputs[1], g0(c));
     return;
   }
+  Tensor z = c.take_pending_grad(0);
+  if (!z.defined()) z = zeros_for_input(c, 0);
   const Tensor in[3] = {z, c.inputs[1], g0(c)};
   Tensor out[1] = {z};
   call(OpId::IndexAdd, in, c.attrs, out);
