@@ -25,7 +25,7 @@ Tensor lce_reference(const std::vector<Tensor>& in, Reduction reduction, double 
   double total = 0;
   int64_t valid = 0;
   for (int64_t i = 0; i < n; ++i) {
-    V logits(size_t(nv));
+    V logits(static_cast<size_t>(nv));
     double m = -INFINITY;
     for (int64_t c = 0; c < nv; ++c) {
       double acc = b[size_t(c)];
@@ -82,14 +82,16 @@ void add_linear_cross_entropy_specs(std::vector<OpSpec>& specs) {
       return linear_cross_entropy(in[0], in[1], in[2], in.size() == 4 ? in[3] : Tensor(), v.reduction, v.eps);
     };
     s.reference = [v](const std::vector<Tensor>& in) { return lce_reference(in, v.reduction, v.eps); };
-    s.cases = [] {
-      return std::vector<OpCase>{
+    s.cases = [v] {
+      std::vector<OpCase> cases = {
           lce_case("x (4, 3), w (5, 3)", 4, 3, 5, {0, 4, 2, 1}, false, 11),
           lce_case("x (5, 6), w (7, 6) + bias, an ignored row", 5, 6, 7, {6, -100, 0, 3, 3}, true, 21),
           lce_case("x (3, 2), w (70, 2): more classes than the smallest chunk", 3, 2, 70, {69, 0, 64}, false, 31),
-          lce_case("no rows: x (0, 3)", 0, 3, 4, {}, true, 41),
           lce_case("K = 0: the bias alone", 2, 0, 3, {1, 2}, true, 51),
       };
+      // The mean of no rows is NaN (0 / 0, as cross_entropy's): no finite differences to check.
+      if (v.reduction != Reduction::Mean) cases.push_back(lce_case("no rows: x (0, 3)", 0, 3, 4, {}, true, 41));
+      return cases;
     };
     s.dtypes = {DType::F32, DType::F16, DType::BF16};
     s.integers = false;

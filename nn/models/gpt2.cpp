@@ -175,11 +175,13 @@ Tensor GPT2::forward_step(const Tensor& idx, const Tensor& attention_mask, bool 
 }
 
 Tensor GPT2::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {
-  BRISK_CHECK(targets.sizes() == idx.sizes() && targets.dtype() == DType::I64, "GPT2::loss: targets must be I64 of ",
-              "the token ids' shape ", idx.sizes(), ", got ", targets.str());
+  BRISK_CHECK(targets.dtype() == DType::I64 &&
+                  (targets.sizes() == idx.sizes() || (targets.dim() == 1 && targets.numel() == idx.numel())),
+              "GPT2::loss: targets must be I64 of the token ids' shape ", idx.sizes(), " (or flattened), got ",
+              targets.str());
   const Tensor x = hidden(idx, {}, /*use_cache=*/false, /*last_only=*/false);  // (B, T, C)
   const Tensor& wte = submodule("transformer").submodule("wte").parameter("weight");
-  return F::linear_cross_entropy(x, wte, targets, {}, Reduction::Mean, ignore_index);
+  return F::linear_cross_entropy(x, wte, targets.reshape(idx.sizes()), {}, Reduction::Mean, ignore_index);
 }
 
 void GPT2::reset_cache() {

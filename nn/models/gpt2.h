@@ -77,8 +77,8 @@ class GPT2 : public CausalLM {
   // idx: (B, T) I64 token ids -> logits (B, T, vocab).
   Tensor forward(const Tensor& idx) override;
   Tensor forward_step(const Tensor& ids, const Tensor& attention_mask, bool use_cache, bool last_only) override;
-  // nanoGPT's model(idx, targets): the mean cross-entropy of next-token targets (B, T) I64 (rows
-  // whose target is ignore_index are skipped), with the tied head fused into the loss
+  // nanoGPT's model(idx, targets): the mean cross-entropy of next-token targets (B, T) I64 (or
+  // flattened to (B * T); rows whose target is ignore_index are skipped), with the tied head fused into the loss
   // (linear_cross_entropy): the (B, T, vocab) logits are never made. Equals
   // cross_entropy(forward(idx) as (B * T, vocab), targets) and has the same gradients.
   Tensor loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index = -100);
