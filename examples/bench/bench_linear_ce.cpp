@@ -3,7 +3,7 @@
 // cross_entropy(linear(x, w), target), in the same run: forward + backward time and the CPU
 // allocator's peak bytes above what was allocated before the step, for GPT-2's head (K = 768,
 // V = 50257) at N = 256 and 2048 tokens, 1 and 2 threads, F32 and BF16 autocast.
-// Usage: bench_linear_ce [N,N,...] [repeats]   (defaults: 256,2048 and 3)
+// Usage: bench_linear_ce [N,N,...] [repeats] [threads,...]   (defaults: 256,2048, 3 and 1,2)
 // Not here: correctness (tests/test_linear_cross_entropy.cpp).
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
     for (const std::string& s : bench::split(argv[1])) ns.push_back(std::atoll(s.c_str()));
   }
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
+  std::vector<int> thread_counts = {1, 2};
+  if (argc > 3) {
+    thread_counts.clear();
+    for (const std::string& s : bench::split(argv[3])) thread_counts.push_back(std::atoi(s.c_str()));
+  }
   std::printf(
       "bench_linear_ce: GPT-2's head and loss, x (N, %lld) @ w (%lld, %lld)^T then cross_entropy, forward +\n"
       "backward, ms per step (median of %d) and the CPU allocator's peak MB above the step's start\n"
@@ -75,7 +80,7 @@ int main(int argc, char** argv) {
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   manual_seed(1);
   const Tensor w = (randn({kV, kK}) * 0.02).requires_grad_(true);
-  for (int threads : {1, 2}) {
+  for (int threads : thread_counts) {
     set_num_threads(threads);
     for (bool bf16 : {false, true}) {
       for (int64_t n : ns) {
