@@ -63,9 +63,9 @@ OpCase lce_case(const std::string& label, int64_t n, int64_t k, int64_t nv, cons
 
 void add_linear_cross_entropy_specs(std::vector<OpSpec>& specs) {
   struct Variant {
-    std::string name;
-    Reduction reduction;
-    double eps;
+    std::string name{};
+    Reduction reduction = Reduction::Mean;
+    double eps = 0;
   };
   const std::vector<Variant> variants = {
       {"mean", Reduction::Mean, 0.0},

@@ -22,7 +22,7 @@ double max_diff(const Tensor& a, const Tensor& b) {
 }
 
 struct Grads {
-  Tensor loss, dx, dw, db;
+  Tensor loss{}, dx{}, dw{}, db{};
 };
 
 // loss (summed against `weights` when per-row) and the gradients of x, w and bias.

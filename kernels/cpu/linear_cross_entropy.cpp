@@ -315,7 +315,7 @@ void lce_backward(const Operands<T, A>& o, int64_t valid, const Tensor& grad, co
 // The operands of either op: x (index xi), w, target, the optional bias (index bi), in the
 // dtype the kernel runs in (`run`: F32 for F16 inputs); keeps converted copies alive.
 struct Prepared {
-  Tensor x, w, target, bias;
+  Tensor x{}, w{}, target{}, bias{};
 };
 
 Prepared prepare(std::span<const Tensor> in, size_t xi, size_t bi, DType run) {

@@ -37,7 +37,7 @@ Tensor narrow_or_empty(const Tensor& t, int64_t start, int64_t length) {
 // The rows whose target is not ignore_index (Bool (N)), and the targets with ignored rows
 // sent to class 0 (for the row gathers).
 struct Targets {
-  Tensor valid, safe;
+  Tensor valid{}, safe{};
 };
 
 Targets targets(const Tensor& t, int64_t ignore_index) {
