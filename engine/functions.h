@@ -214,6 +214,14 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      double label_smoothing = 0.0, int64_t ignore_index = -100);
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// cross_entropy(linear(x, weight, bias), target) without the logits: x (N, K) or (*, K),
+// weight (V, K), target I64 (N) or (*), bias (V) or undefined; the vocabulary is walked in
+// chunks and the backward recomputes each chunk's logits (Note [Linear cross-entropy
+// recomputes the logits] in engine/ops/linear_cross_entropy.cpp). Under autocast the products
+// run in the lower dtype and the softmax in F32; the loss is F32 (F64 for F64 inputs).
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target, const Tensor& bias = {},
+                            Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
+                            int64_t ignore_index = -100);
 
 // ---- linear algebra
 Tensor matmul(const Tensor& a, const Tensor& b);

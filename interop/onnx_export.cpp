@@ -881,6 +881,11 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     }
     case OpId::Dropout: fail("dropout in training mode (call model.eval() before exporting)"); break;
+    case OpId::LinearCrossEntropy:
+      fail(
+          "linear_cross_entropy is a training loss with no ONNX mapping (export the model's logits: "
+          "linear, then compute the loss outside the graph)");
+      break;
     case OpId::Fill:
     case OpId::Arange:
       same("Identity");  // unreachable: no inputs, always constant

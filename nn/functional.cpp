@@ -61,6 +61,11 @@ std::pair<Tensor, Tensor> weighted_nll(const Tensor& logp, const Tensor& target,
 
 }  // namespace
 
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target, const Tensor& bias,
+                            Reduction reduction, int64_t ignore_index, double label_smoothing) {
+  return brisk::linear_cross_entropy(x, weight, target, bias, reduction, label_smoothing, ignore_index);
+}
+
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
                 int64_t ignore_index) {
   auto [logp, t] = flatten_classes(log_probs, target, "nll_loss");

@@ -64,6 +64,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // not by the weights; ignore_index must stay negative); weight (C) or undefined.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = {},
                      Reduction reduction = Reduction::Mean, int64_t ignore_index = -100, double label_smoothing = 0.0);
+// cross_entropy(linear(x, weight, bias), target) without the (N, V) logits (the classifier
+// head fused into its loss): x (N, K) or (*, K), weight (V, K), target I64 (N) or (*), bias (V)
+// or undefined; the engine op brisk::linear_cross_entropy with this file's argument order.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target, const Tensor& bias = {},
+                            Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                            double label_smoothing = 0.0);
 // log_probs (N, C) or (N, C, d1, ...), target I64.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight = {},
                 Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);

@@ -13,6 +13,7 @@ void add_elementwise_specs(std::vector<OpSpec>& specs);
 void add_index_specs(std::vector<OpSpec>& specs);
 void add_linalg_specs(std::vector<OpSpec>& specs);
 void add_linalg_decomp_specs(std::vector<OpSpec>& specs);
+void add_linear_cross_entropy_specs(std::vector<OpSpec>& specs);
 void add_nn_specs(std::vector<OpSpec>& specs);
 void add_norm_specs(std::vector<OpSpec>& specs);
 void add_optim_specs(std::vector<OpSpec>& specs);
@@ -29,8 +30,8 @@ const std::vector<OpSpec>& op_specs() {
     std::vector<OpSpec> s;
     for (auto add :
          {add_attention_specs, add_elementwise_specs, add_index_specs, add_linalg_specs, add_linalg_decomp_specs,
-          add_nn_specs, add_norm_specs, add_optim_specs, add_quantized_specs, add_random_specs, add_recurrent_specs,
-          add_reduce_specs, add_resize_specs, add_scan_specs, add_shape_specs}) {
+          add_linear_cross_entropy_specs, add_nn_specs, add_norm_specs, add_optim_specs, add_quantized_specs,
+          add_random_specs, add_recurrent_specs, add_reduce_specs, add_resize_specs, add_scan_specs, add_shape_specs}) {
       add(s);
     }
     return s;

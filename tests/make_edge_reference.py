@@ -156,6 +156,10 @@ OPS = {
     "cross_entropy": lambda x, p: F.cross_entropy(
         x[0], x[1], weight=x[2] if len(x) > 2 else None, reduction=reduction(p),
         ignore_index=p.get("ignore_index", -100), label_smoothing=p.get("label_smoothing", 0.0)),
+    # brisk's linear_cross_entropy (x, w, target[, bias]): the head fused into the loss
+    "linear_cross_entropy": lambda x, p: F.cross_entropy(
+        F.linear(x[0], x[1], x[3] if len(x) > 3 else None), x[2], reduction=reduction(p),
+        ignore_index=p.get("ignore_index", -100), label_smoothing=p.get("label_smoothing", 0.0)),
     "nll_loss": lambda x, p: F.nll_loss(x[0], x[1], reduction=reduction(p), ignore_index=p.get("ignore_index", -100)),
     "mse_loss": lambda x, p: F.mse_loss(x[0], x[1], reduction=reduction(p)),
     "l1_loss": lambda x, p: F.l1_loss(x[0], x[1], reduction=reduction(p)),
@@ -367,6 +371,19 @@ def loss_cases():
     cases.append(run_case("cross_entropy", "class weights, smoothing 0.1, ignore -100",
                           [inp(lf, [6, 4]), inp(with_ignore, dtype="i64"), inp([1.0, 0.5, 2.0, 0.0], grad=False)],
                           {"reduction": "mean", "label_smoothing": 0.1}))
+    # linear_cross_entropy: x (5, 3) @ w (4, 3)^T [+ bias] then cross_entropy, never the logits.
+    lx = [1.0, -2.0, 0.5, 30.0, 0.0, -30.0, DEN, 1e-30, 0.0, -0.0, 4.0, 2.0, 0.25, -1.0, 3.0]
+    lw = [0.5, 1.0, -1.0, 2.0, -0.5, 0.0, -1.0, 3.0, 0.5, 0.0, 0.0, 0.0]
+    lt = [0, 3, -100, 2, 1]
+    for red in ["mean", "sum", "none"]:
+        cases.append(run_case("linear_cross_entropy", f"{red}, smoothing 0.1, an ignored row",
+                              [inp(lx, [5, 3]), inp(lw, [4, 3]), inp(lt, dtype="i64")],
+                              {"reduction": red, "label_smoothing": 0.1}))
+    cases.append(run_case("linear_cross_entropy", "bias with -inf (a class never taken), transposed weight",
+                          [inp(lx, [5, 3]), inp(lw, [3, 4], layout="t"), inp([0, 3, 1, 3, 1], dtype="i64"),
+                           inp([0.5, -INF, 1.0, 0.0])], {"reduction": "mean"}))
+    cases.append(run_case("linear_cross_entropy", "NaN in one row of x, none",
+                          [inp([NAN] + lx[1:], [5, 3]), inp(lw, [4, 3]), inp(lt, dtype="i64")], {"reduction": "none"}))
     logp = [[-1.0, -0.5, -INF], [0.0, -2.0, -3.0], [-0.5, NAN, -1.0]]
     for red in ["mean", "sum", "none"]:
         cases.append(run_case("nll_loss", red, [inp([v for r in logp for v in r], [3, 3]),

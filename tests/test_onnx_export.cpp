@@ -79,6 +79,15 @@ class TableCut : public nn::Module {
   }
 };
 
+// A head fused into its loss (linear_cross_entropy): a training loss, which export refuses by name.
+class FusedHeadLoss : public nn::Module {
+ public:
+  FusedHeadLoss() : Module("FusedHeadLoss") { register_parameter("weight", randn({5, 4})); }
+  Tensor forward(const Tensor& x) override {
+    return linear_cross_entropy(x, parameter("weight"), zeros({x.size(0)}, DType::I64));
+  }
+};
+
 struct ZooCase {
   std::string name;
   std::function<std::shared_ptr<nn::Module>()> make;
@@ -290,6 +299,9 @@ TEST_CASE("onnx export: what cannot be exported is named") {
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*bn, {randn({2, 3, 4, 4})}), doctest::Contains("batch_norm"),
                        Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {}), doctest::Contains("needs example inputs"), Error);
+  FusedHeadLoss head;
+  CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(head, {randn({2, 4})}),
+                       doctest::Contains("linear_cross_entropy is a training loss with no ONNX mapping"), Error);
   CHECK_THROWS_WITH_AS(brisk::onnx::export_model_bytes(*model, {randn({2, 4})}, {.opset_version = 9}),
                        doctest::Contains("opset 9"), Error);
   // Dynamic sizes are matched by value (Note [Dynamic sizes]): two axes at one size, or one at 1,

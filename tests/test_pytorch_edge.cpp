@@ -261,6 +261,10 @@ const std::map<std::string, OpFn>& op_table() {
          return F::cross_entropy(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), reduction_of(p),
                                  p.value("ignore_index", int64_t(-100)), p.value("label_smoothing", 0.0));
        })},
+      {"linear_cross_entropy", one([](const In& x, const json& p) {
+         return linear_cross_entropy(x[0], x[1], x[2], x.size() > 3 ? x[3] : Tensor(), reduction_of(p),
+                                     p.value("label_smoothing", 0.0), p.value("ignore_index", int64_t(-100)));
+       })},
       {"nll_loss", one([](const In& x, const json& p) {
          return F::nll_loss(x[0], x[1], {}, reduction_of(p), p.value("ignore_index", int64_t(-100)));
        })},

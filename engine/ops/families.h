@@ -26,10 +26,14 @@ void define_attention_ops();    // engine/ops/attention.cpp (fused scaled dot-pr
 void define_optim_ops();        // engine/ops/optim.cpp (fused optimizer steps, the gradient unscale)
 void define_quantized_ops();    // engine/ops/quantized.cpp (int8 inference: pack, linear, conv)
 
+// engine/ops/linear_cross_entropy.cpp (a classifier head fused into its loss)
+void define_linear_cross_entropy_ops();
+
 inline void define_all_ops() {
   define_elementwise_ops();
   define_random_ops();
   define_reduce_ops();
+  define_linear_cross_entropy_ops();
   define_scan_ops();
   define_linalg_ops();
   define_shape_ops();

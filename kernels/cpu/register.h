@@ -28,6 +28,9 @@ void register_vmath();      // kernels/cpu/vmath.cpp (dense-F32 gelu kernels; af
 // kernels/cpu/linalg_decomp.cpp: solve, cholesky, slogdet, qr, eigh
 void register_linalg_decomp();
 
+// kernels/cpu/linear_cross_entropy.cpp: linear_cross_entropy and its backward op
+void register_linear_cross_entropy();
+
 inline void register_all() {
   register_backend();
   register_elementwise();
@@ -35,6 +38,7 @@ inline void register_all() {
   register_elementwise_binary();
   register_compare();
   register_reduce();
+  register_linear_cross_entropy();
   register_scan();
   register_linalg();
   register_linalg_decomp();

@@ -20,11 +20,15 @@ void register_amp();          // kernels/cuda/amp.cu (the gradient scaler's fuse
 void register_scan();         // kernels/cuda/scan.cu (cumsum, cumprod; argsort through the host)
 void register_attention();    // kernels/cuda/attention.cu (the fused attention and its backward)
 
+// kernels/cuda/linear_cross_entropy.cpp: linear_cross_entropy and its backward op (composed of ops)
+void register_linear_cross_entropy();
+
 inline void register_all() {
   register_backend();
   register_elementwise();
   register_compare();
   register_reduce();
+  register_linear_cross_entropy();
   register_linalg();
   register_index();
   register_random();

@@ -148,7 +148,7 @@ StepMasks step_masks(const Tensor& attention_mask, int64_t b, int64_t past, int6
 
 }  // namespace
 
-Tensor GPT2::forward_step(const Tensor& idx, const Tensor& attention_mask, bool use_cache, bool last_only) {
+Tensor GPT2::hidden(const Tensor& idx, const Tensor& attention_mask, bool use_cache, bool last_only) {
   BRISK_CHECK(idx.dim() == 2 && idx.dtype() == DType::I64, "GPT2: expects token ids (B, T) I64, got ", idx.str());
   const int64_t b = idx.size(0), t = idx.size(1);
   const int64_t past = use_cache ? cached_length() : 0;
@@ -156,7 +156,6 @@ Tensor GPT2::forward_step(const Tensor& idx, const Tensor& attention_mask, bool 
               " new) exceeds n_positions ", config.n_positions);
   const StepMasks sm = step_masks(attention_mask, b, past, t, idx.device());
   Module& tr = submodule("transformer");
-  const Tensor& wte = tr.submodule("wte").parameter("weight");
   Tensor x = tr.submodule("wte")(idx) + tr.submodule("wpe")(sm.positions);  // (B, T, C)
   x = F::dropout(x, config.dropout, is_training());
   for (auto& [name, block] : tr.submodule("h").named_children()) {
@@ -165,10 +164,24 @@ Tensor GPT2::forward_step(const Tensor& idx, const Tensor& attention_mask, bool 
     x = (*gb)(x, sm.mask, sm.causal, use_cache);
   }
   if (last_only) x = x.narrow(1, t - 1, 1);
-  x = tr.submodule("ln_f")(x);
+  return tr.submodule("ln_f")(x);
+}
+
+Tensor GPT2::forward_step(const Tensor& idx, const Tensor& attention_mask, bool use_cache, bool last_only) {
+  const Tensor x = hidden(idx, attention_mask, use_cache, last_only);
   // lm_head tied to wte: x @ wte^T, (B, T, vocab). Through linear, so that autocast casts the
   // dense parameter (a transposed view's cast reads it strided: 2.7x slower per element).
-  return F::linear(x, wte);
+  return F::linear(x, submodule("transformer").submodule("wte").parameter("weight"));
+}
+
+Tensor GPT2::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) {
+  BRISK_CHECK(targets.dtype() == DType::I64 &&
+                  (targets.sizes() == idx.sizes() || (targets.dim() == 1 && targets.numel() == idx.numel())),
+              "GPT2::loss: targets must be I64 of the token ids' shape ", idx.sizes(), " (or flattened), got ",
+              targets.str());
+  const Tensor x = hidden(idx, {}, /*use_cache=*/false, /*last_only=*/false);  // (B, T, C)
+  const Tensor& wte = submodule("transformer").submodule("wte").parameter("weight");
+  return F::linear_cross_entropy(x, wte, targets.reshape(idx.sizes()), {}, Reduction::Mean, ignore_index);
 }
 
 void GPT2::reset_cache() {

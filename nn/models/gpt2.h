@@ -77,6 +77,11 @@ class GPT2 : public CausalLM {
   // idx: (B, T) I64 token ids -> logits (B, T, vocab).
   Tensor forward(const Tensor& idx) override;
   Tensor forward_step(const Tensor& ids, const Tensor& attention_mask, bool use_cache, bool last_only) override;
+  // nanoGPT's model(idx, targets): the mean cross-entropy of next-token targets (B, T) I64 (or
+  // flattened to (B * T); rows whose target is ignore_index are skipped), with the tied head fused into the loss
+  // (linear_cross_entropy): the (B, T, vocab) logits are never made. Equals
+  // cross_entropy(forward(idx) as (B * T, vocab), targets) and has the same gradients.
+  Tensor loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index = -100);
   void reset_cache() override;
   void reserve_cache(int64_t positions) override;
   int64_t cached_length() const override;
@@ -86,6 +91,10 @@ class GPT2 : public CausalLM {
   // lm_head.weight. Returns what was missing or unexpected.
   LoadReport load_hf_state_dict(const NamedTensors& state, bool strict = true);
   GPT2Config config;
+
+ private:
+  // The final layer norm's output (B, T or 1, C): everything but the head.
+  Tensor hidden(const Tensor& idx, const Tensor& attention_mask, bool use_cache, bool last_only);
 };
 
 }  // namespace brisk::nn::models
