@@ -57,13 +57,14 @@
 //   build/examples/bench/bench_gpt2 --configs 4x64 --threads 2 --no-llmc --steps 3
 // Usage: bench_gpt2 [--threads 1,2] [--configs 4x64,8x256] [--steps 5] [--warmup 2]
 //                   [--no-torch] [--no-llmc] [--keep] [--layers 12] [--bf16] [--in-backward]
-//                   [--profile N]
+//                   [--fused-head] [--profile N]
 // (--keep: leave the temp dir ($TMPDIR or /tmp, bench_gpt2.XXXXXX, ~1 GB) and print its path;
 // --layers: a shallower model, for a quick check of the harness only; --bf16: brisk's forward
 // and loss under BF16 autocast (AutocastGuard(CPU, BF16)), PyTorch and llm.c staying F32, the
 // issue's "BF16 at most 0.4x PyTorch's F32 time"; first losses then agree to 1e-2; --in-backward:
 // brisk's AdamW steps each parameter in backward and drops its gradient (Note [Stepping in
-// backward] in optim/optimizer.cpp), the same updates with less memory; --profile N:
+// backward] in optim/optimizer.cpp), the same updates with less memory; --fused-head: GPT2::loss,
+// the tied head and the cross-entropy as one op that never holds the logits; --profile N:
 // brisk's top N ops by self time over one more step, printed under its phases.) The full run takes
 // about half an hour on 2 cores, most of it llm.c at 8 x 256, and ~7.3 GB of memory at most (llm.c
 // at 8 x 256). Not a test: it asserts nothing but the loss agreement.
@@ -106,6 +107,7 @@ const char* const kLlmcFlags = "-Ofast -march=native -fopenmp -DOMP";
 struct BriskMode {
   bool bf16 = false;
   bool in_backward = false;
+  bool fused_head = false;
   int profile_top = 0;
 };
 
@@ -268,7 +270,8 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
     Tensor loss;
     {
       AutocastGuard autocast(DeviceType::CPU, DType::BF16, bf16);  // --bf16: products in BF16
-      loss = nn::functional::cross_entropy((*model)(x).reshape({-1, V}), y);
+      // --fused-head: the head and the loss as one op (linear_cross_entropy), no (B T, V) logits.
+      loss = mode.fused_head ? model->loss(x, y) : nn::functional::cross_entropy((*model)(x).reshape({-1, V}), y);
     }
     const double t1 = bench::now_s();
     loss.backward();
@@ -531,7 +534,8 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       layers == 12 ? "124M" : "shallow (--layers)", layers, N, bench::tagged_field(prep.out, "PREPARED", "llmc_params"),
       (long long)padded_vocab(cfg.vocab_size),
       (std::string(bf16 ? "brisk under BF16 autocast, PyTorch and llm.c F32" : "F32") +
-       (mode.in_backward ? ", brisk's AdamW stepping in backward" : ""))
+       (mode.in_backward ? ", brisk's AdamW stepping in backward" : "") +
+       (mode.fused_head ? ", brisk's head fused into the loss" : ""))
           .c_str(),
       steps, warmup, sysconf(_SC_NPROCESSORS_ONLN), std::getenv("OMP_WAIT_POLICY"));
   std::printf("PyTorch: %s\nllm.c: %s\n", torch_version.c_str(), llmc_note.c_str());
@@ -563,6 +567,7 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
           exe, "--child", dir, s.name(), ts, "--layers", std::to_string(layers), "--steps", sw, "--warmup", ww};
       if (bf16) child.push_back("--bf16");
       if (mode.in_backward) child.push_back("--in-backward");
+      if (mode.fused_head) child.push_back("--fused-head");
       if (mode.profile_top > 0) {
         child.push_back("--profile");
         child.push_back(std::to_string(mode.profile_top));
@@ -697,6 +702,8 @@ int main(int argc, char** argv) {
         mode.bf16 = true;
       } else if (k == "--in-backward") {
         mode.in_backward = true;
+      } else if (k == "--fused-head") {
+        mode.fused_head = true;
       } else if (k == "--profile") {
         mode.profile_top = std::max(0, std::stoi(value()));
       } else if (k == "--prepare") {  // internal: --prepare DIR
