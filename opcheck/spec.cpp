@@ -71,6 +71,17 @@ Tensor noncontiguous(const Tensor& t) {
   return view;
 }
 
+const std::vector<CrossEntropyVariant>& cross_entropy_variants() {
+  static const std::vector<CrossEntropyVariant> variants = {
+      {"mean", Reduction::Mean, 0.0},
+      {"sum", Reduction::Sum, 0.0},
+      {"none", Reduction::None, 0.0},
+      {"mean, label smoothing 0.1", Reduction::Mean, 0.1},
+      {"none, label smoothing 0.25", Reduction::None, 0.25},
+  };
+  return variants;
+}
+
 Tensor leaf(const Tensor& t) {
   Tensor c = t.detach().clone();
   if (is_floating(c.dtype())) c.requires_grad_();

@@ -74,5 +74,13 @@ Tensor eye_like(int64_t n);
 Tensor well_conditioned(const Shape& shape, uint64_t seed);
 Tensor spd(const Shape& shape, uint64_t seed);
 Tensor sym(const Tensor& a);
+// The reductions and label smoothings every cross-entropy spec runs (cross_entropy and
+// linear_cross_entropy).
+struct CrossEntropyVariant {
+  std::string name{};
+  Reduction reduction = Reduction::Mean;
+  double eps = 0;
+};
+const std::vector<CrossEntropyVariant>& cross_entropy_variants();
 
 }  // namespace brisk::opcheck

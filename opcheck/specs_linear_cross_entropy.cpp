@@ -62,19 +62,7 @@ OpCase lce_case(const std::string& label, int64_t n, int64_t k, int64_t nv, cons
 }  // namespace
 
 void add_linear_cross_entropy_specs(std::vector<OpSpec>& specs) {
-  struct Variant {
-    std::string name{};
-    Reduction reduction = Reduction::Mean;
-    double eps = 0;
-  };
-  const std::vector<Variant> variants = {
-      {"mean", Reduction::Mean, 0.0},
-      {"sum", Reduction::Sum, 0.0},
-      {"none", Reduction::None, 0.0},
-      {"mean, label smoothing 0.1", Reduction::Mean, 0.1},
-      {"none, label smoothing 0.25", Reduction::None, 0.25},
-  };
-  for (const Variant& v : variants) {
+  for (const CrossEntropyVariant& v : cross_entropy_variants()) {
     OpSpec s;
     s.name = "linear_cross_entropy " + v.name;
     s.covers = {OpId::LinearCrossEntropy, OpId::LinearCrossEntropyBackward};

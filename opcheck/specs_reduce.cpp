@@ -459,19 +459,7 @@ void add_specs(std::vector<OpSpec>& specs) {
   }
   // cross_entropy (forward kernel; gradcheck runs the fused backward kernel)
   {
-    struct Variant {
-      std::string name;
-      Reduction reduction;
-      double eps;
-    };
-    const std::vector<Variant> variants = {
-        {"mean", Reduction::Mean, 0.0},
-        {"sum", Reduction::Sum, 0.0},
-        {"none", Reduction::None, 0.0},
-        {"mean, label smoothing 0.1", Reduction::Mean, 0.1},
-        {"none, label smoothing 0.25", Reduction::None, 0.25},
-    };
-    for (const Variant& v : variants) {
+    for (const CrossEntropyVariant& v : cross_entropy_variants()) {
       OpSpec s;
       s.name = "cross_entropy " + v.name;
       s.covers = {OpId::CrossEntropy, OpId::CrossEntropyBackward};

@@ -519,10 +519,9 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   const Tensor c = dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0), rows = n == 0 ? 0 : c.numel() / n;
   // The product's b (k, n): w itself, or w (n, k) read transposed.
-  auto b_of = [&](const Tensor& wt) {
-    return std::pair<int64_t, int64_t>{in_out ? wt.stride(0) : wt.stride(1), in_out ? wt.stride(1) : wt.stride(0)};
-  };
-  const auto [b_rs, b_cs] = b_of(w);
+  auto b_rs_of = [&](const Tensor& wt) { return in_out ? wt.stride(0) : wt.stride(1); };
+  auto b_cs_of = [&](const Tensor& wt) { return in_out ? wt.stride(1) : wt.stride(0); };
+  const int64_t b_rs = b_rs_of(w), b_cs = b_cs_of(w);
   const bool has_bias = in.size() == 3;
   auto f32 = [](const Tensor& t) { return t.dtype() == DType::F32 ? t : converted(t, DType::F32); };
   auto bias_ptr = [&](const Tensor& b) { return has_bias ? static_cast<const float*>(b.data_ptr()) : nullptr; };
@@ -545,7 +544,7 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
       case DType::F16: {  // in F32, rounded once
         const Tensor c32 = f32_out();
         const Tensor x32 = f32(x), w32 = f32(w), b32 = has_bias ? f32(in[2]) : Tensor();
-        const auto [rs, cs] = b_of(w32);
+        const int64_t rs = b_rs_of(w32), cs = b_cs_of(w32);
         linear_rows<float, float, float>(
             rows_of<float>(x32, rows, k),
             MatrixRef<const float>{static_cast<const float*>(w32.data_ptr()), k, n, rs, cs}, bias_ptr(b32),
