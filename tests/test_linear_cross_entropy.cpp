@@ -163,7 +163,8 @@ void check_gpt2_loss(DType dtype, double tol) {
   CHECK(fused.dtype() == dtype);
   CHECK(std::abs(fused.item<double>() - unfused.item<double>()) < tol);
   size_t i = 0;
-  for (auto& [name, p] : model.named_parameters()) {
+  for (auto& [key, p] : model.named_parameters()) {
+    const std::string name = key;  // clang cannot capture a structured binding in CAPTURE's lambda
     CAPTURE(name);
     CHECK(max_diff(fused_grads[i++].second, p.grad()) < tol);
   }

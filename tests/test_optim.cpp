@@ -361,7 +361,8 @@ TEST_CASE("optim: stepping in backward gives step()'s parameters, steps a shared
       {"SGD momentum", [](optim::NamedTensors p) {
          return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
        }}};
-  for (const auto& [label, make] : makers) {
+  for (const auto& [text, make] : makers) {
+    const std::string label = text;  // clang cannot capture a structured binding in CAPTURE's lambda
     for (DType dt : {DType::F64, DType::F32}) {
       CAPTURE(label);
       CAPTURE(dt);
