@@ -283,7 +283,10 @@ TEST_CASE("autocast: conv2d runs in BF16 with F32 weights and matches F32 within
 // the bits of the F32 kernel's result rounded to BF16.
 TEST_CASE("BF16 kernels: dense gelu, gelu_backward, exp, tanh and sigmoid are the F32 kernels rounded once") {
   manual_seed(11);
-  const Tensor x = (randn({3000, 7}) * 3.0).to(DType::BF16);  // GELU's tails, tanh's flat parts
+  // GELU's tails, tanh's flat parts, and the edge values: NaN, +-inf, +-0, a subnormal, exp's
+  // overflow and underflow.
+  const Tensor specials = from_vector({NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e-40, 89.0, -104.0, 1e30}, {9});
+  const Tensor x = cat({randn({3000 * 7 - 9}) * 3.0, specials}, 0).reshape({3000, 7}).to(DType::BF16);
   const Tensor g = randn({3000, 7}).to(DType::BF16);
   const Tensor x32 = x.to(DType::F32), g32 = g.to(DType::F32);
   auto same_bits = [](const Tensor& fast, const Tensor& f32, const std::string& what) {
@@ -318,6 +321,45 @@ TEST_CASE("BF16 kernels: dense gelu, gelu_backward, exp, tanh and sigmoid are th
   for (size_t i = 0; i < dense.size(); ++i)
     if (std::abs(dense[i]) > 1e-3) worst = std::max(worst, std::abs(strided[i] - dense[i]) / std::abs(dense[i]));
   CHECK(worst <= 1.0 / 128);
+}
+
+// Note [Mixed linear] at edge values: NaN and infinities in the input and the weight, a bias of
+// -inf, no rows, and K = 0 give what casting every operand to BF16 first gives, bit for bit.
+TEST_CASE("autocast: linear's mixed form at edge values equals casting first (NaN, inf, no rows, K = 0)") {
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    REQUIRE(a.sizes() == b.sizes());
+    REQUIRE(a.dtype() == b.dtype());
+    const std::vector<double> u = a.to_vector<double>(), v = b.to_vector<double>();
+    for (size_t i = 0; i < u.size(); ++i) {
+      if (!(u[i] == v[i] || (std::isnan(u[i]) && std::isnan(v[i])))) return false;
+    }
+    return true;
+  };
+  auto check = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor got;
+    {
+      AutocastGuard guard(DeviceType::CPU, DType::BF16);
+      got = linear(x, w, b);
+    }
+    const Tensor want = linear(x.to(DType::BF16), w.to(DType::BF16), b.defined() ? b.to(DType::BF16) : Tensor());
+    CHECK(same_bits(got, want));
+  };
+  manual_seed(8);
+  Tensor x = randn({5, 6});
+  Tensor w = randn({4, 6});
+  Tensor b = randn({4});
+  {
+    NoGradGuard no_grad;
+    x.narrow(0, 1, 1).fill_(NAN);
+    x.narrow(0, 2, 1).narrow(1, 3, 1).fill_(INFINITY);
+    w.narrow(0, 3, 1).narrow(1, 0, 1).fill_(-INFINITY);
+    b.narrow(0, 2, 1).fill_(-INFINITY);
+  }
+  check(x, w, b);
+  check(x, w, Tensor());
+  check(randn({0, 6}), w, b);              // no rows
+  check(randn({5, 0}), randn({4, 0}), b);  // K = 0: the bias alone
+  check(randn({5, 0}), randn({4, 0}), Tensor());
 }
 
 // ---- master weights

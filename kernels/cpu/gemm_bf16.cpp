@@ -282,23 +282,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_pair(OperandF32
     _mm512_storeu_si512(dst, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     return;
   }
-  // rs == 1: each column's pair is two adjacent floats: gather 8 pairs (64 bits) at a time,
-  // round all 16 floats, and fold each pair's two BF16 halves into one 32-bit lane.
-  if (has_next && b.cs < (int64_t(1) << 25)) {
-    const __mmask16 mask = ncols == 16 ? __mmask16(0xffff) : __mmask16((1u << ncols) - 1);
-    const __m256i cols = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(int(b.cs * 4)));
-    __m256i halves[2];
-    for (int h = 0; h < 2; ++h) {
-      const __m512i pairs =
-          _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), __mmask8(mask >> (8 * h)), cols, b.at(k, j + 8 * h), 1);
-      const __m512i bits = bf16_lanes(_mm512_castsi512_ps(pairs));
-      const __m512i folded =
-          _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi64(0xffff)), _mm512_srli_epi64(bits, 16));
-      halves[h] = _mm512_cvtepi64_epi32(folded);
-    }
-    _mm512_storeu_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(halves[0]), halves[1], 1));
-    return;
-  }
+  // rs == 1 with several columns takes pack_b_f32_cols; what is left (one column, or cs == 1 with
+  // one row) is read element by element.
   int64_t t = 0;
   for (; t < ncols; ++t) {
     const float* src = b.at(k, j + t);
@@ -306,33 +291,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_pair(OperandF32
     dst[2 * t + 1] = has_next ? BFloat16::from_float(src[b.rs]) : 0;
   }
   for (; t < 16; ++t) dst[2 * t] = dst[2 * t + 1] = 0;
-}
-
-// The 16 x 16 matrix of 32-bit elements in r (row i: r[i]) transposed in place: 32-bit and
-// 64-bit interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void transpose16(__m512i r[16]) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // b[4i + c], 128-bit lane L: element 4L + c of rows 4i .. 4i + 3.
-  for (int i = 0; i < 4; ++i) {
-    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  // Row 4L + c of the result: lane L of b[c], b[4 + c], b[8 + c], b[12 + c].
-  for (int c = 0; c < 4; ++c) {
-    const __m512i p = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44), q = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
-    const __m512i p2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
-    const __m512i q2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(p, p2, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(p, p2, 0xdd);
-    r[8 + c] = _mm512_shuffle_i32x4(q, q2, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(q, q2, 0xdd);
-  }
 }
 
 // 16 lanes of BF16 bits (bf16_lanes) -> 8 pairs: lanes 2q and 2q + 1 folded into 32 bits.
@@ -365,8 +323,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void pack_b_f32_cols(Operan
         const __m256i hi = fold_pairs(bf16_lanes(_mm512_maskz_loadu_ps(first_lanes(nk - 16), src + 16)));
         rows[t] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
       }
-      transpose16(rows);
-      for (int64_t q = 0; q < 16; ++q) _mm512_storeu_si512(panel + (g * 16 + q) * 32, rows[q]);
+      __m512 lanes[16];  // the pairs as 32-bit lanes: the float transpose moves bits only
+      for (int t = 0; t < 16; ++t) lanes[t] = _mm512_castsi512_ps(rows[t]);
+      transpose_16x16(lanes);
+      for (int64_t q = 0; q < 16; ++q) _mm512_storeu_ps(panel + (g * 16 + q) * 32, lanes[q]);
     }
   }
 }

@@ -168,32 +168,6 @@ __attribute__((target("avx512f"))) void micro_kernel(int64_t kc, const float* ap
 
 // ---- packing
 
-// r[t][q] -> r[q][t] for a 16x16 block of floats, in registers (4 shuffle stages).
-__attribute__((target("avx512f"))) void transpose16(__m512 r[16]) {
-  __m512 u[16];
-  for (int g = 0; g < 4; ++g) {
-    const __m512 t0 = _mm512_unpacklo_ps(r[4 * g], r[4 * g + 1]);
-    const __m512 t1 = _mm512_unpackhi_ps(r[4 * g], r[4 * g + 1]);
-    const __m512 t2 = _mm512_unpacklo_ps(r[4 * g + 2], r[4 * g + 3]);
-    const __m512 t3 = _mm512_unpackhi_ps(r[4 * g + 2], r[4 * g + 3]);
-    // u[4g + c], 128-bit lane l: column 4l + c of rows 4g .. 4g + 3
-    u[4 * g] = _mm512_shuffle_ps(t0, t2, 0x44);
-    u[4 * g + 1] = _mm512_shuffle_ps(t0, t2, 0xee);
-    u[4 * g + 2] = _mm512_shuffle_ps(t1, t3, 0x44);
-    u[4 * g + 3] = _mm512_shuffle_ps(t1, t3, 0xee);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-    const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
-    const __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    const __m512 y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-    r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(x0, y0, 0xdd);
-    r[4 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
-  }
-}
-
 // A strided matrix: element (i, j) at data[i * rs + j * cs].
 struct Strided {
   const float* data;
@@ -222,7 +196,7 @@ __attribute__((target("avx512f"))) void pack_b_panel(Strided b, int64_t kc, int6
         for (int t = 0; t < 16; ++t) {
           r[t] = t < ncols ? _mm512_maskz_loadu_ps(kmask, b.at(p0, jv + t)) : _mm512_setzero_ps();
         }
-        transpose16(r);
+        transpose_16x16(r);
         for (int64_t q = 0; q < nk; ++q) _mm512_storeu_ps(out + (p0 + q) * kNR + 16 * v, r[q]);
       }
     }
@@ -250,7 +224,7 @@ __attribute__((target("avx512f"))) void pack_a_panel(Strided a, int64_t mc, int6
       for (int t = 0; t < 16; ++t) {
         r[t] = t < nrows ? _mm512_maskz_loadu_ps(kmask, a.at(i0 + t, p0)) : _mm512_setzero_ps();
       }
-      transpose16(r);
+      transpose_16x16(r);
       for (int64_t q = 0; q < nk; ++q) _mm512_mask_storeu_ps(out + (p0 + q) * kMR, lanes, r[q]);
     }
   } else {

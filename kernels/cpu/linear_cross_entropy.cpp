@@ -90,6 +90,17 @@ void chunk_logits(const Operands<T, A>& o, int64_t v0, int64_t vc, A* s) {
   product<T, A>(o.x_ref(), o.w_chunk_t(v0, vc), MatrixRef<A>{s, o.n, vc, vc, 1}, o.bias != nullptr);
 }
 
+// Walks the vocabulary in chunks of `chunk` classes: each chunk's logits into s (N, vc), then
+// body(v0, vc). Nothing runs without rows.
+template <class T, class A, class F>
+void for_each_chunk(const Operands<T, A>& o, int64_t chunk, A* s, F&& body) {
+  for (int64_t v0 = 0; o.n > 0 && v0 < o.v; v0 += chunk) {
+    const int64_t vc = std::min(chunk, o.v - v0);
+    chunk_logits(o, v0, vc, s);
+    body(v0, vc);
+  }
+}
+
 template <class A>
 A row_max(const A* row, int64_t n) {
   if constexpr (std::is_same_v<A, float>) {
@@ -173,9 +184,7 @@ void lce_forward(const Operands<T, A>& o, int64_t valid, const Tensor& loss_out,
   const int64_t chunk = chunk_classes(n, v);
   const Tensor scratch = make_empty({n > 0 ? n * std::min(chunk, v) : 0}, DTypeOf<A>::value, Device::cpu());
   A* s = static_cast<A*>(scratch.data_ptr());
-  for (int64_t v0 = 0; n > 0 && v0 < v; v0 += chunk) {
-    const int64_t vc = std::min(chunk, v - v0);
-    chunk_logits(o, v0, vc, s);
+  for_each_chunk(o, chunk, s, [&](int64_t v0, int64_t vc) {
     const int nt = threads_for(n * vc);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t i = 0; i < n; ++i) {
@@ -190,7 +199,7 @@ void lce_forward(const Operands<T, A>& o, int64_t valid, const Tensor& loss_out,
         r.logit_sum += sum;
       }
     }
-  }
+  });
   A* lse = static_cast<A*>(lse_out.data_ptr());
   const int64_t ls = lse_out.strides()[0];
   std::vector<A> loss(static_cast<size_t>(n));
@@ -247,9 +256,7 @@ void lce_backward(const Operands<T, A>& o, int64_t valid, const Tensor& grad, co
   A* dxa = static_cast<A*>(dx_acc.data_ptr());
   std::fill(dxa, dxa + n * k, A(0));
   T* dwp = static_cast<T*>(dw.data_ptr());
-  for (int64_t v0 = 0; n > 0 && v0 < v; v0 += chunk) {
-    const int64_t vc = std::min(chunk, v - v0);
-    chunk_logits(o, v0, vc, s);
+  for_each_chunk(o, chunk, s, [&](int64_t v0, int64_t vc) {
     const int nt = threads_for(n * vc);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t i = 0; i < n; ++i) {
@@ -302,7 +309,7 @@ void lce_backward(const Operands<T, A>& o, int64_t valid, const Tensor& grad, co
     }
     // dx += d (N, vc) @ w[v0 : v0 + vc] (vc, K)
     product<T, A>(MatrixRef<const T>{d, n, vc, vc, 1}, o.w_chunk(v0, vc), MatrixRef<A>{dxa, n, k, k, 1}, true);
-  }
+  });
   if (n == 0) std::fill(dwp, dwp + v * k, T(0));  // no rows: no chunk wrote dw
   if constexpr (!kNative) {
     T* dxp = static_cast<T*>(dx.data_ptr());
