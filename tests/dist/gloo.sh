@@ -17,8 +17,23 @@ set -uo pipefail
 tests=$1 child=$2 run=$3 elastic=$4
 export OMP_NUM_THREADS=1
 unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK
-# A port nobody listens on now (the machine is shared with other test runs).
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
+# A port nobody listens on now, with the next one free too (brisk-run's agents serve their store
+# on --master-port + 1; the machine is shared with other test runs, whose sockets take ports
+# from the same range).
+free_port() {
+  python3 -c '
+import socket
+while True:
+    s = socket.socket(); s.bind(("", 0)); p = s.getsockname()[1]
+    t = socket.socket()
+    try:
+        t.bind(("", p + 1)); break
+    except (OSError, OverflowError):
+        pass
+    finally:
+        t.close(); s.close()
+print(p)'
+}
 status=0
 fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | tail -20; status=1; }
 work=$(mktemp -d)
