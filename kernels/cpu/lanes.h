@@ -17,6 +17,15 @@ inline __mmask16 first_lanes(int64_t n) {
   return __mmask16((1u << n) - 1);
 }
 
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
+// -Wmaybe-uninitialized and -Wuninitialized report once inlined (false positives, as in
+// kernels/cpu/gemm_f32.cpp); the warnings point here, so they are silenced here.
+#pragma GCC diagnostic push
+#ifndef __clang__  // a GCC warning; clang has no such group
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 // r[t][q] -> r[q][t] for a 16x16 block of floats, in registers (4 shuffle stages).
 __attribute__((target("avx512f"))) inline void transpose_16x16(__m512 r[16]) {
   __m512 u[16];
@@ -42,5 +51,7 @@ __attribute__((target("avx512f"))) inline void transpose_16x16(__m512 r[16]) {
     r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
   }
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace brisk::kernels::cpu
