@@ -38,8 +38,10 @@ struct FakeRaw {
   int allocs = 0;
   int frees = 0;
   int live = 0;
-  int limit = 1 << 30;  // live blocks beyond this fail, as an out-of-memory device would
+  int limit = 1 << 30;       // live blocks beyond this fail, as an out-of-memory device would
+  int wrong_size_frees = 0;  // frees whose size is not the size the block was allocated with
   std::set<void*> blocks;
+  std::map<void*, size_t> sizes;
 
   static void* alloc(size_t bytes, void* ctx) {
     auto* self = static_cast<FakeRaw*>(ctx);
@@ -48,10 +50,13 @@ struct FakeRaw {
     ++self->allocs;
     ++self->live;
     self->blocks.insert(p);
+    self->sizes[p] = bytes;
     return p;
   }
-  static void free(void* p, size_t, void* ctx) {
+  static void free(void* p, size_t bytes, void* ctx) {
     auto* self = static_cast<FakeRaw*>(ctx);
+    if (self->sizes[p] != bytes) ++self->wrong_size_frees;
+    self->sizes.erase(p);
     ++self->frees;
     --self->live;
     self->blocks.erase(p);
@@ -110,6 +115,47 @@ TEST_CASE("cuda: caching allocator reuses blocks per size class and stream") {
     CHECK(fake.live == 0);
   }
   CHECK(fake.live == 0);
+}
+
+TEST_CASE("cuda: caching allocator rounds large requests to 64 KiB and reuses them best fit") {
+  constexpr size_t MiB = size_t(1) << 20, KiB = 1024;
+  CHECK(CachingAllocator::round_size(MiB - 1) == MiB);  // the last class below is 1 MiB itself
+  CHECK(CachingAllocator::round_size(MiB) == MiB);
+  CHECK(CachingAllocator::round_size(MiB + 1) == MiB + 64 * KiB);
+  CHECK(CachingAllocator::round_size(10000000) == 10027008);  // 153 x 64 KiB, not the 10.5 MB class
+  FakeRaw fake;
+  {
+    CachingAllocator a(fake.raw());
+    void* p8 = a.allocate(8 * MiB, 1);
+    a.deallocate(p8, 8 * MiB, 1);
+    void* p6 = a.allocate(6 * MiB, 1);  // 8 / 6 is more than a quarter larger: a new block
+    CHECK(p6 != p8);
+    void* other = a.allocate(7 * MiB, 2);  // another stream: never the cached block
+    CHECK(other != p8);
+    void* p7 = a.allocate(7 * MiB, 1);  // at most a quarter larger: the 8 MiB block
+    CHECK(p7 == p8);
+    CHECK(fake.allocs == 3);
+    CHECK(a.stats().allocated == 21 * MiB);  // the 8 MiB block counts as 8
+    a.deallocate(p7, 7 * MiB, 1);            // returned under its own size, not the request's
+    CHECK(a.stats().cached == 8 * MiB);
+    CHECK(a.stats().allocated == 13 * MiB);
+    void* again = a.allocate(8 * MiB, 1);  // so an 8 MiB request finds it
+    CHECK(again == p8);
+    CHECK(fake.allocs == 3);
+    void* small = a.allocate(4 * MiB + 1, 1);  // best fit: the smallest free block that fits
+    a.deallocate(small, 4 * MiB + 1, 1);
+    void* p5 = a.allocate(5 * MiB, 1);
+    a.deallocate(p5, 5 * MiB, 1);
+    a.deallocate(again, 8 * MiB, 1);
+    void* p5b = a.allocate(5 * MiB - 100, 1);
+    CHECK(p5b == p5);
+    a.deallocate(p5b, 5 * MiB - 100, 1);
+    a.deallocate(p6, 6 * MiB, 1);
+    a.deallocate(other, 7 * MiB, 2);
+    CHECK(a.stats().allocated == 0);
+  }
+  CHECK(fake.live == 0);
+  CHECK(fake.wrong_size_frees == 0);  // each block went back to the raw allocator with its own size
 }
 
 TEST_CASE("cuda: caching allocator empties its cache and retries when memory runs out") {

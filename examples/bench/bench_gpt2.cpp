@@ -244,12 +244,30 @@ int run_prepare(const std::string& dir, int layers, const std::vector<Shape2>& c
 
 // The --child: one B x T and thread count; prints "RESULT ms=.. loss0=.. loss_last=.." and the
 // medians of its forward (with the loss), backward and optimizer phases.
+// BENCH_GPT2_MEM=1: the child's resident and peak memory and the CPU allocator's counters at
+// each stage, to see where the peak RSS goes.
+void print_memory(const char* stage) {
+  static const bool on = std::getenv("BENCH_GPT2_MEM") != nullptr;
+  if (!on) return;
+  std::ifstream f("/proc/self/status");
+  std::string line, rss, hwm;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss = line.substr(6);
+    if (line.rfind("VmHWM:", 0) == 0) hwm = line.substr(6);
+  }
+  const AllocatorStats a = cpu_allocator().stats();
+  std::printf("MEMORY %-18s rss%s hwm%s allocated %.1f MB cached %.1f MB peak %.1f MB\n", stage, rss.c_str(),
+              hwm.c_str(), a.allocated / 1e6, a.cached / 1e6, a.peak / 1e6);
+}
+
 int run_child(const std::string& dir, Shape2 s, int threads, int layers, int steps, int warmup, BriskMode mode) {
   const bool bf16 = mode.bf16;
   const int profile_top = mode.profile_top;
   set_num_threads(threads);
   auto model = nn::init::skip_init<nn::models::GPT2>(gpt2_config(layers));
+  print_memory("built");
   nn::load_module(*model, dir + "/gpt2.safetensors");
+  print_memory("loaded");
   model->train(true);
   const std::vector<uint16_t> tokens = read_tokens(dir + "/tokens_" + s.name() + ".bin");
   if (int64_t(tokens.size()) != s.B * s.T + 1) throw Error("bench_gpt2: token file of the wrong size");
@@ -274,9 +292,12 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
       loss = mode.fused_head ? model->loss(x, y) : nn::functional::cross_entropy((*model)(x).reshape({-1, V}), y);
     }
     const double t1 = bench::now_s();
+    print_memory("forward");
     loss.backward();
+    print_memory("backward");
     const double t2 = bench::now_s();
     if (!mode.in_backward) opt.step();
+    print_memory("step");
     const float l = loss.item<float>();
     if (!prof) last = l;  // the profiled extra step is not one of the timed ones
     const double t3 = bench::now_s();
