@@ -1,8 +1,10 @@
 // tests/test_donation.cpp: the operators +, -, * writing into a temporary operand's buffer
 // (Note [Donated operands] in engine/ops/elementwise.cpp): the same values and gradients as the
 // allocating path, no new allocation when the operand is lent, and no lending where something
-// else can still see the operand (a named tensor, a view, a broadcast operand, a saved output,
-// a copy, a leaf, an input mul's backward reads).
+// else can still see the operand (a named tensor, a view of a live tensor, a broadcast operand,
+// a saved output, a copy, a leaf, an input mul's backward reads, memory the caller owns).
+// With the storage's use count left out of the checks, the view, alias and saved-output cases
+// fail (exp's backward then reports its saved output changed in place).
 #include <doctest/doctest.h>
 
 #include "brisk.h"
@@ -88,6 +90,31 @@ TEST_CASE("donation: a lent add asks the allocator for nothing") {
   Tensor y2 = h + z;
   CHECK(allocations() == before2 + 1);
   CHECK(values(y2) == values(y));
+}
+
+// GPT-2's first add: the token embedding (a view of index_select's rows, whose base is gone)
+// plus the position embedding broadcast over the batch.
+TEST_CASE("donation: a view that is the last handle on its storage is lent") {
+  Generator gen(11);
+  Tensor wte = randn({10, 4}, DType::F32, Device::cpu(), &gen).requires_grad_();
+  Tensor wpe = randn({3, 4}, DType::F32, Device::cpu(), &gen).requires_grad_();
+  Tensor idx = from_vector({1, 5, 2, 9, 0, 5}, {2, 3}, DType::I64);
+  Tensor pos = from_vector({0, 1, 2}, {1, 3}, DType::I64);
+  auto run = [&](bool donate) {
+    Donation d(donate);
+    Tensor tok = embedding(wte, idx);
+    const void* p = tok.data_ptr();
+    Tensor x = std::move(tok) + embedding(wpe, pos);
+    CHECK((x.data_ptr() == p) == donate);
+    x.sum().backward();
+    std::vector<double> r = values(x), g = values(wte.grad()), gp = values(wpe.grad());
+    r.insert(r.end(), g.begin(), g.end());
+    r.insert(r.end(), gp.begin(), gp.end());
+    wte.zero_grad();
+    wpe.zero_grad();
+    return r;
+  };
+  CHECK(run(true) == run(false));
 }
 
 TEST_CASE("donation: sub and mul write into either operand; mul not while its node saves it") {

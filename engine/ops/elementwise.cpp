@@ -455,8 +455,10 @@ Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpId::Mul, a, b); }
 //  - the handle and the storage are held only by the operand (use counts 1): no view of it, no
 //    other Tensor copy, and no node that saved it (a saved input or output keeps a handle on
 //    the storage; exp's and tanh's backward read their output, written over it would be wrong);
-//  - not a view, dense from offset 0 over its whole storage, from a device allocator (not
-//    from_blob's or another library's memory, not pinned), on the current stream;
+//  - dense from offset 0 over its whole storage, from a device allocator (not from_blob's or
+//    another library's memory, not pinned), on the current stream. A view passes only when its
+//    base is gone (the storage count says no other handle is left): embedding's result, a
+//    view of index_select's rows, is then a plain tensor in all but the flag;
 //  - exactly the result's sizes, dtype and device: the other operand may broadcast into it,
 //    it never broadcasts itself; promotion happened first (a cast is a fresh tensor only this
 //    function holds, so it may be lent even when the caller kept its operand). Autocast leaves
@@ -487,7 +489,7 @@ static bool may_take(const Tensor& t, int slot, const Tensor& other, bool record
   const TensorImpl& impl = *t.impl();
   const StorageImpl& st = *impl.storage;
   if (t.impl_ptr().use_count() != 1 || impl.storage.use_count() != 1) return false;
-  if (impl.is_view || impl.offset != 0 || t.numel() == 0 || !t.is_contiguous()) return false;
+  if (impl.offset != 0 || t.numel() == 0 || !t.is_contiguous()) return false;
   if (!st.allocator || st.pinned || st.bytes != size_t(t.numel()) * t.element_size()) return false;
   if (t.dtype() != other.dtype() || t.device() != other.device()) return false;
   if (other.dim() > t.dim()) return false;

@@ -90,6 +90,7 @@
 #include <vector>
 
 #include "brisk.h"
+#include "engine/allocator.h"
 #include "engine/profiler.h"
 #include "examples/bench/bench_common.h"
 
@@ -265,11 +266,19 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
   const int64_t V = model->config.vocab_size;
   std::vector<double> t, phase[3];
   float loss0 = 0, last = 0;
+  // Requests to the CPU allocator in a timed step (fresh or from its cache): what lending
+  // operands saves (--no-donate), exactly, where the machine's times are noisy.
+  auto requests = [] {
+    const AllocatorStats a = cpu_allocator().stats();
+    return a.system_allocs + a.cache_hits;
+  };
+  uint64_t step_requests = 0;
   for (int i = 0; i < warmup + steps + (profile_top > 0 ? 1 : 0); ++i) {
     // --profile N: one more step under the profiler, after the timed ones; its top N ops.
     std::optional<profiler::Profiler> prof;
     if (i == warmup + steps) prof.emplace();
     const double t0 = bench::now_s();
+    const uint64_t r0 = requests();
     if (!mode.in_backward) opt.zero_grad();
     Tensor loss;
     {
@@ -297,6 +306,7 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
       break;
     }
     if (i >= warmup) {
+      step_requests = requests() - r0;
       t.push_back(t3 - t0);
       phase[0].push_back(t1 - t0);
       phase[1].push_back(t2 - t1);
@@ -308,8 +318,8 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
     return 1e3 * v[v.size() / 2];
   };
   std::printf("RESULT ms=%.3f loss0=%.7f loss_last=%.7f\n", med(t), loss0, last);
-  std::printf("PHASES forward %.1f ms, backward %.1f ms, optimizer %.1f ms\n", med(phase[0]), med(phase[1]),
-              med(phase[2]));
+  std::printf("PHASES forward %.1f ms, backward %.1f ms, optimizer %.1f ms; %llu allocations a step\n", med(phase[0]),
+              med(phase[1]), med(phase[2]), (unsigned long long)step_requests);
   std::fflush(stdout);
   return 0;
 }
