@@ -134,6 +134,24 @@ TEST_CASE("donation: sub and mul write into either operand; mul not while its no
     CHECK(y.data_ptr() == pa);
     CHECK(values(y) == prod);
   }
+  {
+    // The other operand transposed (the tiled walk, Note [Tiled elementwise walk] in
+    // kernels/cpu/loops.h) and 16-bit floats (read as float, rounded on store) over the alias.
+    Tensor big_a = randn({64, 48}), big_b = randn({48, 64});
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+      CAPTURE(t);
+      Tensor x = big_a.to(t), yt = big_b.to(t).t();
+      const auto want = values(x - yt);
+      Tensor tx = x * 1.0;
+      const void* p = tx.data_ptr();
+      Tensor y = std::move(tx) - yt;
+      CHECK(y.data_ptr() == p);
+      CHECK(values(y) == want);
+      Tensor tx2 = x * 1.0;
+      Tensor y2 = yt - std::move(tx2);
+      CHECK(values(y2) == values(yt - x));
+    }
+  }
   // Under autograd mul's backward reads both inputs: nothing is lent, the gradients are right.
   Tensor la = a.clone().requires_grad_(), lb = b.clone().requires_grad_();
   Tensor ta = la * 1.0;
