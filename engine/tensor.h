@@ -188,6 +188,24 @@ Tensor operator+(double a, const Tensor& b);
 Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
+// A temporary operand (an rvalue) of +, - and * may lend its buffer to the result instead of a
+// new allocation when nothing else can observe it (Note [Donated operands] in
+// engine/ops/elementwise.cpp); the values are those of the overloads above. The operand given
+// up is left empty, as a moved-from std::string is.
+Tensor operator+(Tensor&& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Tensor&& b);
+Tensor operator+(Tensor&& a, Tensor&& b);
+Tensor operator-(Tensor&& a, const Tensor& b);
+Tensor operator-(const Tensor& a, Tensor&& b);
+Tensor operator-(Tensor&& a, Tensor&& b);
+Tensor operator*(Tensor&& a, const Tensor& b);
+Tensor operator*(const Tensor& a, Tensor&& b);
+Tensor operator*(Tensor&& a, Tensor&& b);
+// Donation is on by default; switching it off (process-wide) makes the overloads above
+// allocate as the const& ones do, to measure one against the other (examples/bench/bench_gpt2.cpp)
+// or to check that a result does not depend on it. Returns the previous setting.
+bool set_operand_donation(bool on);
+bool operand_donation();
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 

@@ -57,14 +57,16 @@
 //   build/examples/bench/bench_gpt2 --configs 4x64 --threads 2 --no-llmc --steps 3
 // Usage: bench_gpt2 [--threads 1,2] [--configs 4x64,8x256] [--steps 5] [--warmup 2]
 //                   [--no-torch] [--no-llmc] [--keep] [--layers 12] [--bf16] [--in-backward]
-//                   [--fused-head] [--profile N]
+//                   [--fused-head] [--no-donate] [--profile N]
 // (--keep: leave the temp dir ($TMPDIR or /tmp, bench_gpt2.XXXXXX, ~1 GB) and print its path;
 // --layers: a shallower model, for a quick check of the harness only; --bf16: brisk's forward
 // and loss under BF16 autocast (AutocastGuard(CPU, BF16)), PyTorch and llm.c staying F32, the
 // issue's "BF16 at most 0.4x PyTorch's F32 time"; first losses then agree to 1e-2; --in-backward:
 // brisk's AdamW steps each parameter in backward and drops its gradient (Note [Stepping in
 // backward] in optim/optimizer.cpp), the same updates with less memory; --fused-head: GPT2::loss,
-// the tied head and the cross-entropy as one op that never holds the logits; --profile N:
+// the tied head and the cross-entropy as one op that never holds the logits; --no-donate: the
+// residual adds allocate their results instead of writing into their temporary operand (Note
+// [Donated operands] in engine/ops/elementwise.cpp), to measure what lending saves; --profile N:
 // brisk's top N ops by self time over one more step, printed under its phases.) The full run takes
 // about half an hour on 2 cores, most of it llm.c at 8 x 256, and ~7.3 GB of memory at most (llm.c
 // at 8 x 256). Not a test: it asserts nothing but the loss agreement.
@@ -88,6 +90,7 @@
 #include <vector>
 
 #include "brisk.h"
+#include "engine/allocator.h"
 #include "engine/profiler.h"
 #include "examples/bench/bench_common.h"
 
@@ -108,6 +111,7 @@ struct BriskMode {
   bool bf16 = false;
   bool in_backward = false;
   bool fused_head = false;
+  bool donate = true;
   int profile_top = 0;
 };
 
@@ -264,6 +268,7 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
   const bool bf16 = mode.bf16;
   const int profile_top = mode.profile_top;
   set_num_threads(threads);
+  set_operand_donation(mode.donate);
   auto model = nn::init::skip_init<nn::models::GPT2>(gpt2_config(layers));
   print_memory("built");
   nn::load_module(*model, dir + "/gpt2.safetensors");
@@ -279,11 +284,19 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
   const int64_t V = model->config.vocab_size;
   std::vector<double> t, phase[3];
   float loss0 = 0, last = 0;
+  // Requests to the CPU allocator in a timed step (fresh or from its cache): what lending
+  // operands saves (--no-donate), exactly, where the machine's times are noisy.
+  auto requests = [] {
+    const AllocatorStats a = cpu_allocator().stats();
+    return a.system_allocs + a.cache_hits;
+  };
+  uint64_t step_requests = 0;
   for (int i = 0; i < warmup + steps + (profile_top > 0 ? 1 : 0); ++i) {
     // --profile N: one more step under the profiler, after the timed ones; its top N ops.
     std::optional<profiler::Profiler> prof;
     if (i == warmup + steps) prof.emplace();
     const double t0 = bench::now_s();
+    const uint64_t r0 = requests();
     if (!mode.in_backward) opt.zero_grad();
     Tensor loss;
     {
@@ -314,6 +327,7 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
       break;
     }
     if (i >= warmup) {
+      step_requests = requests() - r0;
       t.push_back(t3 - t0);
       phase[0].push_back(t1 - t0);
       phase[1].push_back(t2 - t1);
@@ -325,8 +339,8 @@ int run_child(const std::string& dir, Shape2 s, int threads, int layers, int ste
     return 1e3 * v[v.size() / 2];
   };
   std::printf("RESULT ms=%.3f loss0=%.7f loss_last=%.7f\n", med(t), loss0, last);
-  std::printf("PHASES forward %.1f ms, backward %.1f ms, optimizer %.1f ms\n", med(phase[0]), med(phase[1]),
-              med(phase[2]));
+  std::printf("PHASES forward %.1f ms, backward %.1f ms, optimizer %.1f ms; %llu allocations a step\n", med(phase[0]),
+              med(phase[1]), med(phase[2]), (unsigned long long)step_requests);
   std::fflush(stdout);
   return 0;
 }
@@ -556,7 +570,8 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       (long long)padded_vocab(cfg.vocab_size),
       (std::string(bf16 ? "brisk under BF16 autocast, PyTorch and llm.c F32" : "F32") +
        (mode.in_backward ? ", brisk's AdamW stepping in backward" : "") +
-       (mode.fused_head ? ", brisk's head fused into the loss" : ""))
+       (mode.fused_head ? ", brisk's head fused into the loss" : "") +
+       (mode.donate ? "" : ", brisk's operands never lent (--no-donate)"))
           .c_str(),
       steps, warmup, sysconf(_SC_NPROCESSORS_ONLN), std::getenv("OMP_WAIT_POLICY"));
   std::printf("PyTorch: %s\nllm.c: %s\n", torch_version.c_str(), llmc_note.c_str());
@@ -589,6 +604,7 @@ int run_parent(const std::vector<int>& threads, const std::vector<Shape2>& confi
       if (bf16) child.push_back("--bf16");
       if (mode.in_backward) child.push_back("--in-backward");
       if (mode.fused_head) child.push_back("--fused-head");
+      if (!mode.donate) child.push_back("--no-donate");
       if (mode.profile_top > 0) {
         child.push_back("--profile");
         child.push_back(std::to_string(mode.profile_top));
@@ -725,6 +741,8 @@ int main(int argc, char** argv) {
         mode.in_backward = true;
       } else if (k == "--fused-head") {
         mode.fused_head = true;
+      } else if (k == "--no-donate") {
+        mode.donate = false;
       } else if (k == "--profile") {
         mode.profile_top = std::max(0, std::stoi(value()));
       } else if (k == "--prepare") {  // internal: --prepare DIR

@@ -63,11 +63,16 @@ GPT2Block::GPT2Block(const GPT2Config& c) : Module("GPT2Block"), dropout_(c.drop
 Tensor GPT2Block::forward(const Tensor& x, const Tensor& mask, bool causal, bool use_cache) {
   const bool train = is_training();
   auto& attn = static_cast<GPT2Attention&>(submodule("attn"));
+  // The branches are given to the residual adds (std::move): their buffers take the sums
+  // (Note [Donated operands] in engine/ops/elementwise.cpp). dropout hands back its input
+  // when it drops nothing, so its result replaces the branch instead of sharing it.
   Tensor a = attn((*child("ln_1"))(x), mask, causal, use_cache);
-  Tensor h = x + F::dropout(a, dropout_, train);
+  a = F::dropout(a, dropout_, train);
+  Tensor h = x + std::move(a);
   Module& mlp = submodule("mlp");
   Tensor m = mlp.submodule("c_proj")(gelu(mlp.submodule("c_fc")((*child("ln_2"))(h)), /*tanh=*/true));
-  return h + F::dropout(m, dropout_, train);
+  m = F::dropout(m, dropout_, train);
+  return h + std::move(m);
 }
 
 GPT2::GPT2(GPT2Config c) : CausalLM("GPT2LMHeadModel"), config(c) {
