@@ -1,6 +1,7 @@
 // tests/test_linear_gelu.cpp: linear_gelu (Note [Linear with GELU] in engine/ops/linalg.cpp)
 // against linear then gelu: the same bits in F32 (the AVX-512 GEMM's tile epilogue and Eigen's
-// path), F64, F16 and BF16 (plain, and mixed under autocast), at edge values; the same
+// path), F64, F16 and BF16 (plain, and mixed under autocast; the BF16 GEMM's block epilogue on
+// each of its paths), at edge values; the same
 // gradients; the errors; and GPT-2's and TransformerEncoderLayer's fused MLPs against the
 // unfused calls a hook forces (the hooks still fire).
 // Not here: the conformance rows against plain loops and the F64 gradchecks
@@ -9,6 +10,7 @@
 
 #include "brisk.h"
 #include "engine/autocast.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "nn/models/gpt2.h"
 #include "nn/transformer.h"
@@ -41,7 +43,7 @@ void check_same(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 void check_shapes(DType dtype) {
-  CAPTURE(dtype);
+  CAPTURE(dtype_name(dtype));
   manual_seed(21);
   auto r = [&](Shape s) { return cast(randn(s), dtype); };
   check_same(r({3, 4}), r({5, 4}), r({5}));
@@ -78,7 +80,7 @@ void check_model_fusion(Model& model, const std::string& fc_name, Call call) {
   int calls = 0, hooked = 0;
   for (auto& [name, m] : model.named_modules()) {
     if (name.size() >= fc_name.size() && name.compare(name.size() - fc_name.size(), fc_name.size(), fc_name) == 0) {
-      m->register_forward_hook([&calls](Module&, const Tensor&, Tensor&) { ++calls; });
+      m->register_forward_hook([&calls](nn::Module&, const Tensor&, Tensor&) { ++calls; });
       ++hooked;
     }
   }
@@ -99,29 +101,45 @@ TEST_CASE("linear_gelu: the bits of linear then gelu in F32 (AVX-512 epilogue an
   kernels::cpu::set_f32_gemm_path(kernels::cpu::F32GemmPath::Auto);
 }
 
-TEST_CASE("linear_gelu: the bits of linear then gelu in BF16, plain and mixed under autocast") {
+namespace {
+
+void check_bf16() {
   check_shapes(DType::BF16);
   manual_seed(22);
   for (const Shape& xs : {Shape{5, 6}, Shape{70, 300}, Shape{2, 9, 300}}) {
-    CAPTURE(xs);
     const Tensor x = randn(xs), w = randn({130, xs.back()}) * 0.1, b = randn({130});
     for (bool tanh_form : {true, false}) {
-      AutocastGuard guard(DeviceType::CPU, DType::BF16);
-      const Tensor got = linear_gelu(x, w, b, tanh_form);
-      CHECK(got.dtype() == DType::BF16);
-      CHECK(same_bits(got, gelu(linear(x, w, b), tanh_form)));
+      CAPTURE(tanh_form);
+      {
+        AutocastGuard guard(DeviceType::CPU, DType::BF16);
+        const Tensor got = linear_gelu(x, w, b, tanh_form);
+        CHECK(got.dtype() == DType::BF16);
+        CHECK(same_bits(got, gelu(linear(x, w, b), tanh_form)));
+      }
       // The mixed form (BF16 x, F32 weight and bias) outside autocast as well.
       const Tensor xb = x.to(DType::BF16);
       CHECK(same_bits(linear_gelu(xb, w, b, tanh_form), gelu(linear(xb, w, b), tanh_form)));
     }
   }
-  CHECK(autocast::policy("linear_gelu", DType::BF16) == CastPolicy::LowerMixed);
+}
+
+}  // namespace
+
+TEST_CASE("linear_gelu: the bits of linear then gelu in BF16, plain and mixed under autocast, every GEMM path") {
+  namespace cpu = kernels::cpu;
+  for (cpu::Bf16GemmPath path : {cpu::Bf16GemmPath::Auto, cpu::Bf16GemmPath::Avx512, cpu::Bf16GemmPath::Fallback}) {
+    cpu::set_bf16_gemm_path(path);
+    CAPTURE(cpu::bf16_gemm_path_name(cpu::bf16_gemm_path()));
+    check_bf16();
+  }
+  cpu::set_bf16_gemm_path(cpu::Bf16GemmPath::Auto);
+  CHECK(autocast::policy("linear_gelu", DeviceType::CPU) == CastPolicy::LowerMixed);
 }
 
 // NaN and infinities in the input and the weight, a bias of -inf, no rows, K = 0.
 TEST_CASE("linear_gelu: edge values equal linear then gelu (NaN, inf, no rows, K = 0)") {
   for (DType dtype : {DType::F32, DType::BF16, DType::F64}) {
-    CAPTURE(dtype);
+    CAPTURE(dtype_name(dtype));
     manual_seed(23);
     Tensor x = randn({40, 20}, dtype), w = randn({50, 20}, dtype), b = randn({50}, dtype);
     {
@@ -145,14 +163,12 @@ TEST_CASE("linear_gelu: edge values equal linear then gelu (NaN, inf, no rows, K
 TEST_CASE("linear_gelu: the gradients of linear then gelu (F64 to 1e-12, F32, BF16)") {
   manual_seed(24);
   for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
-    CAPTURE(dtype);
+    CAPTURE(dtype_name(dtype));
     const double tol = dtype == DType::F64 ? 1e-12 : 0;  // the same ops: F32 and BF16 to the bit
     for (const Shape& xs : {Shape{6, 5}, Shape{2, 33, 40}}) {
       const Tensor x = cast(randn(xs), dtype), w = cast(randn({70, xs.back()}) * 0.3, dtype),
                    b = cast(randn({70}), dtype);
-      Shape ys = xs;
-      ys.back() = 70;
-      const Tensor gy = cast(randn(ys), dtype);
+      const Tensor gy = cast(randn(linear(x, w).sizes()), dtype);
       for (bool tanh_form : {true, false}) {
         CAPTURE(tanh_form);
         const Grads f = run(true, x, w, b, gy, tanh_form), u = run(false, x, w, b, gy, tanh_form);
@@ -177,7 +193,7 @@ TEST_CASE("linear_gelu: bad input is an error naming the op") {
 
 TEST_CASE("linear_gelu: GPT-2's and TransformerEncoderLayer's MLPs fuse only without hooks, with the same bits") {
   for (DType dtype : {DType::F32, DType::F64}) {
-    CAPTURE(dtype);
+    CAPTURE(dtype_name(dtype));
     nn::models::GPT2Config c;
     c.vocab_size = 97;
     c.n_positions = 16;

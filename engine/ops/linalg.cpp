@@ -217,13 +217,16 @@ Tensor linear_in_out(const Tensor& x, const Tensor& weight, const Tensor& bias) 
 // is one op with two outputs: y = gelu(h) and the pre-activation h, which backward needs
 // (gelu_backward(gy, h), then linear's own backward, the same function: linear_backward), as
 // cross_entropy keeps its logsumexp. The CPU kernel (kernels/cpu/gemm.cpp) applies the GELU
-// where the output is hot: for F32, in an epilogue of brisk's AVX-512 GEMM, on each 16 x 48
-// register tile right after its last K slice is stored (gemm_f32_avx512's TileEpilogue); for
-// BF16, in the pass that rounds the F32 sums, which now writes h and y from one read of each
-// F32 block. Both call vmath::gelu on the F32 value linear's output holds (h itself, or its
-// BF16 rounding widened), so the results are those of linear then gelu to the bit (the
-// tests check it). F64, F16, Eigen's F32 path (no AVX-512) and K = 0 run linear's kernel and
-// then the Gelu op's CPU kernel on h: the same bits, with no saving. The op takes linear's
+// where the output is hot, through a GEMM epilogue (TileEpilogue, kernels/cpu/gemm.h): for
+// F32, brisk's AVX-512 GEMM calls it on each 16 x 48 register tile right after the tile's last
+// K slice is stored (in L1); for BF16, gemm_bf16 calls it on each block of up to 256 x 512 F32
+// sums after its last K slice (in L2), and it rounds h to BF16 and writes y there, so linear's
+// separate rounding pass goes too. Both call vmath::gelu on the F32 value linear's output
+// holds (h itself, or its BF16 rounding widened), so the results are those of linear then
+// gelu to the bit (the tests check it). F64, F16, Eigen's F32 path (no AVX-512) and K = 0 run
+// linear's kernel and then the Gelu op's CPU kernel on h: the same bits, no saving. A
+// row-blocked loop (GEMM a block of rows, then its GELU) was not taken: each block would pack
+// the whole weight again. The op takes linear's
 // autocast policy (LowerMixed: Note [Mixed linear]). CUDA composes its linear and gelu
 // kernels (kernels/cuda/matmul.cu). ONNX export writes the nodes linear and gelu export.
 // nn::TransformerEncoderLayer fuses only where its linear1 module has no hooks (they would

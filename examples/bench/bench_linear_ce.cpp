@@ -19,6 +19,7 @@
 #include "engine/allocator.h"
 #include "engine/autocast.h"
 #include "engine/functions.h"
+#include "engine/grad_mode.h"
 #include "engine/threads.h"
 #include "examples/bench/bench_common.h"
 #include "nn/models/gpt2.h"

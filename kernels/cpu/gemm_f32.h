@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/gemm.h"
+
 namespace brisk::kernels::cpu {
 
 // Which kernel gemm<float> runs. Auto takes the best one the CPU has (Avx512 > Eigen); asking
@@ -31,14 +33,9 @@ const char* f32_gemm_path_name(F32GemmPath path);
 // p * a_cs]; b (k, n): (p, j) at b[p * b_rs + j * b_cs]; any strides (a unit one in either
 // dim is packed with vector loads, others element by element). c must not overlap a or b.
 // threads: the team size (1: the calling thread; callers pick it with gemm_threads()).
-// epilogue: when given, called once on every register tile of c (rows [row, row + rows) x
-// cols [col, col + cols), rows <= 16, cols <= 48) right after its last K slice is stored,
-// while it is in L1, by the thread that computed it (k > 0: with k = 0 it is never called) (Note [Linear with GELU] in
-// engine/ops/linalg.cpp). It may read that tile and write elsewhere, never into c.
-struct TileEpilogue {
-  void (*fn)(const void* ctx, int64_t row, int64_t col, int rows, int cols) = nullptr;
-  const void* ctx = nullptr;
-};
+// epilogue (kernels/cpu/gemm.h): called on every 16 x 48 register tile of c right after its
+// last K slice is stored, while it is in L1, by the thread that computed it (k > 0: with
+// k = 0 it is never called).
 void gemm_f32_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
                      int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate, int threads,
                      const TileEpilogue* epilogue = nullptr);

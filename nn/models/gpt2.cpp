@@ -74,9 +74,9 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& mask, bool causal, bool
   // calling c_fc would do no more than its forward: no hooks, no derived tensors, no scope to
   // enter, and the module still GPT-2's own (not one a quantizer put in its place).
   const bool fuse = typeid(fc) == typeid(HFConv1D) && !fc.has_call_work() && !scopes_tracked();
-  const Tensor a = fuse ? linear_gelu(u, fc.parameter("weight"), fc.parameter("bias"), /*tanh=*/true, /*in_out=*/true)
-                        : gelu(fc(u), /*tanh=*/true);
-  Tensor m = mlp.submodule("c_proj")(a);
+  const Tensor act = fuse ? linear_gelu(u, fc.parameter("weight"), fc.parameter("bias"), /*tanh=*/true, /*in_out=*/true)
+                          : gelu(fc(u), /*tanh=*/true);
+  Tensor m = mlp.submodule("c_proj")(act);
   return h + F::dropout(m, dropout_, train);
 }
 
