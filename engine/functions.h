@@ -231,8 +231,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // x (*, in) @ weight (in, out) + bias (out): the same op with the weight stored (in, out), as
 // Hugging Face's Conv1D (GPT-2) and torch.addmm hold it.
 Tensor linear_in_out(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
-// gelu(linear(x, weight, bias), tanh_approximation) as one op, the GELU applied while the
-// product's output is in cache; bit-identical to the two ops (Note [Linear with GELU] in
+// gelu(linear(x, weight, bias), tanh_approximation) as one op (under BF16, linear's rounding
+// pass writes the GELU too); the bits of the two ops (Note [Linear with GELU] in
 // engine/ops/linalg.cpp). weight_in_out: the weight stored (in, out), as linear_in_out.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, bool tanh_approximation = false,
                    bool weight_in_out = false);

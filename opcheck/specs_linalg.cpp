@@ -216,8 +216,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     specs.push_back(s);
   }
   {
-    // At a size where the F32 GEMM blocks, threads and runs its tile epilogue (the GELU written
-    // from each register tile), both weight layouts; gradients are the small cases' business.
+    // At a size where the GEMM blocks and threads, both weight layouts; gradients are the small
+    // cases' business.
     OpSpec s;
     s.name = "linear_gelu (blocked, threaded)";
     s.covers = {OpId::LinearGelu};

@@ -1,11 +1,10 @@
 // tests/test_linear_gelu.cpp: linear_gelu (Note [Linear with GELU] in engine/ops/linalg.cpp)
-// against linear then gelu: the same bits in F32 (the AVX-512 GEMM's tile epilogue and Eigen's
-// path), F64, F16 and BF16 (plain, and mixed under autocast; the BF16 GEMM's block epilogue on
-// each of its paths), at edge values; the same
+// against linear then gelu: the same bits in F32 (on the AVX-512 GEMM and on Eigen's), F64, F16
+// and BF16 (plain, and mixed under autocast, on each BF16 GEMM path), at edge values; the same
 // gradients; the errors; and GPT-2's and TransformerEncoderLayer's fused MLPs against the
 // unfused calls a hook forces (the hooks still fire).
 // Not here: the conformance rows against plain loops and the F64 gradchecks
-// (opcheck/specs_linalg.cpp); speed (examples/bench/bench_matmul.cpp).
+// (opcheck/specs_linalg.cpp); speed (examples/bench/bench_linear_ce.cpp, its gelu mode).
 #include <doctest/doctest.h>
 
 #include "brisk.h"
@@ -92,11 +91,11 @@ void check_model_fusion(Model& model, const std::string& fc_name, Call call) {
 
 }  // namespace
 
-TEST_CASE("linear_gelu: the bits of linear then gelu in F32 (AVX-512 epilogue and Eigen), F64 and F16") {
+TEST_CASE("linear_gelu: the bits of linear then gelu in F32 (AVX-512 GEMM and Eigen), F64 and F16") {
   check_shapes(DType::F32);
   check_shapes(DType::F64);
   check_shapes(DType::F16);
-  kernels::cpu::set_f32_gemm_path(kernels::cpu::F32GemmPath::Eigen);  // the GELU after the GEMM
+  kernels::cpu::set_f32_gemm_path(kernels::cpu::F32GemmPath::Eigen);
   check_shapes(DType::F32);
   kernels::cpu::set_f32_gemm_path(kernels::cpu::F32GemmPath::Auto);
 }

@@ -211,26 +211,25 @@ Tensor linear_in_out(const Tensor& x, const Tensor& weight, const Tensor& bias) 
 
 // Note [Linear with GELU]
 // gelu(linear(x, w, b)) is GPT-2's MLP (tanh form) and TransformerEncoderLayer's with
-// activation "gelu" (erf form); as two ops the GELU is a second pass over the (rows, 4 * d)
-// pre-activation after it has left the cache (25 MB for GPT-2's 2048 x 3072 in F32), and a
-// third under BF16, where linear rounds its F32 sums to BF16 in a pass of its own. linear_gelu
-// is one op with two outputs: y = gelu(h) and the pre-activation h, which backward needs
-// (gelu_backward(gy, h), then linear's own backward, the same function: linear_backward), as
-// cross_entropy keeps its logsumexp. The CPU kernel (kernels/cpu/gemm.cpp) applies the GELU
-// where the output is hot, through a GEMM epilogue (TileEpilogue, kernels/cpu/gemm.h): for
-// F32, brisk's AVX-512 GEMM calls it on each 16 x 48 register tile right after the tile's last
-// K slice is stored (in L1); for BF16, gemm_bf16 calls it on each block of up to 256 x 512 F32
-// sums after its last K slice (in L2), and it rounds h to BF16 and writes y there, so linear's
-// separate rounding pass goes too. Both call vmath::gelu on the F32 value linear's output
-// holds (h itself, or its BF16 rounding widened), so the results are those of linear then
-// gelu to the bit (the tests check it). F64, F16, Eigen's F32 path (no AVX-512) and K = 0 run
-// linear's kernel and then the Gelu op's CPU kernel on h: the same bits, no saving. A
-// row-blocked loop (GEMM a block of rows, then its GELU) was not taken: each block would pack
-// the whole weight again. The op takes linear's
-// autocast policy (LowerMixed: Note [Mixed linear]). CUDA composes its linear and gelu
-// kernels (kernels/cuda/matmul.cu). ONNX export writes the nodes linear and gelu export.
-// nn::TransformerEncoderLayer fuses only where its linear1 module has no hooks (they would
-// not fire): nn/transformer.cpp.
+// activation "gelu" (erf form). As two ops under BF16 it is three passes over the (rows, 4 * d)
+// output after the product: linear rounds its F32 sums to BF16, gelu reads that and writes its
+// own. linear_gelu is one op with two outputs: y = gelu(h) and the pre-activation h, which
+// backward needs (gelu_backward(gy, h), then linear's own backward, the same function:
+// linear_backward), as cross_entropy keeps its logsumexp. The CPU kernel (kernels/cpu/gemm.cpp)
+// writes h and y in linear's BF16 rounding pass (one read of each block of F32 sums, y computed
+// with the Gelu op's vmath::gelu on h widened), and in F32 runs the Gelu op's kernel on h right
+// after the product. The results are those of linear then gelu to the bit (the tests check it).
+// Measured and not taken (Xeon with AMX, bench_linear_ce gelu, GPT-2's c_fc at N = 2048, one
+// thread): an epilogue inside the GEMMs, called on each F32 register tile (16 x 48) or each BF16
+// block (256 x 512) as soon as its sums were final, was 1-8% slower than the two ops: the GEMMs
+// are compute-bound and blocked for their own cache footprint, and the GELU's reads and writes
+// evicted the packed panels; the separate BF16 pass is 5-6% faster than linear + gelu's forward,
+// the F32 one within the noise (it saves a dispatch and nothing else). A row-blocked product
+// (a block of rows, then its GELU while in cache) would pack the whole weight again per block.
+// The op takes linear's autocast policy (LowerMixed: Note [Mixed linear]). CUDA composes its
+// linear and gelu kernels (kernels/cuda/matmul.cu). ONNX export writes the nodes linear and gelu
+// export. GPT-2 and the transformer layers fuse only where their c_fc / linear1 module has no
+// hooks (they would not fire): nn/models/gpt2.cpp, nn/transformer.cpp.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool tanh_approximation,
                    bool weight_in_out) {
   BRISK_CHECK(x.defined() && weight.defined(), "linear_gelu: undefined input or weight");

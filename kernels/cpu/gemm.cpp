@@ -471,86 +471,44 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
 }
 
 // linear_gelu's GELU (Note [Linear with GELU] in engine/ops/linalg.cpp): y (dense, of the
-// output's sizes and dtype) = gelu(h), written by linear's kernel while h is hot where it can
-// (done), else by the caller from h.
+// output's sizes and dtype) = gelu(h), written by linear's kernel where it has a pass of its
+// own to share (done), else by the caller from h.
 struct GeluOut {
   Tensor y{};
   bool tanh_form = false;
   bool done = false;
-  BFloat16* h16 = nullptr;  // a BF16 op's h, rounded from the F32 sums by the epilogue too
 };
-
-// The F32 GEMM's tile epilogue of linear_gelu: y = gelu(h) over one register tile of h, just
-// stored (kernels/cpu/gemm_f32.h), with the Gelu op's own F32 function.
-struct GeluTile {
-  const float* h = nullptr;
-  float* y = nullptr;
-  int64_t ld = 0;
-  bool tanh_form = false;
-};
-
-void gelu_tile(const void* ctx, int64_t row, int64_t col, int64_t rows, int64_t cols) {
-  const GeluTile& t = *static_cast<const GeluTile*>(ctx);
-  const int64_t at = row * t.ld + col;
-  vmath::gelu_rows(t.h + at, t.y + at, t.ld, rows, cols, t.tanh_form);
-}
 
 // h = src rounded to BF16 and y = gelu(h) (computed on h widened, as the Gelu op's BF16 kernel
-// does: Note [BF16 through F32 blocks] in kernels/cpu/vmath.cpp) over n elements: linear's
-// rounding pass and the Gelu op's pass in one read of src.
+// does: Note [BF16 through F32 blocks] in kernels/cpu/vmath.cpp), dense, n elements, threaded:
+// linear's rounding pass and the Gelu op's pass in one read of src.
 void round_gelu_bf16(const float* src, BFloat16* h, BFloat16* y, int64_t n, bool tanh_form) {
-  constexpr int64_t kBlock = 256;
-  float hf[kBlock], yf[kBlock];
-  for (int64_t i = 0; i < n; i += kBlock) {
-    const int64_t m = std::min(kBlock, n - i);
-    for (int64_t j = 0; j < m; ++j) {
-      h[i + j].bits = BFloat16::from_float(src[i + j]);
-      hf[j] = float(h[i + j]);
-    }
-    vmath::gelu(hf, yf, m, tanh_form);
-    for (int64_t j = 0; j < m; ++j) y[i + j].bits = BFloat16::from_float(yf[j]);
-  }
-}
-
-// The same over a dense (rows, n) c (K = 0, where no GEMM runs), threaded.
-void round_gelu_bf16_dense(const float* src, BFloat16* h, BFloat16* y, int64_t n, bool tanh_form) {
-  constexpr int64_t kChunk = 1 << 14;
+  constexpr int64_t kChunk = 1 << 14, kBlock = 256;
   const int64_t parts = (n + kChunk - 1) / kChunk;
   const int nt = threads_for(n);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t part = 0; part < parts; ++part) {
-    const int64_t first = part * kChunk;
-    round_gelu_bf16(src + first, h + first, y + first, std::min(kChunk, n - first), tanh_form);
-  }
-}
-
-// The BF16 GEMM's block epilogue of linear_gelu: h and y from one block of the F32 sums, while
-// it is in cache (kernels/cpu/gemm_bf16.h).
-struct GeluBlockBf16 {
-  const float* c = nullptr;
-  BFloat16* h = nullptr;
-  BFloat16* y = nullptr;
-  int64_t ld = 0;
-  bool tanh_form = false;
-};
-
-void gelu_block_bf16(const void* ctx, int64_t row, int64_t col, int64_t rows, int64_t cols) {
-  const GeluBlockBf16& t = *static_cast<const GeluBlockBf16*>(ctx);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t at = (row + r) * t.ld + col;
-    round_gelu_bf16(t.c + at, t.h + at, t.y + at, cols, t.tanh_form);
+    float hf[kBlock], yf[kBlock];
+    const int64_t end = std::min(n, (part + 1) * kChunk);
+    for (int64_t i = part * kChunk; i < end; i += kBlock) {
+      const int64_t m = std::min(kBlock, end - i);
+      for (int64_t j = 0; j < m; ++j) {
+        h[i + j].bits = BFloat16::from_float(src[i + j]);
+        hf[j] = float(h[i + j]);
+      }
+      vmath::gelu(hf, yf, m, tanh_form);
+      for (int64_t j = 0; j < m; ++j) y[i + j].bits = BFloat16::from_float(yf[j]);
+    }
   }
 }
 
 // c (rows, n) dense = x (rows, k) @ wt (k, n, the weight as the product's b), both read in
 // place; each row of c starts at bias (n) when given and the product is accumulated onto it.
 // A BF16 x takes a BF16 or an F32 wt (read as its BF16 rounding: Note [Mixed linear] in
-// engine/ops/linalg.cpp). gelu (F32 only): the GELU written from each tile of c by the AVX-512
-// GEMM's epilogue where that GEMM runs (gelu->done), as gemm<float> would pick it and its
-// threads.
+// engine/ops/linalg.cpp).
 template <class T, class W, class Acc>
 void linear_rows(MatrixRef<const T> x, MatrixRef<const W> wt, const Acc* bias, Acc* c, int64_t rows, int64_t n,
-                 int64_t k, GeluOut* gelu = nullptr) {
+                 int64_t k) {
   if (k == 0 && !bias) {  // an empty sum: zeros
     std::fill(c, c + rows * n, Acc(0));
     return;
@@ -563,27 +521,9 @@ void linear_rows(MatrixRef<const T> x, MatrixRef<const W> wt, const Acc* bias, A
   if (k == 0) return;
   const MatrixRef<Acc> out{c, rows, n, n, 1};
   if constexpr (std::is_same_v<T, BFloat16>) {
-    if (gelu && gelu->h16) {
-      const GeluBlockBf16 block{c, gelu->h16, static_cast<BFloat16*>(gelu->y.data_ptr()), n, gelu->tanh_form};
-      const TileEpilogue epilogue{gelu_block_bf16, &block};
-      gemm_bf16(x, wt, out, bias != nullptr, 0, &epilogue);
-      gelu->done = true;
-      return;
-    }
     gemm_bf16(x, wt, out, bias != nullptr);
   } else {
     static_assert(std::is_same_v<T, W> && std::is_same_v<T, Acc>);
-    if constexpr (std::is_same_v<T, float>) {
-      if (gelu && rows > 1 && n > 1 && f32_gemm_path() == F32GemmPath::Avx512) {
-        const GeluTile tile{c, static_cast<float*>(gelu->y.data_ptr()), n, gelu->tanh_form};
-        const TileEpilogue epilogue{gelu_tile, &tile};
-        const bool small = double(rows) * double(n) * double(k) < kF32ParallelMacs;
-        gemm_f32_avx512(rows, n, k, x.data, x.row_stride, x.col_stride, wt.data, wt.row_stride, wt.col_stride, c, n,
-                        bias != nullptr, small ? 1 : gemm_threads(rows, n, k), &epilogue);
-        gelu->done = true;
-        return;
-      }
-    }
     gemm<T>(x, wt, out, bias != nullptr);
   }
 }
@@ -631,8 +571,7 @@ void linear_into(std::span<const Tensor> in, const Tensor& result, bool in_out, 
             const Tensor b = has_bias ? (in[2].is_contiguous() ? in[2] : converted(in[2], in[2].dtype())) : Tensor();
             linear_rows<T, T, T>(
                 rows_of<T>(x, rows, k), MatrixRef<const T>{static_cast<const T*>(w.data_ptr()), k, n, b_rs, b_cs},
-                has_bias ? static_cast<const T*>(b.data_ptr()) : nullptr, static_cast<T*>(c.data_ptr()), rows, n, k,
-                dense && std::is_same_v<T, float> ? gelu : nullptr);
+                has_bias ? static_cast<const T*>(b.data_ptr()) : nullptr, static_cast<T*>(c.data_ptr()), rows, n, k);
           }
         });
         break;
@@ -654,23 +593,19 @@ void linear_into(std::span<const Tensor> in, const Tensor& result, bool in_out, 
             has_bias ? f32(in[2].dtype() == DType::BF16 ? in[2] : converted(in[2], DType::BF16)) : Tensor();
         const MatrixRef<const BFloat16> xm = rows_of<BFloat16>(x, rows, k);
         float* cp = static_cast<float*>(c32.data_ptr());
-        // linear_gelu: h and y written from each block of the F32 sums by the GEMM's epilogue.
-        GeluOut* g = gelu && dense && c.dtype() == DType::BF16 ? gelu : nullptr;
-        if (g) g->h16 = static_cast<BFloat16*>(c.data_ptr());
         if (w.dtype() == DType::F32) {
           linear_rows<BFloat16, float, float>(
               xm, MatrixRef<const float>{static_cast<const float*>(w.data_ptr()), k, n, b_rs, b_cs}, bias_ptr(b32), cp,
-              rows, n, k, g);
+              rows, n, k);
         } else {
           linear_rows<BFloat16, BFloat16, float>(
               xm, MatrixRef<const BFloat16>{static_cast<const BFloat16*>(w.data_ptr()), k, n, b_rs, b_cs},
-              bias_ptr(b32), cp, rows, n, k, g);
+              bias_ptr(b32), cp, rows, n, k);
         }
-        if (g) {
-          if (!g->done) {  // K = 0: no GEMM ran
-            round_gelu_bf16_dense(cp, g->h16, static_cast<BFloat16*>(g->y.data_ptr()), c.numel(), g->tanh_form);
-            g->done = true;
-          }
+        if (gelu && dense && c.dtype() == DType::BF16) {  // linear_gelu: h and y from one read of the sums
+          round_gelu_bf16(cp, static_cast<BFloat16*>(c.data_ptr()), static_cast<BFloat16*>(gelu->y.data_ptr()),
+                          c.numel(), gelu->tanh_form);
+          gelu->done = true;
         } else if (c32.impl() != c.impl()) {
           round_to_bf16(cp, static_cast<BFloat16*>(c.data_ptr()), c.numel());
         }
@@ -689,8 +624,8 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
 }
 
 // (y = gelu(h), h) = linear_gelu(x, w[, bias]) (Note [Linear with GELU] in
-// engine/ops/linalg.cpp): linear's kernel with the GELU written while h is hot (F32 on the
-// AVX-512 GEMM, BF16); elsewhere the Gelu op's CPU kernel on h after it.
+// engine/ops/linalg.cpp): linear's kernel, whose BF16 rounding pass writes y as well; other
+// dtypes run the Gelu op's CPU kernel on h right after the product.
 void linear_gelu_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
   const bool dense = out[0].is_contiguous() && out[1].is_contiguous();
   auto dense_of = [&](const Tensor& t) { return dense ? t : make_empty(t.sizes(), t.dtype(), t.device()); };

@@ -34,16 +34,6 @@ void gemm(MatrixRef<const T> a, MatrixRef<const T> b, MatrixRef<T> c, bool accum
 extern template void gemm<float>(MatrixRef<const float>, MatrixRef<const float>, MatrixRef<float>, bool, int);
 extern template void gemm<double>(MatrixRef<const double>, MatrixRef<const double>, MatrixRef<double>, bool, int);
 
-// A GEMM's epilogue (Note [Linear with GELU] in engine/ops/linalg.cpp): fn(ctx, row, col, rows,
-// cols) is called once on every block of c (rows [row, row + rows) x cols [col, col + cols))
-// as soon as the block's sums are final, while it is in cache, by the thread that computed it;
-// the blocks cover c once. It may read that block and write elsewhere, never into c. Taken by
-// gemm_f32_avx512 (kernels/cpu/gemm_f32.h) and gemm_bf16 (kernels/cpu/gemm_bf16.h).
-struct TileEpilogue {
-  void (*fn)(const void* ctx, int64_t row, int64_t col, int64_t rows, int64_t cols) = nullptr;
-  const void* ctx = nullptr;
-};
-
 // Threads gemm() would use for an (M, N, K) product when left to pick (brisk's F32 kernel
 // keeps products below 2 * 128^3 multiply-adds on one thread; see Note [F32 GEMM]).
 int gemm_threads(int64_t m, int64_t n, int64_t k);

@@ -496,12 +496,9 @@ void run_block(Bf16GemmPath path, const uint16_t* ap, const uint16_t* bp, int64_
 }
 
 // c (m, n), row-major with row stride ldc, (+)= a (m, k) @ b (k, n) on the calling thread.
-// epilogue: called on each (mc, nc) block after its last K slice; (row0, col0): where this c
-// starts in the epilogue's.
 template <class BOperand>
 void gemm_native_serial(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, BOperand b, float* c,
-                        int64_t ldc, bool accumulate, const TileEpilogue* epilogue = nullptr, int64_t row0 = 0,
-                        int64_t col0 = 0) {
+                        int64_t ldc, bool accumulate) {
   const Blocking bl = path == Bf16GemmPath::Amx ? kAmxBlocking : kDotBlocking;
   const int64_t kc_max = std::min(bl.kc, round_up(k, 32)), kg_max = kc_max / 32;
   const int64_t a_elems = round_up(std::min(bl.mc, m), 32) * kg_max * 32;
@@ -523,7 +520,6 @@ void gemm_native_serial(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Oper
           pack_a_cols(block, mc, kc, kg, ap);
         }
         run_block(path, ap, bp, mc, nc, kg, ceil_div(kc, 2), c + ic * ldc + jc, ldc, accumulate || pc > 0);
-        if (epilogue && pc + kc == k) epilogue->fn(epilogue->ctx, row0 + ic, col0 + jc, mc, nc);
       }
     }
   }
@@ -538,10 +534,10 @@ void zero(float* c, int64_t m, int64_t n, int64_t ldc) {
 // The native product, split across threads as gemm.cpp does (Note [CPU GEMM]).
 template <class BOperand>
 void gemm_native(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, BOperand b, float* c, int64_t ldc,
-                 bool accumulate, int threads, const TileEpilogue* epilogue) {
+                 bool accumulate, int threads) {
   const int nt = threads > 0 ? threads : gemm_threads(m, n, k);
   if (nt <= 1) {
-    gemm_native_serial(path, m, n, k, a, b, c, ldc, accumulate, epilogue);
+    gemm_native_serial(path, m, n, k, a, b, c, ldc, accumulate);
     return;
   }
   const bool split_n = n > m;
@@ -554,10 +550,9 @@ void gemm_native(Bf16GemmPath path, int64_t m, int64_t n, int64_t k, Operand a, 
   for (int s = 0; s < slabs; ++s) {
     const int64_t lo = s * chunk, len = std::min(extent, lo + chunk) - lo;
     if (split_n) {
-      gemm_native_serial(path, m, len, k, a, BOperand{b.at(0, lo), b.rs, b.cs}, c + lo, ldc, accumulate, epilogue, 0,
-                         lo);
+      gemm_native_serial(path, m, len, k, a, BOperand{b.at(0, lo), b.rs, b.cs}, c + lo, ldc, accumulate);
     } else {
-      gemm_native_serial(path, len, n, k, {a.at(lo, 0), a.rs, a.cs}, b, c + lo * ldc, ldc, accumulate, epilogue, lo, 0);
+      gemm_native_serial(path, len, n, k, {a.at(lo, 0), a.rs, a.cs}, b, c + lo * ldc, ldc, accumulate);
     }
   }
 }
@@ -615,13 +610,11 @@ namespace {
 
 // c (row-major) (+)= a @ b for a BF16 b or an F32 b read as its BF16 rounding.
 template <class BMatrix>
-void gemm_row_major(MatrixRef<const BFloat16> a, BMatrix b, MatrixRef<float> c, bool accumulate, int threads,
-                    const TileEpilogue* epilogue) {
+void gemm_row_major(MatrixRef<const BFloat16> a, BMatrix b, MatrixRef<float> c, bool accumulate, int threads) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const int64_t ldc = m == 1 ? n : c.row_stride;
   const Operand oa = operand(a, "a");
   const auto ob = operand(b, "b");
-  BRISK_CHECK(k > 0 || !epilogue, "gemm_bf16: an epilogue needs K > 0");
   if (k == 0) {
     if (!accumulate) zero(c.data, m, n, ldc);
     return;
@@ -629,10 +622,9 @@ void gemm_row_major(MatrixRef<const BFloat16> a, BMatrix b, MatrixRef<float> c, 
   const Bf16GemmPath path = bf16_gemm_path();
   if (path == Bf16GemmPath::Fallback) {
     gemm_fallback(m, n, k, oa, ob, {c.data, m, n, ldc, 1}, accumulate, threads);
-    if (epilogue) epilogue->fn(epilogue->ctx, 0, 0, m, n);
     return;
   }
-  gemm_native(path, m, n, k, oa, ob, c.data, ldc, accumulate, threads, epilogue);
+  gemm_native(path, m, n, k, oa, ob, c.data, ldc, accumulate, threads);
 }
 
 template <class BMatrix>
@@ -651,19 +643,18 @@ bool column_major(MatrixRef<float> c) {
 }  // namespace
 
 void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c, bool accumulate,
-               int threads, const TileEpilogue* epilogue) {
+               int threads) {
   check_sizes(a, b, c);
   if (c.rows == 0 || c.cols == 0) return;
   if (column_major(c)) {  // the row-major c^T = b^T a^T
-    BRISK_CHECK(!epilogue, "gemm_bf16: an epilogue needs a row-major c");
     gemm_bf16(transposed(b), transposed(a), {c.data, c.cols, c.rows, c.col_stride, c.row_stride}, accumulate, threads);
     return;
   }
-  gemm_row_major(a, b, c, accumulate, threads, epilogue);
+  gemm_row_major(a, b, c, accumulate, threads);
 }
 
-void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const float> b, MatrixRef<float> c, bool accumulate, int threads,
-               const TileEpilogue* epilogue) {
+void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const float> b, MatrixRef<float> c, bool accumulate,
+               int threads) {
   check_sizes(a, b, c);
   if (c.rows == 0 || c.cols == 0) return;
   if (column_major(c)) {  // b would become the A operand: round it into a BF16 copy instead
@@ -672,10 +663,10 @@ void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const float> b, MatrixRef<
       for (int64_t j = 0; j < b.cols; ++j)
         b16[size_t(i * b.cols + j)] = BFloat16(b.data[i * b.row_stride + j * b.col_stride]);
     }
-    gemm_bf16(a, MatrixRef<const BFloat16>{b16.data(), b.rows, b.cols, b.cols, 1}, c, accumulate, threads, epilogue);
+    gemm_bf16(a, MatrixRef<const BFloat16>{b16.data(), b.rows, b.cols, b.cols, 1}, c, accumulate, threads);
     return;
   }
-  gemm_row_major(a, b, c, accumulate, threads, epilogue);
+  gemm_row_major(a, b, c, accumulate, threads);
 }
 
 void gemm_bf16_reference(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c,

@@ -17,16 +17,14 @@ namespace brisk::kernels::cpu {
 // The operand contract is gemm()'s (kernels/cpu/gemm.h): a and b need a unit stride in one
 // dim (transposed views are read in place while packing), c needs one too and must not
 // overlap them. threads: 0 picks as gemm_threads() does; 1 runs on the calling thread.
-// epilogue: run on each block of c once its sums are final (kernels/cpu/gemm.h; the native
-// paths' blocks are up to 256 x 512, the fallback's the whole c); c row-major, k > 0.
 void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c, bool accumulate = false,
-               int threads = 0, const TileEpilogue* epilogue = nullptr);
+               int threads = 0);
 
 // c = a @ b with b in F32, read as its BF16 rounding (BFloat16::from_float) while it is packed:
 // the product gemm_bf16 gives for b rounded to BF16 first, without the rounded copy (autocast's
 // mixed linear reads F32 weights this way: Note [Mixed linear] in kernels/cpu/gemm.cpp).
 void gemm_bf16(MatrixRef<const BFloat16> a, MatrixRef<const float> b, MatrixRef<float> c, bool accumulate = false,
-               int threads = 0, const TileEpilogue* epilogue = nullptr);
+               int threads = 0);
 
 // The same product as plain loops: each c[i, j] summed in F32 in k order. For tests.
 void gemm_bf16_reference(MatrixRef<const BFloat16> a, MatrixRef<const BFloat16> b, MatrixRef<float> c,

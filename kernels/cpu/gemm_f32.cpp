@@ -242,7 +242,6 @@ struct Problem {
   float* c;
   int64_t ldc;
   bool accumulate;
-  const TileEpilogue* epilogue;  // null: none; else run on each tile after its last K slice
 };
 
 // Step sizes and the shared panels: double-buffered steps, or (whole) every KC slice of A and
@@ -296,10 +295,9 @@ int row_parts(int64_t mp, int64_t np, int threads) {
   return best;
 }
 
-// This thread's tile of c[ic:ic+mc, jc:jc+nc] (+)= packed A block @ packed B panel, kc deep;
-// last: the final K slice (the epilogue's turn).
+// This thread's tile of c[ic:ic+mc, jc:jc+nc] (+)= packed A block @ packed B panel, kc deep.
 void compute_tile(const Problem& pr, const float* ap, const float* bp, int64_t ic, int64_t mc, int64_t jc, int64_t nc,
-                  int64_t kc, bool load_c, int tid, int threads, bool last = false) {
+                  int64_t kc, bool load_c, int tid, int threads) {
   const int64_t mp = ceil_div(mc, kMR), np = ceil_div(nc, kNR);
   const int tm = row_parts(mp, np, threads), tn = threads / tm;
   const auto [i_lo, i_hi] = share(mp, tm, tid / tn);
@@ -320,7 +318,6 @@ void compute_tile(const Problem& pr, const float* ap, const float* bp, int64_t i
       } else {
         micro_kernel<kMR, 1, kNR>(kc, a, b, c, pr.ldc, rows, cols, load_c);
       }
-      if (last && pr.epilogue) pr.epilogue->fn(pr.epilogue->ctx, ic + ir * kMR, jc + jr * kNR, rows, cols);
     }
   }
 }
@@ -347,7 +344,7 @@ void run_whole(const Problem& pr, const Plan& plan, int tid, int threads) {
   for (int64_t pc = 0; pc < pr.k; pc += plan.kc) {
     const int64_t kc = std::min(plan.kc, pr.k - pc);
     compute_tile(pr, plan.a_buf[0] + pc * m_pad, plan.b_buf[0] + pc * n_pad, 0, pr.m, 0, pr.n, kc,
-                 pr.accumulate || pc > 0, tid, threads, pc + kc == pr.k);
+                 pr.accumulate || pc > 0, tid, threads);
   }
 }
 
@@ -373,7 +370,7 @@ void run_team(const Problem& pr, const Plan& plan, int tid, int threads) {
         if (threads > 1) {
 #pragma omp barrier
         }
-        compute_tile(pr, ap, bp, ic, mc, jc, nc, kc, pr.accumulate || pc > 0, tid, threads, pc + kc == pr.k);
+        compute_tile(pr, ap, bp, ic, mc, jc, nc, kc, pr.accumulate || pc > 0, tid, threads);
       }
     }
   }
@@ -412,7 +409,7 @@ void PackedB::multiply(int64_t m, const float* a, int64_t a_rs, int64_t a_cs, fl
     return;
   }
   if (threads <= 0) threads = omp_in_parallel() ? 1 : gemm_threads(m, n_, k_);
-  const Problem pr{m, n_, k_, {a, a_rs, a_cs}, {nullptr, 0, 0}, c, ldc, accumulate, nullptr};
+  const Problem pr{m, n_, k_, {a, a_rs, a_cs}, {nullptr, 0, 0}, c, ldc, accumulate};
   const int64_t mc_max = std::min(round_up(m, kMR), kMC * threads);
   float* abuf = t_panels.get<float>(round_up(k_ * mc_max, 16));
   auto run = [&](int tid, int team) {
@@ -461,8 +458,7 @@ const char* f32_gemm_path_name(F32GemmPath path) {
 }
 
 void gemm_f32_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
-                     int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate, int threads,
-                     const TileEpilogue* epilogue) {
+                     int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate, int threads) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) {
@@ -470,7 +466,7 @@ void gemm_f32_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_
     }
     return;
   }
-  const Problem pr{m, n, k, {a, a_rs, a_cs}, {b, b_rs, b_cs}, c, ldc, accumulate, epilogue};
+  const Problem pr{m, n, k, {a, a_rs, a_cs}, {b, b_rs, b_cs}, c, ldc, accumulate};
   threads = std::max(threads, 1);
   const Plan plan = make_plan(pr, threads);
   if (threads == 1) {

@@ -10,8 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/gemm.h"
-
 namespace brisk::kernels::cpu {
 
 // Which kernel gemm<float> runs. Auto takes the best one the CPU has (Avx512 > Eigen); asking
@@ -33,12 +31,8 @@ const char* f32_gemm_path_name(F32GemmPath path);
 // p * a_cs]; b (k, n): (p, j) at b[p * b_rs + j * b_cs]; any strides (a unit one in either
 // dim is packed with vector loads, others element by element). c must not overlap a or b.
 // threads: the team size (1: the calling thread; callers pick it with gemm_threads()).
-// epilogue (kernels/cpu/gemm.h): called on every 16 x 48 register tile of c right after its
-// last K slice is stored, while it is in L1, by the thread that computed it (k > 0: with
-// k = 0 it is never called).
 void gemm_f32_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
-                     int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate, int threads,
-                     const TileEpilogue* epilogue = nullptr);
+                     int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate, int threads);
 
 // A right-hand operand b (k, n) packed once for many products a @ b with the AVX-512 kernel:
 // a weight used at every step of a sequence (the recurrent W_hh of kernels/cpu/recurrent.cpp),

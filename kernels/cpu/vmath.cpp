@@ -133,12 +133,6 @@ __attribute__((target("avx512f"))) void gelu_avx512(const float* x, float* y, in
   }
 }
 
-// gelu_avx512 row by row (inlined here: one call for a whole tile).
-__attribute__((target("avx512f"))) void gelu_rows_avx512(const float* x, float* y, int64_t ld, int64_t rows,
-                                                         int64_t cols, bool tanh_form) {
-  for (int64_t r = 0; r < rows; ++r) gelu_avx512(x + r * ld, y + r * ld, cols, tanh_form);
-}
-
 __attribute__((target("avx512f"))) void gelu_backward_avx512(const float* g, const float* x, float* dx, int64_t n,
                                                              bool tanh_form) {
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
@@ -227,16 +221,6 @@ void gelu(const float* x, float* y, int64_t n, bool tanh_form) {
 #endif
   const functors::Gelu f{tanh_form};
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
-}
-
-void gelu_rows(const float* x, float* y, int64_t ld, int64_t rows, int64_t cols, bool tanh_form) {
-#ifdef BRISK_WITH_MVEC
-  if (vector_math()) return gelu_rows_avx512(x, y, ld, rows, cols, tanh_form);
-#endif
-  const functors::Gelu f{tanh_form};
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < cols; ++i) y[r * ld + i] = f(x[r * ld + i]);
-  }
 }
 
 void gelu_backward(const float* g, const float* x, float* dx, int64_t n, bool tanh_form) {

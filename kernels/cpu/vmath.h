@@ -24,9 +24,6 @@ void tanh(const float* x, float* y, int64_t n);
 void sigmoid(const float* x, float* y, int64_t n);
 // y = gelu(x), dx = g * gelu'(x): functors::Gelu / GeluBackward, the tanh or the erf form.
 void gelu(const float* x, float* y, int64_t n, bool tanh_form);
-// The same over `rows` rows of `cols` elements, row i at x + i * ld and y + i * ld: a GEMM
-// epilogue's tile (Note [Linear with GELU] in engine/ops/linalg.cpp), in one call.
-void gelu_rows(const float* x, float* y, int64_t ld, int64_t rows, int64_t cols, bool tanh_form);
 void gelu_backward(const float* g, const float* x, float* dx, int64_t n, bool tanh_form);
 
 }  // namespace brisk::kernels::cpu::vmath
