@@ -180,6 +180,21 @@ TEST_CASE("linear_gelu: the gradients of linear then gelu (F64 to 1e-12, F32, BF
   }
 }
 
+// Double backward: gelu_backward has no derivative with respect to its input, so the fused op's
+// second derivative is the same error as the pair's, not a silently wrong value.
+TEST_CASE("linear_gelu: a second derivative is gelu_backward's error, as for linear then gelu") {
+  manual_seed(26);
+  const Tensor x0 = randn({4, 6}, DType::F64), w = randn({5, 6}, DType::F64), b = randn({5}, DType::F64);
+  for (int fused = 0; fused < 2; ++fused) {
+    CAPTURE(fused);
+    Tensor x = x0.detach().requires_grad_(true);
+    const Tensor y = fused ? linear_gelu(x, w, b, true) : gelu(linear(x, w, b), true);
+    const Tensor out[1] = {sum(y * y)}, in[1] = {x};
+    const std::vector<Tensor> gx = grad(out, in, {}, false, /*create_graph=*/true);
+    CHECK_THROWS_WITH_AS(sum(gx[0]).backward(), doctest::Contains("gelu_backward: the second derivative"), Error);
+  }
+}
+
 TEST_CASE("linear_gelu: bad input is an error naming the op") {
   const Tensor x = zeros({4, 3});
   CHECK_THROWS_WITH_AS(linear_gelu(x, zeros({5, 2})),
