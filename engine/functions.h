@@ -231,6 +231,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // x (*, in) @ weight (in, out) + bias (out): the same op with the weight stored (in, out), as
 // Hugging Face's Conv1D (GPT-2) and torch.addmm hold it.
 Tensor linear_in_out(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// gelu(linear(x, weight, bias), tanh_approximation) as one op (under BF16, linear's rounding
+// pass writes the GELU too); the bits of the two ops (Note [Linear with GELU] in
+// engine/ops/linalg.cpp). weight_in_out: the weight stored (in, out), as linear_in_out.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, bool tanh_approximation = false,
+                   bool weight_in_out = false);
 Tensor bmm(const Tensor& a, const Tensor& b);  // (B, n, k) @ (B, k, m), checked
 // beta * input + alpha * (a @ b): addmm for matrices, baddbmm for batches
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);

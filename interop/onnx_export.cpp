@@ -424,6 +424,39 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
   std::vector<std::string> more;  // of outputs 1, 2, ... where the mapping gives them
   auto same = [&](const char* type) { y = op(type, {in[0]}); };
   auto binary = [&](const char* type) { y = op(type, {in[0], in[1]}); };
+  // gelu(v) in the tanh form (tanh(sqrt(2 / pi) * (v + 0.044715 v^3))) or the erf one.
+  auto emit_gelu = [&](const std::string& v, bool tanh_form) {
+    const std::string half = op("Mul", {v, scalar(0.5, dt)});
+    std::string inner;
+    if (tanh_form) {
+      const std::string cube = op("Mul", {op("Mul", {v, v}), v});
+      const std::string sum = op("Add", {v, op("Mul", {cube, scalar(0.044715, dt)})});
+      inner = op("Tanh", {op("Mul", {sum, scalar(std::sqrt(2.0 / M_PI), dt)})});
+    } else {
+      inner = op("Erf", {op("Mul", {v, scalar(M_SQRT1_2, dt)})});
+    }
+    return op("Mul", {half, op("Add", {inner, scalar(1, dt)})});
+  };
+  // linear's (and linear_gelu's) x (*, K) @ w^T + bias (w (N, K); flag: w (K, N), no
+  // transpose): Gemm for a matrix x, else MatMul + Add.
+  auto emit_linear = [&] {
+    const bool bias = in.size() == 3;
+    if (r.inputs[0].dim() == 2) {
+      std::string out = fresh("Gemm_out");
+      std::vector<std::string> args = {in[0], in[1]};
+      if (bias) args.push_back(in[2]);
+      attr(node("Gemm", args, {out}), "transB", int64_t(a.flag ? 0 : 1));
+      return out;
+    }
+    std::string w = in[1];
+    if (!a.flag) {
+      w = fresh("Transpose_out");
+      attr(node("Transpose", {in[1]}, {w}), "perm", std::vector<int64_t>{1, 0});
+    }
+    std::string out = op("MatMul", {in[0], w});
+    if (bias) out = op("Add", {out, in[2]});
+    return out;
+  };
   switch (r.id) {
     case OpId::Neg: same("Neg"); break;
     case OpId::Exp: same("Exp"); break;
@@ -461,19 +494,7 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       y = a.a == 1.0 ? op("Softplus", {in[0]})
                      : op("Div", {op("Softplus", {op("Mul", {in[0], scalar(a.a, dt)})}), scalar(a.a, dt)});
       break;
-    case OpId::Gelu: {
-      const std::string half = op("Mul", {in[0], scalar(0.5, dt)});
-      std::string inner;
-      if (a.flag) {  // tanh form: tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
-        const std::string cube = op("Mul", {op("Mul", {in[0], in[0]}), in[0]});
-        const std::string sum = op("Add", {in[0], op("Mul", {cube, scalar(0.044715, dt)})});
-        inner = op("Tanh", {op("Mul", {sum, scalar(std::sqrt(2.0 / M_PI), dt)})});
-      } else {
-        inner = op("Erf", {op("Mul", {in[0], scalar(M_SQRT1_2, dt)})});
-      }
-      y = op("Mul", {half, op("Add", {inner, scalar(1, dt)})});
-      break;
-    }
+    case OpId::Gelu: y = emit_gelu(in[0], a.flag); break;
     case OpId::Clamp: {
       const std::string lo = std::isinf(a.a) ? "" : scalar(a.a, dt), hi = std::isinf(a.b) ? "" : scalar(a.b, dt);
       y = op("Clip", {in[0], lo, hi});
@@ -554,25 +575,11 @@ void Exporter::emit(const trace::OpRecord& r, size_t index) {
       break;
     }
     case OpId::Matmul: binary("MatMul"); break;
-    case OpId::Linear: {  // x (*, K) @ w^T + bias (w (N, K); flag: w (K, N), no transpose): Gemm for a
-                          // matrix x, else MatMul + Add
-      const bool bias = in.size() == 3;
-      if (r.inputs[0].dim() == 2) {
-        y = fresh("Gemm_out");
-        std::vector<std::string> args = {in[0], in[1]};
-        if (bias) args.push_back(in[2]);
-        attr(node("Gemm", args, {y}), "transB", int64_t(a.flag ? 0 : 1));
-      } else {
-        std::string w = in[1];
-        if (!a.flag) {
-          w = fresh("Transpose_out");
-          attr(node("Transpose", {in[1]}, {w}), "perm", std::vector<int64_t>{1, 0});
-        }
-        y = op("MatMul", {in[0], w});
-        if (bias) y = op("Add", {y, in[2]});
-      }
+    case OpId::Linear: y = emit_linear(); break;
+    case OpId::LinearGelu:  // linear's nodes, then gelu's (flag2: the tanh form); h is output 1
+      more = {emit_linear()};
+      y = emit_gelu(more[0], a.flag2);
       break;
-    }
     case OpId::View: {
       const Shape& sizes = r.outputs[0].sizes();
       if (std::find(sizes.begin(), sizes.end(), 0) == sizes.end()) {

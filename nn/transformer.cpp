@@ -6,7 +6,9 @@
 #include "nn/transformer.h"
 
 #include <limits>
+#include <typeinfo>
 
+#include "engine/nonfinite.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/layers.h"
@@ -50,9 +52,20 @@ void register_feed_forward(Module& m, int64_t d_model, const TransformerOptions&
   m.register_module("linear2", std::make_shared<Linear>(o.dim_feedforward, d_model, o.bias));
 }
 
-// linear2(dropout(act(linear1(x)))) then dropout_name.
+// linear2(dropout(act(linear1(x)))) then dropout_name. With "gelu", linear1 and the GELU run as
+// one op (Note [Linear with GELU] in engine/ops/linalg.cpp) where calling linear1 would do no
+// more than its forward: a plain Linear (not a quantizer's replacement) with no hooks or derived
+// tensors, and no scope to enter.
 Tensor feed_forward(Module& m, const std::string& activation, const Tensor& x, const char* dropout_name) {
-  Tensor h = m.submodule("dropout")(activate(activation, m.submodule("linear1")(x)));
+  Module& l1 = m.submodule("linear1");
+  Tensor a;
+  if (activation == "gelu" && typeid(l1) == typeid(Linear) && !l1.has_call_work() && !scopes_tracked()) {
+    auto& lin = static_cast<Linear&>(l1);
+    a = linear_gelu(x, lin.weight(), lin.bias(), /*tanh=*/false);
+  } else {
+    a = activate(activation, l1(x));
+  }
+  Tensor h = m.submodule("dropout")(a);
   return m.submodule(dropout_name)(m.submodule("linear2")(h));
 }
 

@@ -3,6 +3,8 @@
 // 0), transposed views read in place, products large enough to be blocked and threaded, and
 // integer dtypes. Not here: the errors, gemm() and layouts read in place
 // (tests/test_matmul.cpp); speed (examples/bench/bench_matmul.cpp).
+#include <cmath>
+
 #include "opcheck/spec.h"
 
 namespace brisk::opcheck {
@@ -168,6 +170,79 @@ void add_specs(std::vector<OpSpec>& specs) {
       };
       return std::vector<OpCase>{make("(64, 300) @ w (120, 300)^T + bias", {120, 300}, 55),
                                  make("in_out: (64, 300) @ w (300, 120) + bias", {300, 120}, 56)};
+    };
+    s.tol_half = 3e-2;
+    specs.push_back(s);
+  }
+  // linear_gelu: gelu(linear(x, w, bias)) as one op (Note [Linear with GELU]), both GELU
+  // forms; its backward is gelu_backward then linear's.
+  for (const bool tanh_form : {true, false}) {
+    OpSpec s;
+    s.name = tanh_form ? "linear_gelu (tanh)" : "linear_gelu (erf)";
+    s.covers = {OpId::LinearGelu};
+    s.fn = [tanh_form](const std::vector<Tensor>& in) {
+      const bool in_out = in[1].size(0) == in[0].size(-1) && in[1].size(1) != in[0].size(-1);
+      return linear_gelu(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), tanh_form, in_out);
+    };
+    s.reference = [tanh_form](const std::vector<Tensor>& in) {
+      std::vector<Tensor> t = in;
+      if (in[1].size(0) == in[0].size(-1) && in[1].size(1) != in[0].size(-1)) t[1] = contiguous(transpose(in[1], 0, 1));
+      return map_reference({linear_reference(t)}, [tanh_form](const std::vector<double>& v) {
+        const double x = v[0];
+        return tanh_form ? 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+                         : 0.5 * x * (1 + std::erf(x * 0.7071067811865476));
+      });
+    };
+    s.dtypes = {DType::F32, DType::F16, DType::BF16};
+    s.integers = false;
+    const uint64_t seed = tanh_form ? 60 : 70;
+    s.cases = [seed] {
+      auto three = [](const std::string& label, const Shape& x, const Shape& w, uint64_t sd) {
+        OpCase c = two(label, x, w, sd);
+        c.inputs.push_back(uniform_values({w[0] == x.back() && w[1] != x.back() ? w[1] : w[0]}, -1, 1, sd + 200));
+        return c;
+      };
+      return std::vector<OpCase>{
+          two("(3, 4) with weight (5, 4), no bias", {3, 4}, {5, 4}, seed + 1),
+          three("(3, 4) with weight (5, 4) and bias", {3, 4}, {5, 4}, seed + 2),
+          three("one sample (4)", {4}, {6, 4}, seed + 3),
+          three("batched (2, 3, 4)", {2, 3, 4}, {5, 4}, seed + 4),
+          three("in_out: (3, 4) with weight (4, 5) and bias", {3, 4}, {4, 5}, seed + 5),
+          three("K = 0: gelu of the bias", {3, 0}, {4, 0}, seed + 6),
+          three("no rows (0, 4)", {0, 4}, {3, 4}, seed + 7),
+      };
+    };
+    s.tol_half = 3e-2;
+    specs.push_back(s);
+  }
+  {
+    // At a size where the GEMM blocks and threads, both weight layouts; gradients are the small
+    // cases' business.
+    OpSpec s;
+    s.name = "linear_gelu (blocked, threaded)";
+    s.covers = {OpId::LinearGelu};
+    s.fn = [](const std::vector<Tensor>& in) {
+      return linear_gelu(in[0], in[1], in[2], /*tanh=*/true, in[1].size(0) == in[0].size(-1));
+    };
+    s.reference = [](const std::vector<Tensor>& in) {
+      std::vector<Tensor> t = in;
+      if (in[1].size(0) == in[0].size(-1)) t[1] = contiguous(transpose(in[1], 0, 1));
+      return map_reference({linear_reference(t)}, [](const std::vector<double>& v) {
+        const double x = v[0];
+        return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+      });
+    };
+    s.grad = false;
+    s.dtypes = {DType::F32};
+    s.integers = false;
+    s.cases = [] {
+      auto make = [](const std::string& label, const Shape& w, uint64_t seed) {
+        OpCase c = two(label, {64, 300}, w, seed);
+        c.inputs.push_back(uniform_values({w[0] == 300 ? w[1] : w[0]}, -1, 1, seed + 200));
+        return c;
+      };
+      return std::vector<OpCase>{make("(64, 300) @ w (120, 300)^T + bias", {120, 300}, 81),
+                                 make("in_out: (64, 300) @ w (300, 130) + bias", {300, 130}, 82)};
     };
     s.tol_half = 3e-2;
     specs.push_back(s);

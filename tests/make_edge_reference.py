@@ -173,6 +173,9 @@ OPS = {
     "linear_nobias": lambda x, p: F.linear(x[0], x[1]),
     # brisk's linear_in_out: the weight stored (in, out), as Hugging Face's Conv1D (x @ w + b)
     "linear_in_out": lambda x, p: F.linear(x[0], x[1].t(), x[2]),
+    # brisk's linear_gelu: gelu(linear(x, w, b)) as one op (tanh: the tanh form)
+    "linear_gelu": lambda x, p: F.gelu(F.linear(x[0], x[1], x[2] if len(x) > 2 else None),
+                                       approximate="tanh" if p["tanh"] else "none"),
     "cat": lambda x, p: torch.cat(x, p["dim"]),
     "stack": lambda x, p: torch.stack(x, p["dim"]),
     "index_select": lambda x, p: torch.index_select(x[0], p["dim"], x[1]),
@@ -453,6 +456,17 @@ def linalg_index_cases():
                           [inp(a, [3, 4]), inp(b[:8], [4, 2]), inp([0.5, -INF])]))
     cases.append(run_case("linear_in_out", "transposed weight view", [inp(a, [3, 4]), inp(b[:8], [2, 4], layout="t"),
                                                                       inp([1.0, 2.0])]))
+    # linear_gelu: NaN and inf through the product into the GELU, a bias of -inf, both forms.
+    # (These four were run with PyTorch 2.15 from /work/venv and added to linalg_index.json
+    # beside the cases the file's torch version made; a full rerun makes them all again.)
+    g = [0.5, -1.0, 2.0, 0.0, NAN, 1.0, -3.0, 0.25, INF, 1.0, -0.5, DEN]
+    for tanh in (True, False):
+        form = "tanh" if tanh else "erf"
+        cases.append(run_case("linear_gelu", f"{form}, bias with -inf, NaN and inf in the input",
+                              [inp(g, [3, 4]), inp(b[:8], [2, 4]), inp([0.5, -INF])], {"tanh": tanh}))
+        cases.append(run_case("linear_gelu", f"{form}, no bias, finite", [inp([0.5, -1.0, 2.0, 0.0, 1.5, -0.25], [2, 3]),
+                                                                         inp([1.0, -2.0, 0.5, 0.0, 3.0, -1.0], [2, 3])],
+                              {"tanh": tanh}))
     x1 = [1.0, NAN, -0.0, INF, 2.0, DEN]
     x2 = [3.0, -INF, 0.0, 1e-30]
     cases.append(run_case("cat", "dim 0, (3, 2) and (2, 2)", [inp(x1, [3, 2]), inp(x2, [2, 2])], {"dim": 0}))

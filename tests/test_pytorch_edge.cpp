@@ -285,6 +285,9 @@ const std::map<std::string, OpFn>& op_table() {
       {"linear", one([](const In& x, const json&) { return F::linear(x[0], x[1], x[2]); })},
       {"linear_nobias", one([](const In& x, const json&) { return F::linear(x[0], x[1]); })},
       {"linear_in_out", one([](const In& x, const json&) { return linear_in_out(x[0], x[1], x[2]); })},
+      {"linear_gelu", one([](const In& x, const json& p) {
+         return linear_gelu(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), p["tanh"].get<bool>());
+       })},
       {"cat", one([](const In& x, const json& p) { return cat(x, p["dim"].get<int64_t>()); })},
       {"stack", one([](const In& x, const json& p) { return stack(x, p["dim"].get<int64_t>()); })},
       {"index_select", one([](const In& x, const json& p) { return index_select(x[0], p["dim"].get<int64_t>(), x[1]); })},

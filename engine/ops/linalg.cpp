@@ -82,45 +82,52 @@ const OpDef kMatmul{.infer = matmul_infer,
 
 // ---- linear: (x (*, K), w (N, K)[, bias (N)]) -> y (*, N) = x @ w^T + bias
 // One op rather than matmul of a transposed view plus an add (Note [Linear is an op]).
-void linear_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
-  BRISK_CHECK(in.size() == 2 || in.size() == 3, "linear: expects (input, weight) or (input, weight, bias), got ",
+// The output's spec, checked under the name `op` (linear's, shared with linear_gelu).
+TensorSpec linear_spec(std::span<const Tensor> in, bool in_out, bool f32_result, const char* op) {
+  BRISK_CHECK(in.size() == 2 || in.size() == 3, op, ": expects (input, weight) or (input, weight, bias), got ",
               in.size(), " inputs");
   const Tensor &x = in[0], &w = in[1];
-  const bool in_out = attrs.flag;  // w stored (in, out): linear_in_out
-  detail::check_floating(x, "linear");
-  BRISK_CHECK(w.dim() == 2, "linear: weight must be 2-D (", in_out ? "in, out" : "out, in", "), got ", w.sizes());
+  detail::check_floating(x, op);
+  BRISK_CHECK(w.dim() == 2, op, ": weight must be 2-D (", in_out ? "in, out" : "out, in", "), got ", w.sizes());
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0);
-  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == k, "linear: input ", x.sizes(), " does not have the ", k,
+  BRISK_CHECK(x.dim() >= 1 && x.size(-1) == k, op, ": input ", x.sizes(), " does not have the ", k,
               " features that weight ", w.sizes(), " expects");
   // Note [Mixed linear]: an F32 weight and bias with a 16-bit input.
   const bool mixed = w.dtype() == DType::F32 && (x.dtype() == DType::BF16 || x.dtype() == DType::F16);
-  BRISK_CHECK(x.dtype() == w.dtype() || mixed, "linear: dtypes differ (input ", x.str(), ", weight ", w.str(),
+  BRISK_CHECK(x.dtype() == w.dtype() || mixed, op, ": dtypes differ (input ", x.str(), ", weight ", w.str(),
               "); a 16-bit input takes a weight of its dtype or F32");
   if (in.size() == 3) {
     const Tensor& b = in[2];
-    BRISK_CHECK(b.dim() == 1 && b.size(0) == n, "linear: bias ", b.sizes(), " does not match the ", n,
+    BRISK_CHECK(b.dim() == 1 && b.size(0) == n, op, ": bias ", b.sizes(), " does not match the ", n,
                 " output features of weight ", w.sizes());
-    BRISK_CHECK(b.dtype() == w.dtype(), "linear: dtypes differ (weight ", w.str(), ", bias ", b.str(), ")");
+    BRISK_CHECK(b.dtype() == w.dtype(), op, ": dtypes differ (weight ", w.str(), ", bias ", b.str(), ")");
   }
-  const bool f32_result = attrs.flag2;  // a weight gradient for an F32 parameter
-  BRISK_CHECK(!f32_result || x.dtype() != DType::F64, "linear: an F32 result of F64 operands would drop precision");
+  BRISK_CHECK(!f32_result || x.dtype() != DType::F64, op, ": an F32 result of F64 operands would drop precision");
   Shape sizes = x.sizes();
   sizes[sizes.size() - 1] = n;
-  out[0] = {sizes, f32_result ? DType::F32 : x.dtype()};
+  return {sizes, f32_result ? DType::F32 : x.dtype()};
 }
 
-// gx = g @ w, gw = g2^T @ x2 (the batch folded into rows: one (N, K) product in w's own
-// layout), gbias = the column sums of g2; for a weight stored (in, out), gx = g @ w^T and
-// gw = x2^T @ g2. Each product is a linear op itself (the weight read in place, either
-// layout), so a mixed op's backward stays mixed: gx in x's dtype from the F32 weight, gw
-// written in F32 straight from the BF16 product's F32 sums (Note [Mixed linear]). Written with
-// ops, so double backward works.
-void linear_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+void linear_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  // flag: w stored (in, out) (linear_in_out); flag2: an F32 result (a weight gradient for an
+  // F32 parameter).
+  out[0] = linear_spec(in, attrs.flag, attrs.flag2, "linear");
+}
+
+// The gradients of linear's inputs from g, the gradient of its output (linear's own, or
+// linear_gelu's pre-activation's): gx = g @ w, gw = g2^T @ x2 (the batch folded into rows: one
+// (N, K) product in w's own layout), gbias = the column sums of g2; for a weight stored
+// (in, out), gx = g @ w^T and gw = x2^T @ g2. Each product is a linear op itself (the weight
+// read in place, either layout), so a mixed op's backward stays mixed: gx in x's dtype from
+// the F32 weight, gw written in F32 straight from the BF16 product's F32 sums (Note [Mixed
+// linear]). Written with ops, so double backward works. Reads c.inputs (x, w[, bias]) and
+// c.attrs.flag (the layout), which linear and linear_gelu share.
+void linear_backward(const BackwardCtx& c, const Tensor& grad, std::span<Tensor> gi) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   const bool in_out = c.attrs.flag;
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0);
   // The gradient in x's dtype (an F32-result op's gradient is F32; only double backward sees it).
-  const Tensor g = c.grads[0].dtype() == x.dtype() ? c.grads[0] : cast(c.grads[0], x.dtype());
+  const Tensor g = grad.dtype() == x.dtype() ? grad : cast(grad, x.dtype());
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   if (c.needs_grad(0)) gi[0] = in_out ? linear(g, w) : linear_in_out(g, w);
@@ -135,10 +142,33 @@ void linear_bw(const BackwardCtx& c, std::span<Tensor> gi) {
   if (gi.size() == 3 && c.needs_grad(2)) gi[2] = sum(g2.dtype() == w.dtype() ? g2 : cast(g2, w.dtype()), {0});
 }
 
+void linear_bw(const BackwardCtx& c, std::span<Tensor> gi) { linear_backward(c, c.grads[0], gi); }
+
 const OpDef kLinear{.infer = linear_infer,
                     .backward = linear_bw,
                     .save_inputs = mask(0, 1),  // x, w
                     .autocast = CastPolicy::LowerMixed};
+
+// ---- linear_gelu: linear's inputs -> (y = gelu(h), h = x @ w^T + bias), both of linear's
+// output spec (Note [Linear with GELU]). flag: linear's (in, out) layout; flag2: the tanh form.
+void linear_gelu_infer(std::span<const Tensor> in, const Attrs& attrs, std::span<TensorSpec> out) {
+  out[0] = out[1] = linear_spec(in, attrs.flag, false, "linear_gelu");
+}
+
+// gh = gelu_backward(gy, h) (plus a gradient reaching h itself), then linear's backward.
+void linear_gelu_bw(const BackwardCtx& c, std::span<Tensor> gi) {
+  const Tensor& h = c.outputs[1];
+  Tensor gh;
+  if (c.grads[0].defined()) gh = call1(OpId::GeluBackward, {c.grads[0], h}, {.flag = c.attrs.flag2});
+  if (c.grads[1].defined()) gh = gh.defined() ? add(gh, c.grads[1]) : c.grads[1];
+  if (gh.defined()) linear_backward(c, gh, gi);
+}
+
+const OpDef kLinearGelu{.infer = linear_gelu_infer,
+                        .backward = linear_gelu_bw,
+                        .save_inputs = mask(0, 1),  // x, w
+                        .save_outputs = mask(1),    // h
+                        .autocast = CastPolicy::LowerMixed};
 
 }  // namespace
 
@@ -177,6 +207,42 @@ Tensor linear_in_out(const Tensor& x, const Tensor& weight, const Tensor& bias) 
   a.flag = true;
   if (!bias.defined()) return call1(OpId::Linear, {x, weight}, a);
   return call1(OpId::Linear, {x, weight, bias}, a);
+}
+
+// Note [Linear with GELU]
+// gelu(linear(x, w, b)) is GPT-2's MLP (tanh form) and TransformerEncoderLayer's with
+// activation "gelu" (erf form). As two ops under BF16 it is three passes over the (rows, 4 * d)
+// output after the product: linear rounds its F32 sums to BF16, gelu reads that and writes its
+// own. linear_gelu is one op with two outputs: y = gelu(h) and the pre-activation h, which
+// backward needs (gelu_backward(gy, h), then linear's own backward, the same function:
+// linear_backward), as cross_entropy keeps its logsumexp. The CPU kernel (kernels/cpu/gemm.cpp)
+// writes h and y in linear's BF16 rounding pass (one read of each block of F32 sums, y computed
+// with the Gelu op's vmath::gelu on h widened), and in F32 runs the Gelu op's kernel on h right
+// after the product. The results are those of linear then gelu to the bit (the tests check it).
+// Measured and not taken (Xeon with AMX, bench_linear_ce gelu, GPT-2's c_fc at N = 2048, one
+// thread): an epilogue inside the GEMMs, called on each F32 register tile (16 x 48) or each BF16
+// block (256 x 512) as soon as its sums were final, was 1-8% slower than the two ops: the GEMMs
+// are compute-bound and blocked for their own cache footprint, and the GELU's reads and writes
+// evicted the packed panels; the separate BF16 pass is 5-6% faster than linear + gelu's forward,
+// the F32 one within the noise (it saves a dispatch and nothing else). A row-blocked product
+// (a block of rows, then its GELU while in cache) would pack the whole weight again per block.
+// The op takes linear's autocast policy (LowerMixed: Note [Mixed linear]). CUDA composes its
+// linear and gelu kernels (kernels/cuda/matmul.cu). ONNX export writes the nodes linear and gelu
+// export. GPT-2 and the transformer layers fuse only where their c_fc / linear1 module has no
+// hooks (they would not fire): nn/models/gpt2.cpp, nn/transformer.cpp.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool tanh_approximation,
+                   bool weight_in_out) {
+  BRISK_CHECK(x.defined() && weight.defined(), "linear_gelu: undefined input or weight");
+  const Attrs a{.flag = weight_in_out, .flag2 = tanh_approximation};
+  Tensor out[2];
+  if (bias.defined()) {
+    const Tensor in[3] = {x, weight, bias};
+    call(OpId::LinearGelu, in, a, out);
+  } else {
+    const Tensor in[2] = {x, weight};
+    call(OpId::LinearGelu, in, a, out);
+  }
+  return out[0];
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -593,6 +659,7 @@ namespace detail {
 void define_linalg_ops() {
   define(OpId::Matmul, kMatmul);
   define(OpId::Linear, kLinear);
+  define(OpId::LinearGelu, kLinearGelu);
   define(OpId::LinalgSolve, kLinalgSolve);
   define(OpId::LinalgCholesky, kLinalgCholesky);
   define(OpId::LinalgSlogdet, kLinalgSlogdet);

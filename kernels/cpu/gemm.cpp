@@ -32,6 +32,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/vmath.h"
 
 namespace brisk::kernels::cpu {
 
@@ -469,6 +470,38 @@ void matmul_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (!dense) convert_into(out[0], c);
 }
 
+// linear_gelu's GELU (Note [Linear with GELU] in engine/ops/linalg.cpp): y (dense, of the
+// output's sizes and dtype) = gelu(h), written by linear's kernel where it has a pass of its
+// own to share (done), else by the caller from h.
+struct GeluOut {
+  Tensor y{};
+  bool tanh_form = false;
+  bool done = false;
+};
+
+// h = src rounded to BF16 and y = gelu(h) (computed on h widened, as the Gelu op's BF16 kernel
+// does: Note [BF16 through F32 blocks] in kernels/cpu/vmath.cpp), dense, n elements, threaded:
+// linear's rounding pass and the Gelu op's pass in one read of src.
+void round_gelu_bf16(const float* src, BFloat16* h, BFloat16* y, int64_t n, bool tanh_form) {
+  constexpr int64_t kChunk = 1 << 14, kBlock = 256;
+  const int64_t parts = (n + kChunk - 1) / kChunk;
+  const int nt = threads_for(n);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t part = 0; part < parts; ++part) {
+    float hf[kBlock], yf[kBlock];
+    const int64_t end = std::min(n, (part + 1) * kChunk);
+    for (int64_t i = part * kChunk; i < end; i += kBlock) {
+      const int64_t m = std::min(kBlock, end - i);
+      for (int64_t j = 0; j < m; ++j) {
+        h[i + j].bits = BFloat16::from_float(src[i + j]);
+        hf[j] = float(h[i + j]);
+      }
+      vmath::gelu(hf, yf, m, tanh_form);
+      for (int64_t j = 0; j < m; ++j) y[i + j].bits = BFloat16::from_float(yf[j]);
+    }
+  }
+}
+
 // c (rows, n) dense = x (rows, k) @ wt (k, n, the weight as the product's b), both read in
 // place; each row of c starts at bias (n) when given and the product is accumulated onto it.
 // A BF16 x takes a BF16 or an F32 wt (read as its BF16 rounding: Note [Mixed linear] in
@@ -509,14 +542,15 @@ MatrixRef<const T> rows_of(const Tensor& x, int64_t rows, int64_t k) {
 // its own. 16-bit floats are summed in F32 and rounded once, as matmul's, or not at all when
 // the result is F32 (flag2). Mixed inputs (a 16-bit x with an F32 w and bias) read w at x's
 // precision and round the bias the same way (Note [Mixed linear]).
-void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
-  const bool in_out = attrs.flag;  // w (k, n) rather than (n, k)
+// linear_gelu's shares it: gelu (not null) asks for gelu->y as well (see GeluOut).
+void linear_into(std::span<const Tensor> in, const Tensor& result, bool in_out, GeluOut* gelu) {
+  // in_out: w (k, n) rather than (n, k)
   const Tensor& x_in = in[0];
   const bool x_in_place = x_in.is_contiguous() || (x_in.dim() == 2 && readable(x_in).impl() == x_in.impl());
   const Tensor x = x_in_place ? x_in : converted(x_in, x_in.dtype());
   const Tensor w = readable(in[1]);  // a unit stride in one dim, read in place
-  const bool dense = out[0].is_contiguous();
-  const Tensor c = dense ? out[0] : make_empty(out[0].sizes(), out[0].dtype(), out[0].device());
+  const bool dense = result.is_contiguous();
+  const Tensor c = dense ? result : make_empty(result.sizes(), result.dtype(), result.device());
   const int64_t k = w.size(in_out ? 0 : 1), n = w.size(in_out ? 1 : 0), rows = n == 0 ? 0 : c.numel() / n;
   // The product's b (k, n): w itself, or w (n, k) read transposed.
   auto b_rs_of = [&](const Tensor& wt) { return in_out ? wt.stride(0) : wt.stride(1); };
@@ -568,13 +602,47 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
               xm, MatrixRef<const BFloat16>{static_cast<const BFloat16*>(w.data_ptr()), k, n, b_rs, b_cs},
               bias_ptr(b32), cp, rows, n, k);
         }
-        if (c32.impl() != c.impl()) round_to_bf16(cp, static_cast<BFloat16*>(c.data_ptr()), c.numel());
+        if (gelu && dense && c.dtype() == DType::BF16) {  // linear_gelu: h and y from one read of the sums
+          round_gelu_bf16(cp, static_cast<BFloat16*>(c.data_ptr()), static_cast<BFloat16*>(gelu->y.data_ptr()),
+                          c.numel(), gelu->tanh_form);
+          gelu->done = true;
+        } else if (c32.impl() != c.impl()) {
+          round_to_bf16(cp, static_cast<BFloat16*>(c.data_ptr()), c.numel());
+        }
         break;
       }
-      default: BRISK_FAIL("linear: no CPU kernel for dtype ", x.dtype(), " (", x.str(), ", weight ", w.str(), ")");
+      default:
+        BRISK_FAIL(gelu ? "linear_gelu" : "linear", ": no CPU kernel for dtype ", x.dtype(), " (", x.str(), ", weight ",
+                   w.str(), ")");
     }
   }
-  if (!dense) convert_into(out[0], c);
+  if (!dense) convert_into(result, c);
+}
+
+void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  linear_into(in, out[0], attrs.flag, nullptr);
+}
+
+// (y = gelu(h), h) = linear_gelu(x, w[, bias]) (Note [Linear with GELU] in
+// engine/ops/linalg.cpp): linear's kernel, whose BF16 rounding pass writes y as well; other
+// dtypes run the Gelu op's CPU kernel on h right after the product.
+void linear_gelu_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  const bool dense = out[0].is_contiguous() && out[1].is_contiguous();
+  auto dense_of = [&](const Tensor& t) { return dense ? t : make_empty(t.sizes(), t.dtype(), t.device()); };
+  const Tensor y = dense_of(out[0]), h = dense_of(out[1]);
+  GeluOut gelu{.y = y, .tanh_form = attrs.flag2};
+  linear_into(in, h, attrs.flag, &gelu);
+  if (!gelu.done) {
+    const Tensor gin[1] = {h};
+    Tensor gout[1] = {y};
+    op_def(OpId::Gelu)
+        .kernels[int(DeviceType::CPU)](std::span<const Tensor>(gin), std::span<Tensor>(gout),
+                                       Attrs{.flag = attrs.flag2});
+  }
+  if (!dense) {
+    convert_into(out[0], y);
+    convert_into(out[1], h);
+  }
 }
 
 }  // namespace
@@ -582,6 +650,7 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
 void register_linalg() {
   register_kernel(OpId::Matmul, DeviceType::CPU, matmul_kernel);
   register_kernel(OpId::Linear, DeviceType::CPU, linear_kernel);
+  register_kernel(OpId::LinearGelu, DeviceType::CPU, linear_gelu_kernel);
 }
 
 }  // namespace brisk::kernels::cpu

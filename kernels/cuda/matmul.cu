@@ -414,11 +414,24 @@ void linear_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (!is_dense) copy_into(out[0], c);
 }
 
+// (y = gelu(h), h) = linear_gelu(x, w[, bias]) (Note [Linear with GELU] in
+// engine/ops/linalg.cpp): linear's kernel into h, then the Gelu op's CUDA kernel from h into y,
+// so the bits are those of the two ops (no fusion on this device yet: cuBLASLt's GELU_AUX_BIAS
+// epilogue would compute its own GELU, not the Gelu op's bits). Compiled, never run: there was
+// no GPU where it was written.
+void linear_gelu_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs) {
+  linear_kernel(in, out.subspan(1, 1), Attrs{.flag = attrs.flag});
+  const Tensor gin[1] = {out[1]};
+  op_def(OpId::Gelu)
+      .kernels[int(DeviceType::CUDA)](std::span<const Tensor>(gin), out.subspan(0, 1), Attrs{.flag = attrs.flag2});
+}
+
 }  // namespace
 
 void register_linalg() {
   register_kernel(OpId::Matmul, DeviceType::CUDA, matmul_kernel);
   register_kernel(OpId::Linear, DeviceType::CUDA, linear_kernel);
+  register_kernel(OpId::LinearGelu, DeviceType::CUDA, linear_gelu_kernel);
 }
 
 }  // namespace brisk::kernels::cuda

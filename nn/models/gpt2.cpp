@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <typeinfo>
 
+#include "engine/nonfinite.h"
 #include "engine/serialize.h"
 #include "nn/init.h"
 
@@ -70,7 +72,15 @@ Tensor GPT2Block::forward(const Tensor& x, const Tensor& mask, bool causal, bool
   a = F::dropout(a, dropout_, train);
   Tensor h = x + std::move(a);
   Module& mlp = submodule("mlp");
-  Tensor m = mlp.submodule("c_proj")(gelu(mlp.submodule("c_fc")((*child("ln_2"))(h)), /*tanh=*/true));
+  Module& fc = mlp.submodule("c_fc");
+  const Tensor u = (*child("ln_2"))(h);
+  // c_fc and the tanh GELU as one op (Note [Linear with GELU] in engine/ops/linalg.cpp) where
+  // calling c_fc would do no more than its forward: no hooks, no derived tensors, no scope to
+  // enter, and the module still GPT-2's own (not one a quantizer put in its place).
+  const bool fuse = typeid(fc) == typeid(HFConv1D) && !fc.has_call_work() && !scopes_tracked();
+  const Tensor act = fuse ? linear_gelu(u, fc.parameter("weight"), fc.parameter("bias"), /*tanh=*/true, /*in_out=*/true)
+                          : gelu(fc(u), /*tanh=*/true);
+  Tensor m = mlp.submodule("c_proj")(act);
   m = F::dropout(m, dropout_, train);
   return h + std::move(m);
 }
