@@ -457,8 +457,6 @@ def linalg_index_cases():
     cases.append(run_case("linear_in_out", "transposed weight view", [inp(a, [3, 4]), inp(b[:8], [2, 4], layout="t"),
                                                                       inp([1.0, 2.0])]))
     # linear_gelu: NaN and inf through the product into the GELU, a bias of -inf, both forms.
-    # (These four were run with PyTorch 2.15 from /work/venv and added to linalg_index.json
-    # beside the cases the file's torch version made; a full rerun makes them all again.)
     g = [0.5, -1.0, 2.0, 0.0, NAN, 1.0, -3.0, 0.25, INF, 1.0, -0.5, DEN]
     for tanh in (True, False):
         form = "tanh" if tanh else "erf"
