@@ -78,6 +78,20 @@ OpCase two(const std::string& label, const Shape& a, const Shape& b, uint64_t se
 
 Tensor mT(const Tensor& x) { return transpose(x, -2, -1); }
 
+// GELU in F64: the tanh form or the exact (erf) one.
+double gelu_reference(double x, bool tanh_form) {
+  return tanh_form ? 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+                   : 0.5 * x * (1 + std::erf(x * 0.7071067811865476));
+}
+
+// (64, 300) inputs where the GEMMs block and thread, against a weight of `w` (out, in) or
+// (in, out) with a bias; seeds from `seed`.
+OpCase blocked_linear_case(const std::string& label, const Shape& w, uint64_t seed) {
+  OpCase c = two(label, {64, 300}, w, seed);
+  c.inputs.push_back(uniform_values({w[0] == 300 ? w[1] : w[0]}, -1, 1, seed + 200));
+  return c;
+}
+
 OpSpec matmul_spec(const std::string& name) {
   OpSpec s;
   s.name = name;
@@ -163,13 +177,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.dtypes = {DType::F32};  // BF16's rounding over K = 300 terms is the small cases' business
     s.integers = false;
     s.cases = [] {
-      auto make = [](const std::string& label, const Shape& w, uint64_t seed) {
-        OpCase c = two(label, {64, 300}, w, seed);
-        c.inputs.push_back(uniform_values({w[0] == 300 ? w[1] : w[0]}, -1, 1, seed + 200));
-        return c;
-      };
-      return std::vector<OpCase>{make("(64, 300) @ w (120, 300)^T + bias", {120, 300}, 55),
-                                 make("in_out: (64, 300) @ w (300, 120) + bias", {300, 120}, 56)};
+      return std::vector<OpCase>{blocked_linear_case("(64, 300) @ w (120, 300)^T + bias", {120, 300}, 55),
+                                 blocked_linear_case("in_out: (64, 300) @ w (300, 120) + bias", {300, 120}, 56)};
     };
     s.tol_half = 3e-2;
     specs.push_back(s);
@@ -187,11 +196,8 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.reference = [tanh_form](const std::vector<Tensor>& in) {
       std::vector<Tensor> t = in;
       if (in[1].size(0) == in[0].size(-1) && in[1].size(1) != in[0].size(-1)) t[1] = contiguous(transpose(in[1], 0, 1));
-      return map_reference({linear_reference(t)}, [tanh_form](const std::vector<double>& v) {
-        const double x = v[0];
-        return tanh_form ? 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-                         : 0.5 * x * (1 + std::erf(x * 0.7071067811865476));
-      });
+      return map_reference({linear_reference(t)},
+                           [tanh_form](const std::vector<double>& v) { return gelu_reference(v[0], tanh_form); });
     };
     s.dtypes = {DType::F32, DType::F16, DType::BF16};
     s.integers = false;
@@ -227,22 +233,15 @@ void add_specs(std::vector<OpSpec>& specs) {
     s.reference = [](const std::vector<Tensor>& in) {
       std::vector<Tensor> t = in;
       if (in[1].size(0) == in[0].size(-1)) t[1] = contiguous(transpose(in[1], 0, 1));
-      return map_reference({linear_reference(t)}, [](const std::vector<double>& v) {
-        const double x = v[0];
-        return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-      });
+      return map_reference({linear_reference(t)},
+                           [](const std::vector<double>& v) { return gelu_reference(v[0], /*tanh_form=*/true); });
     };
     s.grad = false;
     s.dtypes = {DType::F32};
     s.integers = false;
     s.cases = [] {
-      auto make = [](const std::string& label, const Shape& w, uint64_t seed) {
-        OpCase c = two(label, {64, 300}, w, seed);
-        c.inputs.push_back(uniform_values({w[0] == 300 ? w[1] : w[0]}, -1, 1, seed + 200));
-        return c;
-      };
-      return std::vector<OpCase>{make("(64, 300) @ w (120, 300)^T + bias", {120, 300}, 81),
-                                 make("in_out: (64, 300) @ w (300, 130) + bias", {300, 130}, 82)};
+      return std::vector<OpCase>{blocked_linear_case("(64, 300) @ w (120, 300)^T + bias", {120, 300}, 81),
+                                 blocked_linear_case("in_out: (64, 300) @ w (300, 130) + bias", {300, 130}, 82)};
     };
     s.tol_half = 3e-2;
     specs.push_back(s);
