@@ -66,10 +66,15 @@ static bool integral(double v) { return std::isfinite(v) && v == std::trunc(v); 
 
 static Tensor unary(OpId id, const Tensor& x, const Attrs& attrs = {}) { return call1(id, {x}, attrs); }
 
+// add's and sub's alpha scales an integer tensor only by a whole number.
+static void check_alpha(OpId id, DType dtype, double alpha) {
+  BRISK_CHECK(is_floating(dtype) || alpha == std::trunc(alpha), op_name(id), ": alpha ", alpha,
+              " is not an integer, for ", dtype, " tensors (cast them to a floating dtype first)");
+}
+
 static Tensor binary(OpId id, const Tensor& a, const Tensor& b, double alpha = 1.0) {
   auto [x, y] = promoted(a, b, op_name(id));
-  BRISK_CHECK(is_floating(x.dtype()) || alpha == std::trunc(alpha), op_name(id), ": alpha ", alpha,
-              " is not an integer, for ", x.dtype(), " tensors (cast them to a floating dtype first)");
+  check_alpha(id, x.dtype(), alpha);
   Tensor ins[2] = {x, y};
   Tensor out[1];
   call(id, ins, {.a = alpha}, out);
@@ -513,29 +518,22 @@ static bool may_take(const Tensor& t, int slot, const Tensor& other, bool record
 // binary() for operands the caller may have given up (a_given, b_given: it passed an rvalue).
 template <OpId Id>
 static Tensor binary_given(Tensor a, Tensor b, bool a_given, bool b_given, double alpha = 1.0) {
-  BRISK_CHECK(a.defined() && b.defined(), op_name(Id), ": undefined input");
-  if (a.dtype() != b.dtype()) {
-    const DType t = promote_types(a.dtype(), b.dtype());
-    if (a.dtype() != t) {
-      a = cast(a, t);
-      a_given = true;
-    }
-    if (b.dtype() != t) {
-      b = cast(b, t);
-      b_given = true;
-    }
-  }
+  std::pair<Tensor, Tensor> xy = promoted(a, b, op_name(Id));
+  // A cast made by the promotion is a fresh tensor only this call holds, so it may be lent.
+  a_given = a_given || xy.first.impl() != a.impl();
+  b_given = b_given || xy.second.impl() != b.impl();
+  a = Tensor();  // the promoted pair holds the only handles this call keeps
+  b = Tensor();
+  Tensor ins[2] = {std::move(xy.first), std::move(xy.second)};
+  check_alpha(Id, ins[0].dtype(), alpha);
   Tensor out[1];
   if (operand_donation() && hooks::trace_op.load(std::memory_order_relaxed) == nullptr) {
-    const bool recording = GradMode::enabled() && (a.requires_grad() || b.requires_grad());
-    const Tensor* lent = a_given && may_take<Id>(a, 0, b, recording)   ? &a
-                         : b_given && may_take<Id>(b, 1, a, recording) ? &b
-                                                                       : nullptr;
+    const bool recording = GradMode::enabled() && (ins[0].requires_grad() || ins[1].requires_grad());
+    const Tensor* lent = a_given && may_take<Id>(ins[0], 0, ins[1], recording)   ? &ins[0]
+                         : b_given && may_take<Id>(ins[1], 1, ins[0], recording) ? &ins[1]
+                                                                                 : nullptr;
     if (lent) out[0] = make_view(lent->storage(), lent->sizes(), lent->strides(), 0, lent->dtype());
   }
-  BRISK_CHECK(is_floating(a.dtype()) || alpha == std::trunc(alpha), op_name(Id), ": alpha ", alpha,
-              " is not an integer, for ", a.dtype(), " tensors (cast them to a floating dtype first)");
-  Tensor ins[2] = {std::move(a), std::move(b)};
   call(Id, ins, {.a = alpha}, out);
   return out[0];
 }
