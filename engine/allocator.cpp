@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <limits>
 
 #include "engine/error.h"
 
@@ -26,6 +27,11 @@ CachingAllocator::~CachingAllocator() { empty_cache(); }
 
 void* CachingAllocator::allocate(size_t bytes, uint64_t stream) {
   if (bytes == 0) return nullptr;
+  // Past this no device has the memory, and the rounding below would wrap around.
+  if (bytes > std::numeric_limits<size_t>::max() / 2) {
+    throw OutOfMemoryError(
+        detail::cat("allocator: out of memory allocating ", bytes, " bytes (more than any device has)"));
+  }
   const size_t size = round_size(bytes);
   const bool large = size >= kLargeBlock;
   {

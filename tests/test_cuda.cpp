@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -152,6 +153,9 @@ TEST_CASE("cuda: caching allocator rounds large requests to 64 KiB and reuses th
     a.deallocate(p5b, 5 * MiB - 100, 1);
     a.deallocate(p6, 6 * MiB, 1);
     a.deallocate(other, 7 * MiB, 2);
+    CHECK(a.stats().allocated == 0);
+    // A size whose rounding would wrap around is refused, not served with a small block.
+    CHECK_THROWS_AS(a.allocate(std::numeric_limits<size_t>::max() - 5, 1), OutOfMemoryError);
     CHECK(a.stats().allocated == 0);
   }
   CHECK(fake.live == 0);
